@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Builds the test tools from Go modules into a cache outside the repository, keyed by version:
+#   ${SSO_TOOLS_CACHE:-~/.cache/sidecarset-operator/bin}/<tool>-<version>/<binary>
+# Reuses what is cached; uses binaries from KUBEBUILDER_ASSETS or PATH when they report the pinned
+# version. Prints the directory of each tool on stdout as NAME=PATH lines (for `eval`), and its
+# progress on stderr.
+#
+#   hack/tools.sh [all|k8s|etcd|kwok|helm]...
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.36.3}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+
+CACHE=${SSO_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sidecarset-operator/bin}
+mkdir -p "$CACHE"
+
+log() { printf '[tools] %s\n' "$*" >&2; }
+die() { printf '[tools] error: %s\n' "$*" >&2; exit 1; }
+
+command -v go >/dev/null || die "go is not on PATH; Go is needed to build the test tools"
+
+# tool_ok BINARY PATTERN: the binary exists and its --version output contains PATTERN
+tool_ok() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -qF -- "$2"; }
+
+# find_existing NAME PATTERN: a binary of that name at the pinned version in KUBEBUILDER_ASSETS/PATH
+find_existing() {
+  local name=$1 pat=$2 c
+  for c in ${KUBEBUILDER_ASSETS:+"$KUBEBUILDER_ASSETS/$name"} "$(command -v "$name" 2>/dev/null || true)"; do
+    [ -n "$c" ] && tool_ok "$c" "$pat" && { dirname "$c"; return 0; }
+  done
+  return 1
+}
+
+# Serialise concurrent builds of one tool (parallel CI jobs, demo + test).
+with_lock() {
+  local dir=$1; shift
+  mkdir -p "$dir"
+  exec 9>"$dir/.lock"
+  flock 9
+  "$@"
+  exec 9>&-
+}
+
+build_k8s() {
+  local out=$CACHE/kubernetes-$K8S_VERSION
+  if tool_ok "$out/kube-apiserver" "Kubernetes $K8S_VERSION" && tool_ok "$out/kube-controller-manager" "Kubernetes $K8S_VERSION" \
+     && tool_ok "$out/kube-scheduler" "Kubernetes $K8S_VERSION"; then
+    echo "K8S_BIN=$out"; return
+  fi
+  local existing
+  if existing=$(find_existing kube-apiserver "Kubernetes $K8S_VERSION") \
+     && tool_ok "$existing/kube-controller-manager" "Kubernetes $K8S_VERSION" \
+     && tool_ok "$existing/kube-scheduler" "Kubernetes $K8S_VERSION"; then
+    log "using kube-apiserver $K8S_VERSION from $existing"; echo "K8S_BIN=$existing"; return
+  fi
+  with_lock "$out" _build_k8s "$out"
+  echo "K8S_BIN=$out"
+}
+
+_build_k8s() {
+  local out=$1 start=$SECONDS
+  tool_ok "$out/kube-apiserver" "Kubernetes $K8S_VERSION" && tool_ok "$out/kube-scheduler" "Kubernetes $K8S_VERSION" && return 0
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler $K8S_VERSION (cold: about 20-30 min on 2 cores)"
+  local sv="v0.${K8S_VERSION#v1.}" minor w upmod m
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  w=$(mktemp -d)
+  ( cd "$w"
+    go mod init local/k8sbuild >/dev/null 2>&1
+    upmod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+    while read -r m; do
+      go mod edit -replace="$m=$m@$sv"
+    done < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$upmod")
+    grep -E '^godebug ' "$upmod" >>go.mod || true
+    go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
+      "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION" >&2
+    local ldf="-s -w" p
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldf+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+      ldf+=" -X $p.buildDate=1970-01-01T00:00:00Z"
+    done
+    for c in kube-apiserver kube-controller-manager kube-scheduler; do
+      log "  go build $c"
+      CGO_ENABLED=0 go build -mod=mod -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$ldf" -o "$out/$c.tmp" "k8s.io/kubernetes/cmd/$c"
+      mv "$out/$c.tmp" "$out/$c"
+    done )
+  rm -rf "$w"
+  tool_ok "$out/kube-apiserver" "Kubernetes $K8S_VERSION" || die "kube-apiserver was built but does not report $K8S_VERSION"
+  log "kubernetes $K8S_VERSION built in $((SECONDS - start)) s"
+}
+
+build_etcd() {
+  local out=$CACHE/etcd-$ETCD_VERSION
+  if tool_ok "$out/etcd" "etcd Version: ${ETCD_VERSION#v}"; then echo "ETCD_BIN=$out"; return; fi
+  local existing
+  if existing=$(find_existing etcd "etcd Version: ${ETCD_VERSION#v}"); then
+    log "using etcd $ETCD_VERSION from $existing"; echo "ETCD_BIN=$existing"; return
+  fi
+  with_lock "$out" _build_etcd "$out"
+  echo "ETCD_BIN=$out"
+}
+
+_build_etcd() {
+  local out=$1 start=$SECONDS w
+  tool_ok "$out/etcd" "etcd Version: ${ETCD_VERSION#v}" && return 0
+  log "building etcd $ETCD_VERSION"
+  w=$(mktemp -d)
+  ( cd "$w"
+    go mod init local/etcdbuild >/dev/null 2>&1
+    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
+    CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3
+    mv "$out/etcd.tmp" "$out/etcd" )
+  rm -rf "$w"
+  tool_ok "$out/etcd" "etcd Version: ${ETCD_VERSION#v}" || die "etcd was built but does not report $ETCD_VERSION"
+  log "etcd $ETCD_VERSION built in $((SECONDS - start)) s"
+}
+
+build_kwok() {
+  local out=$CACHE/kwok-$KWOK_VERSION
+  if [ -x "$out/kwok" ] && [ -x "$out/kwokctl" ]; then echo "KWOK_BIN=$out"; return; fi
+  with_lock "$out" _build_kwok "$out"
+  echo "KWOK_BIN=$out"
+}
+
+_build_kwok() {
+  local out=$1 start=$SECONDS
+  [ -x "$out/kwok" ] && [ -x "$out/kwokctl" ] && return 0
+  log "building kwok and kwokctl $KWOK_VERSION"
+  GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+    "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION" >&2
+  log "kwok $KWOK_VERSION built in $((SECONDS - start)) s"
+}
+
+build_helm() {
+  local out=$CACHE/helm-$HELM_VERSION
+  if [ -x "$out/helm" ] && "$out/helm" version --short 2>/dev/null | grep -qF "$HELM_VERSION"; then echo "HELM_BIN=$out"; return; fi
+  with_lock "$out" _build_helm "$out"
+  echo "HELM_BIN=$out"
+}
+
+_build_helm() {
+  local out=$1 start=$SECONDS minor
+  [ -x "$out/helm" ] && "$out/helm" version --short 2>/dev/null | grep -qF "$HELM_VERSION" && return 0
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  log "building helm $HELM_VERSION"
+  GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w \
+    -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
+    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor \
+    -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
+  log "helm $HELM_VERSION built in $((SECONDS - start)) s"
+}
+
+targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(all)
+for t in "${targets[@]}"; do
+  case $t in
+    all) build_etcd; build_kwok; build_helm; build_k8s ;;
+    k8s) build_k8s ;;
+    etcd) build_etcd ;;
+    kwok) build_kwok ;;
+    helm) build_helm ;;
+    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok or helm)" ;;
+  esac
+done

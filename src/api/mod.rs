@@ -1,0 +1,460 @@
+//! The SidecarSet API (`apps.kruise.io/v1alpha1`), its defaults, validation, hashing and the
+//! annotation keys shared with OpenKruise. Pure: no I/O.
+
+mod defaults;
+mod hash;
+mod selector;
+mod validate;
+
+pub use defaults::{default_container, default_sidecarset};
+pub use hash::{safe_encode, sidecarset_hash, sidecarset_hash_without_image};
+pub use selector::{CompiledSelector, Scope, SelectorError, is_qualified_name, selectors_overlap};
+pub use validate::{FieldError, ValidationErrors, conflicts, validate};
+
+use k8s_openapi::api::core::v1::{Container, LocalObjectReference, ObjectFieldSelector, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// API group of SidecarSet (the same as OpenKruise's).
+pub const GROUP: &str = "apps.kruise.io";
+/// API version served by this operator.
+pub const VERSION: &str = "v1alpha1";
+
+/// Pod annotation: per SidecarSet, the hash of the sidecars the pod runs (JSON, OpenKruise shape).
+pub const ANNOTATION_HASH: &str = "kruise.io/sidecarset-hash";
+/// Pod annotation: the same as [`ANNOTATION_HASH`] with images left out of the hash.
+pub const ANNOTATION_HASH_WITHOUT_IMAGE: &str = "kruise.io/sidecarset-hash-without-image";
+/// Pod annotation: sorted, comma-separated names of the SidecarSets injected into the pod.
+pub const ANNOTATION_INJECTED_LIST: &str = "kruise.io/sidecarset-injected-list";
+/// Env var set on every injected container.
+pub const ENV_IS_INJECTED: &str = "IS_INJECTED";
+/// Namespace label that the API server sets on every namespace.
+pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
+
+/// SidecarSet describes sidecar containers, init containers and volumes that are injected into
+/// every pod matching `selector` (and `namespace` / `namespaceSelector`) when the pod is created,
+/// and how running pods are upgraded in place when the sidecars' images change.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "apps.kruise.io",
+    version = "v1alpha1",
+    kind = "SidecarSet",
+    plural = "sidecarsets",
+    singular = "sidecarset",
+    status = "SidecarSetStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "SidecarSet injects sidecar containers into matching pods and upgrades them in place.",
+    printcolumn(
+        name = "MATCHED",
+        type_ = "integer",
+        description = "Number of pods injected by this SidecarSet",
+        json_path = ".status.matchedPods"
+    ),
+    printcolumn(
+        name = "UPDATED",
+        type_ = "integer",
+        description = "Number of matched pods running the current sidecars",
+        json_path = ".status.updatedPods"
+    ),
+    printcolumn(
+        name = "READY",
+        type_ = "integer",
+        description = "Number of matched pods that are ready",
+        json_path = ".status.readyPods"
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetSpec {
+    /// Label selector of the pods to inject into. Required and must not be empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+
+    /// Only inject into pods of this namespace. Mutually exclusive with namespaceSelector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+
+    /// Only inject into pods of namespaces whose labels match. Absent means every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+
+    /// Init containers to inject at pod creation, sorted by name and placed after the pod's own.
+    /// An init container with `restartPolicy: Always` is a native sidecar.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub init_containers: Vec<SidecarContainer>,
+
+    /// Sidecar containers to inject.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<SidecarContainer>,
+
+    /// Volumes the sidecars may mount. Only the volumes an injected container mounts are added
+    /// to a pod; a pod volume of the same name wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
+
+    /// How running pods are upgraded when the sidecars change.
+    #[serde(default)]
+    pub update_strategy: SidecarSetUpdateStrategy,
+
+    /// How new pods are injected.
+    #[serde(default)]
+    pub injection_strategy: SidecarSetInjectionStrategy,
+
+    /// Image pull secrets merged into the pod at creation (no duplicates).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+
+    /// Number of ControllerRevisions kept for this SidecarSet. Defaults to 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_history_limit: Option<i32>,
+
+    /// Annotations to set on injected pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patch_pod_metadata: Vec<SidecarSetPatchPodMetadata>,
+}
+
+/// A container to inject: a full Kubernetes container plus SidecarSet injection settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarContainer {
+    #[serde(flatten)]
+    pub container: Container,
+
+    /// Where the container goes: before (default for containers) or after (default for init
+    /// containers) the pod's own containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_inject_policy: Option<PodInjectPolicy>,
+
+    /// How the sidecar is upgraded in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_strategy: Option<SidecarContainerUpgradeStrategy>,
+
+    /// When enabled, the volumeMounts of the pod's app containers are copied to the sidecar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_volume_policy: Option<ShareVolumePolicy>,
+
+    /// When enabled, the volumeDevices of the pod's app containers are copied to the sidecar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_volume_device_policy: Option<ShareVolumePolicy>,
+
+    /// Env vars copied from an app container of the pod into the sidecar.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transfer_env: Vec<TransferEnvVar>,
+}
+
+impl SidecarContainer {
+    pub fn name(&self) -> &str {
+        &self.container.name
+    }
+
+    /// An init container with `restartPolicy: Always` (a Kubernetes native sidecar).
+    pub fn is_native_sidecar(&self) -> bool {
+        self.container.restart_policy.as_deref() == Some("Always")
+    }
+
+    pub fn share_volumes(&self) -> bool {
+        matches!(
+            self.share_volume_policy,
+            Some(ShareVolumePolicy {
+                type_: ShareVolumePolicyType::Enabled
+            })
+        )
+    }
+
+    pub fn share_volume_devices(&self) -> bool {
+        matches!(
+            self.share_volume_device_policy,
+            Some(ShareVolumePolicy {
+                type_: ShareVolumePolicyType::Enabled
+            })
+        )
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum PodInjectPolicy {
+    BeforeAppContainer,
+    AfterAppContainer,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarContainerUpgradeStrategy {
+    /// ColdUpgrade (default) restarts the sidecar with the new image. HotUpgrade is accepted for
+    /// compatibility but upgraded like ColdUpgrade by this operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_type: Option<UpgradeType>,
+    /// Image of the empty container used by HotUpgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hot_upgrade_empty_image: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum UpgradeType {
+    ColdUpgrade,
+    HotUpgrade,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct ShareVolumePolicy {
+    /// `enabled` or `disabled`.
+    #[serde(rename = "type")]
+    pub type_: ShareVolumePolicyType,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ShareVolumePolicyType {
+    Enabled,
+    Disabled,
+}
+
+/// Copies env vars from an app container to the sidecar.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TransferEnvVar {
+    /// Name of the app container to copy from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_container_name: Option<String>,
+    /// Take the source container's name from the pod's metadata (name, a label or an annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_container_name_from: Option<SourceContainerNameSource>,
+    /// One env var to copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_name: Option<String>,
+    /// Several env vars to copy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_names: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceContainerNameSource {
+    /// `metadata.name`, `metadata.labels['KEY']` or `metadata.annotations['KEY']`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_ref: Option<ObjectFieldSelector>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetUpdateStrategy {
+    /// RollingUpdate (default) upgrades running pods in place; NotUpdate only injects new pods.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<UpdateStrategyType>,
+    /// Stops in-place upgrades; injection goes on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// Only upgrade the pods matching this selector. Not together with a non-zero partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Number or percentage of matched pods kept on the old sidecars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<IntOrString>,
+    /// Number or percentage of matched pods that may be unavailable during the upgrade.
+    /// Defaults to 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum UpdateStrategyType {
+    RollingUpdate,
+    NotUpdate,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetInjectionStrategy {
+    /// Stop injecting into new pods.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// Inject a recorded revision instead of the current spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<SidecarSetInjectRevision>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetInjectRevision {
+    /// The `apps.kruise.io/sidecarset-custom-version` label of the revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_version: Option<String>,
+    /// The name of the ControllerRevision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_name: Option<String>,
+    /// Always (default) or Partial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<InjectRevisionPolicy>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum InjectRevisionPolicy {
+    Always,
+    Partial,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetPatchPodMetadata {
+    /// Annotations to set on the pod.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Retain (default) keeps a pod's existing value; Overwrite replaces it; MergePatchJson
+    /// merges the JSON value into the pod's (RFC 7386).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_policy: Option<PatchPolicy>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum PatchPolicy {
+    Retain,
+    Overwrite,
+    MergePatchJson,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetStatus {
+    /// The generation the status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Active pods that match and were injected by this SidecarSet.
+    #[serde(default)]
+    pub matched_pods: i32,
+    /// Matched pods running the current sidecars.
+    #[serde(default)]
+    pub updated_pods: i32,
+    /// Matched pods that are ready.
+    #[serde(default)]
+    pub ready_pods: i32,
+    /// Matched pods that are updated and ready.
+    #[serde(default)]
+    pub updated_ready_pods: i32,
+    /// Name of the current ControllerRevision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_revision: Option<String>,
+    /// Count of hash collisions of the ControllerRevision name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collision_count: Option<i32>,
+}
+
+impl SidecarSet {
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or("")
+    }
+
+    /// Every sidecar name this SidecarSet injects: containers, then init containers.
+    pub fn sidecar_names(&self) -> Vec<String> {
+        self.spec
+            .containers
+            .iter()
+            .chain(self.spec.init_containers.iter())
+            .map(|c| c.container.name.clone())
+            .collect()
+    }
+}
+
+/// One entry of the pod annotation `kruise.io/sidecarset-hash` (and, without
+/// `controllerRevision`, of `kruise.io/sidecarset-hash-without-image`), as OpenKruise writes it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SidecarSetUpgradeSpec {
+    #[serde(default)]
+    pub update_timestamp: String,
+    #[serde(rename = "hash")]
+    pub hash: String,
+    #[serde(default)]
+    pub sidecar_set_name: String,
+    #[serde(default)]
+    pub sidecar_list: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub controller_revision: String,
+}
+
+/// Parses a pod's hash annotation. Accepts OpenKruise's current JSON object shape and its older
+/// `{"name": "hash"}` shape. Returns `None` when the value is not JSON of either shape.
+pub fn parse_hash_annotation(value: &str) -> Option<BTreeMap<String, SidecarSetUpgradeSpec>> {
+    if let Ok(m) = serde_json::from_str::<BTreeMap<String, SidecarSetUpgradeSpec>>(value) {
+        return Some(m);
+    }
+    let old = serde_json::from_str::<BTreeMap<String, String>>(value).ok()?;
+    Some(
+        old.into_iter()
+            .map(|(name, hash)| {
+                let spec = SidecarSetUpgradeSpec {
+                    update_timestamp: String::new(),
+                    hash,
+                    sidecar_set_name: name.clone(),
+                    sidecar_list: Vec::new(),
+                    controller_revision: String::new(),
+                };
+                (name, spec)
+            })
+            .collect(),
+    )
+}
+
+/// The SidecarSet CRD. The embedded Kubernetes types (containers, volumes) keep the description
+/// of each of their fields but not of the fields nested below, which keeps the CRD small enough
+/// for client-side `kubectl apply` (its last-applied annotation is capped at 256 KiB) while
+/// `kubectl explain sidecarset.spec.containers` still helps.
+pub fn crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    use kube::CustomResourceExt;
+    let crd = SidecarSet::crd();
+    let Ok(mut v) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    if let Some(versions) = v
+        .pointer_mut("/spec/versions")
+        .and_then(|x| x.as_array_mut())
+    {
+        for ver in versions {
+            for list in ["containers", "initContainers", "volumes"] {
+                let path = format!(
+                    "/schema/openAPIV3Schema/properties/spec/properties/{list}/items/properties"
+                );
+                if let Some(props) = ver.pointer_mut(&path).and_then(|p| p.as_object_mut()) {
+                    for prop in props.values_mut() {
+                        if let Some(obj) = prop.as_object_mut() {
+                            for (k, child) in obj.iter_mut() {
+                                if k != "description" {
+                                    strip_descriptions(child);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    serde_json::from_value(v).unwrap_or(crd)
+}
+
+fn strip_descriptions(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            // A property literally named "description" is a schema, not a description.
+            if m.get("description").is_some_and(|d| d.is_string()) {
+                m.remove("description");
+            }
+            m.values_mut().for_each(strip_descriptions);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(strip_descriptions),
+        _ => {}
+    }
+}
+
+/// The CRD of SidecarSet as YAML, as `sidecarset-operator crd` prints it.
+pub fn crd_yaml() -> Result<String, serde_saphyr::SerializeError> {
+    serde_saphyr::to_string(&crd())
+}

@@ -1,0 +1,448 @@
+//! Validation of a SidecarSet on its own, and of its conflicts with other SidecarSets. Every
+//! error names the field path and what to do.
+
+use super::selector::{Scope, is_qualified_name};
+use super::{
+    PatchPolicy, SidecarContainer, SidecarSet, SidecarSetSpec, UpdateStrategyType, UpgradeType,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// One problem at one field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Every problem found, in field order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&parts.join("; "))
+    }
+}
+
+impl std::error::Error for ValidationErrors {}
+
+impl ValidationErrors {
+    fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError {
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn into_result(self) -> Result<(), ValidationErrors> {
+        if self.0.is_empty() { Ok(()) } else { Err(self) }
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// Validates one SidecarSet (as defaulted by the mutating webhook).
+pub fn validate(ss: &SidecarSet) -> Result<(), ValidationErrors> {
+    let mut errs = ValidationErrors::default();
+    let name = ss.name();
+    if name.is_empty() {
+        errs.push("metadata.name", "required");
+    } else if name.len() > 63 || !name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-') {
+        errs.push(
+            "metadata.name",
+            format!("{name:?} is invalid: use at most 63 letters, digits and '-' (no dots)"),
+        );
+    }
+    validate_spec(&ss.spec, &mut errs);
+    errs.into_result()
+}
+
+fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
+    match Scope::of(spec) {
+        Ok(scope) if scope.pods.is_empty() => errs.push(
+            "spec.selector",
+            "must not be empty: an empty selector would inject into every pod; set matchLabels or matchExpressions",
+        ),
+        Ok(_) => {}
+        Err(e) => errs.push(e.field, e.message),
+    }
+    if let Some(ns) = spec.namespace.as_deref().filter(|n| !n.is_empty()) {
+        if !is_dns_label(ns) {
+            errs.push(
+                "spec.namespace",
+                format!("{ns:?} is not a valid namespace name"),
+            );
+        }
+        if spec.namespace_selector.is_some() {
+            errs.push(
+                "spec.namespace",
+                "namespace and namespaceSelector are mutually exclusive: keep one of them",
+            );
+        }
+    }
+
+    if spec.containers.is_empty() && spec.init_containers.is_empty() {
+        errs.push(
+            "spec.containers",
+            "at least one container or init container is required",
+        );
+    }
+
+    // Container names are unique across containers and init containers, as in a pod.
+    let mut names: BTreeMap<&str, String> = BTreeMap::new();
+    let volume_names: BTreeSet<&str> = spec.volumes.iter().map(|v| v.name.as_str()).collect();
+    for (kind, list, is_init) in [
+        ("spec.initContainers", &spec.init_containers, true),
+        ("spec.containers", &spec.containers, false),
+    ] {
+        for (i, c) in list.iter().enumerate() {
+            let path = format!("{kind}[{i}]");
+            if let Some(first) = names.insert(c.name(), path.clone()) {
+                errs.push(
+                    format!("{path}.name"),
+                    format!("duplicate name {:?}: already used by {first}", c.name()),
+                );
+            }
+            validate_container(c, &path, is_init, &volume_names, errs);
+        }
+    }
+
+    let mut seen = BTreeSet::new();
+    for (i, v) in spec.volumes.iter().enumerate() {
+        let path = format!("spec.volumes[{i}]");
+        if !is_dns_label(&v.name) {
+            errs.push(
+                format!("{path}.name"),
+                format!("{:?} is not a valid volume name (a DNS label)", v.name),
+            );
+        }
+        if !seen.insert(v.name.as_str()) {
+            errs.push(
+                format!("{path}.name"),
+                format!("duplicate volume name {:?}", v.name),
+            );
+        }
+        let sources = serde_json::to_value(v)
+            .ok()
+            .and_then(|j| {
+                j.as_object()
+                    .map(|o| o.keys().filter(|k| *k != "name").count())
+            })
+            .unwrap_or(0);
+        if sources > 1 {
+            errs.push(
+                path,
+                "a volume may have only one source (emptyDir, configMap, secret, ...)",
+            );
+        }
+    }
+
+    let us = &spec.update_strategy;
+    for (field, v) in [
+        ("partition", &us.partition),
+        ("maxUnavailable", &us.max_unavailable),
+    ] {
+        if let Some(v) = v
+            && let Err(m) = int_or_percent(v)
+        {
+            errs.push(format!("spec.updateStrategy.{field}"), m);
+        }
+    }
+    let partition_set = us
+        .partition
+        .as_ref()
+        .is_some_and(|p| !matches!(p, IntOrString::Int(0)))
+        && us.partition != Some(IntOrString::String("0%".into()));
+    if us.type_ != Some(UpdateStrategyType::NotUpdate) && partition_set && us.selector.is_some() {
+        errs.push(
+            "spec.updateStrategy.partition",
+            "partition and selector are mutually exclusive: use one way to limit the rollout",
+        );
+    }
+    if let Some(sel) = &us.selector
+        && let Err(e) = super::CompiledSelector::compile(sel)
+    {
+        errs.push(
+            format!("spec.updateStrategy.selector.{}", e.field),
+            e.message,
+        );
+    }
+
+    if let Some(rev) = &spec.injection_strategy.revision
+        && rev.revision_name.as_deref().unwrap_or("").is_empty()
+        && rev.custom_version.as_deref().unwrap_or("").is_empty()
+    {
+        errs.push(
+            "spec.injectionStrategy.revision",
+            "set revisionName or customVersion",
+        );
+    }
+
+    for (i, s) in spec.image_pull_secrets.iter().enumerate() {
+        if s.name.is_empty() {
+            errs.push(format!("spec.imagePullSecrets[{i}].name"), "required");
+        }
+    }
+    if let Some(l) = spec.revision_history_limit
+        && l < 0
+    {
+        errs.push(
+            "spec.revisionHistoryLimit",
+            format!("{l} is negative: use 0 or more"),
+        );
+    }
+
+    let mut keys = BTreeSet::new();
+    for (i, p) in spec.patch_pod_metadata.iter().enumerate() {
+        let path = format!("spec.patchPodMetadata[{i}]");
+        if p.annotations.is_empty() {
+            errs.push(format!("{path}.annotations"), "must not be empty");
+        }
+        for (k, v) in &p.annotations {
+            let apath = format!("{path}.annotations[{k}]");
+            if !is_qualified_name(k) {
+                errs.push(
+                    apath.clone(),
+                    format!("{k:?} is not a valid annotation key"),
+                );
+            }
+            if !keys.insert(k.as_str()) {
+                errs.push(
+                    apath.clone(),
+                    format!("annotation {k:?} is patched twice in this SidecarSet"),
+                );
+            }
+            if p.patch_policy == Some(PatchPolicy::MergePatchJson)
+                && !serde_json::from_str::<serde_json::Value>(v).is_ok_and(|j| j.is_object())
+            {
+                errs.push(apath, "MergePatchJson needs a JSON object as the value");
+            }
+        }
+    }
+}
+
+fn validate_container(
+    c: &SidecarContainer,
+    path: &str,
+    is_init: bool,
+    volumes: &BTreeSet<&str>,
+    errs: &mut ValidationErrors,
+) {
+    let ct = &c.container;
+    if !is_dns_label(&ct.name) {
+        errs.push(
+            format!("{path}.name"),
+            format!("{:?} is not a valid container name: lower-case letters, digits and '-', at most 63", ct.name),
+        );
+    }
+    if ct.image.as_deref().unwrap_or("").trim().is_empty() {
+        errs.push(format!("{path}.image"), "required");
+    }
+    match (is_init, ct.restart_policy.as_deref()) {
+        (_, None) | (true, Some("Always")) => {}
+        (true, Some(other)) => errs.push(
+            format!("{path}.restartPolicy"),
+            format!("{other:?} is not allowed: use Always (a native sidecar) or leave it unset"),
+        ),
+        (false, Some(_)) => errs.push(
+            format!("{path}.restartPolicy"),
+            "only init containers may set restartPolicy (Always makes a native sidecar)",
+        ),
+    }
+    if let Some(UpgradeType::HotUpgrade) = c.upgrade_strategy.as_ref().and_then(|u| u.upgrade_type)
+    {
+        errs.push(
+            format!("{path}.upgradeStrategy.upgradeType"),
+            "HotUpgrade is not supported by sidecarset-operator: use ColdUpgrade (sidecars are upgraded in place)",
+        );
+    }
+    for (j, m) in ct.volume_mounts.iter().flatten().enumerate() {
+        if !volumes.contains(m.name.as_str()) && !c.share_volumes() {
+            errs.push(
+                format!("{path}.volumeMounts[{j}].name"),
+                format!(
+                    "volume {:?} is not in spec.volumes: add it there, or enable shareVolumePolicy to mount the pod's own volume",
+                    m.name
+                ),
+            );
+        }
+        if m.mount_path.is_empty() {
+            errs.push(format!("{path}.volumeMounts[{j}].mountPath"), "required");
+        }
+    }
+    for (j, d) in ct.volume_devices.iter().flatten().enumerate() {
+        if !volumes.contains(d.name.as_str()) && !c.share_volume_devices() {
+            errs.push(
+                format!("{path}.volumeDevices[{j}].name"),
+                format!("volume {:?} is not in spec.volumes", d.name),
+            );
+        }
+    }
+    for (j, t) in c.transfer_env.iter().enumerate() {
+        let tpath = format!("{path}.transferEnv[{j}]");
+        let by_name = t
+            .source_container_name
+            .as_deref()
+            .is_some_and(|s| !s.is_empty());
+        match (&t.source_container_name_from, by_name) {
+            (Some(_), true) => errs.push(
+                tpath.clone(),
+                "sourceContainerName and sourceContainerNameFrom are mutually exclusive",
+            ),
+            (None, false) => errs.push(
+                tpath.clone(),
+                "set sourceContainerName or sourceContainerNameFrom",
+            ),
+            (Some(from), false) => match from.field_ref.as_ref() {
+                None => errs.push(
+                    format!("{tpath}.sourceContainerNameFrom.fieldRef"),
+                    "required",
+                ),
+                Some(fr) => {
+                    if let Some(v) = fr.api_version.as_deref()
+                        && v != "v1"
+                    {
+                        errs.push(
+                            format!("{tpath}.sourceContainerNameFrom.fieldRef.apiVersion"),
+                            "must be v1",
+                        );
+                    }
+                    if crate::inject::parse_field_path(&fr.field_path).is_none() {
+                        errs.push(
+                            format!("{tpath}.sourceContainerNameFrom.fieldRef.fieldPath"),
+                            format!(
+                                "{:?} is not supported: use metadata.name, metadata.labels['KEY'] or metadata.annotations['KEY']",
+                                fr.field_path
+                            ),
+                        );
+                    }
+                }
+            },
+            (None, true) => {}
+        }
+        let has_one = t.env_name.as_deref().is_some_and(|s| !s.is_empty());
+        if has_one && !t.env_names.is_empty() {
+            errs.push(tpath, "envName and envNames are mutually exclusive");
+        } else if !has_one && t.env_names.is_empty() {
+            errs.push(tpath, "set envName or envNames");
+        }
+    }
+}
+
+fn int_or_percent(v: &IntOrString) -> Result<(), String> {
+    match v {
+        IntOrString::Int(i) if *i < 0 => {
+            Err(format!("{i} is negative: use 0 or more, or a percentage"))
+        }
+        IntOrString::Int(_) => Ok(()),
+        IntOrString::String(s) => match s.strip_suffix('%').and_then(|n| n.parse::<u32>().ok()) {
+            Some(p) if p <= 100 => Ok(()),
+            _ => Err(format!(
+                "{s:?} is invalid: use a non-negative integer or a percentage from 0% to 100%"
+            )),
+        },
+    }
+}
+
+/// Conflicts of `ss` with other SidecarSets: when some pod can be selected by both, they may not
+/// inject a container or init container of the same name, volumes of the same name with
+/// different definitions, or the same annotation where either overwrites it. The overlap of
+/// selectors is decided exactly (see [`super::selectors_overlap`]).
+pub fn conflicts<'a>(
+    ss: &SidecarSet,
+    others: impl IntoIterator<Item = &'a SidecarSet>,
+) -> Result<(), ValidationErrors> {
+    let mut errs = ValidationErrors::default();
+    let Ok(scope) = Scope::of(&ss.spec) else {
+        return Ok(());
+    };
+    let mine: BTreeMap<&str, String> = sidecar_paths(ss);
+    for other in others {
+        if other.name() == ss.name() {
+            continue;
+        }
+        let Ok(other_scope) = Scope::of(&other.spec) else {
+            continue;
+        };
+        if !scope.overlaps(&other_scope) {
+            continue;
+        }
+        let theirs = sidecar_paths(other);
+        for (name, path) in &mine {
+            if theirs.contains_key(name) {
+                errs.push(
+                    format!("{path}.name"),
+                    format!(
+                        "container {name:?} is also injected by SidecarSet {:?}, whose selectors can match the same pods: rename one, or make their selectors or namespaces disjoint",
+                        other.name()
+                    ),
+                );
+            }
+        }
+        for (i, v) in ss.spec.volumes.iter().enumerate() {
+            if let Some(ov) = other.spec.volumes.iter().find(|o| o.name == v.name)
+                && ov != v
+            {
+                errs.push(
+                    format!("spec.volumes[{i}]"),
+                    format!(
+                        "volume {:?} is defined differently by SidecarSet {:?}, whose selectors can match the same pods: use the same definition or another name",
+                        v.name,
+                        other.name()
+                    ),
+                );
+            }
+        }
+        for (i, p) in ss.spec.patch_pod_metadata.iter().enumerate() {
+            for k in p.annotations.keys() {
+                let clash = other.spec.patch_pod_metadata.iter().any(|op| {
+                    op.annotations.contains_key(k)
+                        && (op.patch_policy == Some(PatchPolicy::Overwrite)
+                            || p.patch_policy == Some(PatchPolicy::Overwrite))
+                });
+                if clash {
+                    errs.push(
+                        format!("spec.patchPodMetadata[{i}].annotations[{k}]"),
+                        format!(
+                            "annotation {k:?} is also patched by SidecarSet {:?} and one of them overwrites it: the result would depend on order",
+                            other.name()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    errs.into_result()
+}
+
+fn sidecar_paths(ss: &SidecarSet) -> BTreeMap<&str, String> {
+    let mut m = BTreeMap::new();
+    for (i, c) in ss.spec.init_containers.iter().enumerate() {
+        m.insert(c.name(), format!("spec.initContainers[{i}]"));
+    }
+    for (i, c) in ss.spec.containers.iter().enumerate() {
+        m.insert(c.name(), format!("spec.containers[{i}]"));
+    }
+    m
+}

@@ -1,0 +1,570 @@
+//! How a pod is changed by the SidecarSets that match it. Pure: the result is a JSON patch
+//! (RFC 6902) of only what changes, addressed against the pod exactly as it was received, so
+//! fields this build does not know about (a newer Kubernetes) are never touched.
+
+use crate::api::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, ENV_IS_INJECTED,
+    PatchPolicy, PodInjectPolicy, SidecarContainer, SidecarSet, SidecarSetUpgradeSpec,
+    parse_hash_annotation, sidecarset_hash, sidecarset_hash_without_image,
+};
+use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+use jsonptr::PointerBuf;
+use k8s_openapi::api::core::v1::{Container, EnvVar, LocalObjectReference, Pod, Volume};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the injection of one pod produced.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Injection {
+    /// JSON patch against the pod as received; empty when nothing changes.
+    pub patch: Patch,
+    /// SidecarSets injected by this call (not those the pod already had).
+    pub injected: Vec<String>,
+}
+
+/// A pod metadata field a transferEnv may take the source container's name from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldPath {
+    Name,
+    Label(String),
+    Annotation(String),
+}
+
+/// Parses `metadata.name`, `metadata.labels['KEY']` and `metadata.annotations['KEY']`.
+pub fn parse_field_path(path: &str) -> Option<FieldPath> {
+    if path == "metadata.name" {
+        return Some(FieldPath::Name);
+    }
+    let key = |prefix: &str| {
+        let rest = path.strip_prefix(prefix)?;
+        let inner = rest.strip_prefix('[')?.strip_suffix(']')?;
+        let inner = inner
+            .strip_prefix('\'')
+            .and_then(|s| s.strip_suffix('\''))
+            .or_else(|| inner.strip_prefix('"').and_then(|s| s.strip_suffix('"')))?;
+        (!inner.is_empty()).then(|| inner.to_string())
+    };
+    key("metadata.labels")
+        .map(FieldPath::Label)
+        .or_else(|| key("metadata.annotations").map(FieldPath::Annotation))
+}
+
+/// True when the pod is still active (not finished, not being deleted): only active pods are
+/// injected.
+pub fn pod_is_active(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none()
+        && !matches!(phase, Some("Succeeded") | Some("Failed"))
+}
+
+fn ptr(tokens: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().copied())
+}
+
+fn add(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path, value })
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    // Serialising k8s-openapi types into a Value cannot fail (no non-string map keys).
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// Injects `sidecarsets` (already matched, in order) into a pod being created. `now` is the
+/// RFC 3339 time recorded in the hash annotations. SidecarSets already recorded in the pod's hash
+/// annotation are skipped, so injecting an injected pod changes nothing.
+pub fn inject(pod: &Pod, sidecarsets: &[&SidecarSet], now: &str) -> Injection {
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let recorded = annotations
+        .get(ANNOTATION_HASH)
+        .and_then(|v| parse_hash_annotation(v))
+        .unwrap_or_default();
+    let todo: Vec<&SidecarSet> = sidecarsets
+        .iter()
+        .copied()
+        .filter(|ss| !recorded.contains_key(ss.name()))
+        .collect();
+    if todo.is_empty() || !pod_is_active(pod) {
+        return Injection::default();
+    }
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut ops = Vec::new();
+
+    // 1. Metadata patches, then the hash and list annotations.
+    let mut new_ann = annotations.clone();
+    for ss in &todo {
+        patch_metadata(ss, &mut new_ann);
+    }
+    let mut hash = recorded;
+    let mut hash_wo = annotations
+        .get(ANNOTATION_HASH_WITHOUT_IMAGE)
+        .and_then(|v| parse_hash_annotation(v))
+        .unwrap_or_default();
+    let mut list: BTreeSet<String> = annotations
+        .get(ANNOTATION_INJECTED_LIST)
+        .map(|l| {
+            l.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    for ss in &todo {
+        let entry = SidecarSetUpgradeSpec {
+            update_timestamp: now.to_string(),
+            hash: sidecarset_hash(ss),
+            sidecar_set_name: ss.name().to_string(),
+            sidecar_list: sidecar_list(ss),
+            controller_revision: ss
+                .status
+                .as_ref()
+                .and_then(|s| s.latest_revision.clone())
+                .unwrap_or_default(),
+        };
+        let wo = SidecarSetUpgradeSpec {
+            hash: sidecarset_hash_without_image(ss),
+            controller_revision: String::new(),
+            ..entry.clone()
+        };
+        hash.insert(ss.name().to_string(), entry);
+        hash_wo.insert(ss.name().to_string(), wo);
+        list.insert(ss.name().to_string());
+    }
+    new_ann.insert(ANNOTATION_HASH.into(), to_value(&hash).to_string());
+    new_ann.insert(
+        ANNOTATION_HASH_WITHOUT_IMAGE.into(),
+        to_value(&hash_wo).to_string(),
+    );
+    new_ann.insert(
+        ANNOTATION_INJECTED_LIST.into(),
+        list.into_iter().collect::<Vec<_>>().join(","),
+    );
+    annotation_ops(
+        pod.metadata.annotations.is_some(),
+        &annotations,
+        &new_ann,
+        &mut ops,
+    );
+
+    // 2. Containers, built from the app containers the pod came with.
+    let apps: Vec<&Container> = spec.containers.iter().collect();
+    let mut sidecars = Vec::new();
+    let mut init_sidecars = Vec::new();
+    let mut volumes_needed: Vec<&Volume> = Vec::new();
+    for ss in &todo {
+        let built: Vec<(&SidecarContainer, Container)> = ss
+            .spec
+            .containers
+            .iter()
+            .map(|sc| (sc, build_sidecar(sc, pod, &apps)))
+            .collect();
+        let built_init: Vec<(&SidecarContainer, Container)> = ss
+            .spec
+            .init_containers
+            .iter()
+            .map(|sc| (sc, build_sidecar(sc, pod, &apps)))
+            .collect();
+        for (_, c) in built.iter().chain(built_init.iter()) {
+            let mounted = c.volume_mounts.iter().flatten().map(|m| m.name.as_str());
+            let devices = c.volume_devices.iter().flatten().map(|d| d.name.as_str());
+            for name in mounted.chain(devices) {
+                if let Some(v) = ss.spec.volumes.iter().find(|v| v.name == name)
+                    && !volumes_needed.iter().any(|x| x.name == name)
+                {
+                    volumes_needed.push(v);
+                }
+            }
+        }
+        sidecars.extend(built);
+        init_sidecars.extend(built_init);
+    }
+    init_sidecars.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+    merge_containers("containers", &spec.containers, &sidecars, false, &mut ops);
+    merge_containers(
+        "initContainers",
+        spec.init_containers.as_deref().unwrap_or(&[]),
+        &init_sidecars,
+        spec.init_containers.is_none(),
+        &mut ops,
+    );
+
+    // 3. Volumes: only those mounted by injected containers; the pod's own win on a name clash.
+    let pod_volumes: BTreeSet<&str> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.as_str())
+        .collect();
+    let new_volumes: Vec<Value> = volumes_needed
+        .iter()
+        .filter(|v| !pod_volumes.contains(v.name.as_str()))
+        .map(|v| to_value(*v))
+        .collect();
+    append_ops("volumes", spec.volumes.is_none(), new_volumes, &mut ops);
+
+    // 4. Image pull secrets, without duplicates.
+    let mut secrets: BTreeSet<&str> = spec
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|s| s.name.as_str())
+        .collect();
+    let mut new_secrets = Vec::new();
+    for ss in &todo {
+        for s in &ss.spec.image_pull_secrets {
+            if secrets.insert(s.name.as_str()) {
+                new_secrets.push(to_value(&LocalObjectReference {
+                    name: s.name.clone(),
+                }));
+            }
+        }
+    }
+    append_ops(
+        "imagePullSecrets",
+        spec.image_pull_secrets.is_none(),
+        new_secrets,
+        &mut ops,
+    );
+
+    Injection {
+        patch: Patch(ops),
+        injected: todo.iter().map(|s| s.name().to_string()).collect(),
+    }
+}
+
+/// Names recorded in the annotation's `sidecarList`: containers and native sidecars.
+fn sidecar_list(ss: &SidecarSet) -> Vec<String> {
+    ss.spec
+        .containers
+        .iter()
+        .chain(
+            ss.spec
+                .init_containers
+                .iter()
+                .filter(|c| c.is_native_sidecar()),
+        )
+        .map(|c| c.name().to_string())
+        .collect()
+}
+
+fn patch_metadata(ss: &SidecarSet, ann: &mut BTreeMap<String, String>) {
+    for p in &ss.spec.patch_pod_metadata {
+        for (k, v) in &p.annotations {
+            match p.patch_policy.unwrap_or(PatchPolicy::Retain) {
+                PatchPolicy::Retain => {
+                    ann.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+                PatchPolicy::Overwrite => {
+                    ann.insert(k.clone(), v.clone());
+                }
+                PatchPolicy::MergePatchJson => {
+                    let merged = match (
+                        ann.get(k).map(|e| serde_json::from_str::<Value>(e)),
+                        serde_json::from_str(v),
+                    ) {
+                        (Some(Ok(mut existing)), Ok(patch)) if existing.is_object() => {
+                            json_patch::merge(&mut existing, &patch);
+                            existing.to_string()
+                        }
+                        // Absent, or not a JSON object: the patch value is set as it is.
+                        _ => v.clone(),
+                    };
+                    ann.insert(k.clone(), merged);
+                }
+            }
+        }
+    }
+}
+
+fn annotation_ops(
+    had_map: bool,
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+    ops: &mut Vec<PatchOperation>,
+) {
+    let changed: Vec<(&String, &String)> = new
+        .iter()
+        .filter(|(k, v)| old.get(*k) != Some(*v))
+        .collect();
+    if changed.is_empty() {
+        return;
+    }
+    if !had_map {
+        ops.push(add(
+            ptr(&["metadata", "annotations"]),
+            Value::Object(Default::default()),
+        ));
+    }
+    for (k, v) in changed {
+        ops.push(add(
+            ptr(&["metadata", "annotations", k]),
+            Value::String(v.clone()),
+        ));
+    }
+}
+
+fn append_ops(field: &str, absent: bool, items: Vec<Value>, ops: &mut Vec<PatchOperation>) {
+    if items.is_empty() {
+        return;
+    }
+    if absent {
+        ops.push(add(ptr(&["spec", field]), Value::Array(items)));
+    } else {
+        for item in items {
+            ops.push(add(ptr(&["spec", field, "-"]), item));
+        }
+    }
+}
+
+/// Places sidecars among the pod's containers: a pod container with a sidecar's name is replaced
+/// in place; the others go before (as a block, in order) or after the app containers.
+fn merge_containers(
+    field: &str,
+    pod: &[Container],
+    sidecars: &[(&SidecarContainer, Container)],
+    absent: bool,
+    ops: &mut Vec<PatchOperation>,
+) {
+    if sidecars.is_empty() {
+        return;
+    }
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for (sc, c) in sidecars {
+        if let Some(i) = pod.iter().position(|p| p.name == c.name) {
+            ops.push(PatchOperation::Replace(ReplaceOperation {
+                path: ptr(&["spec", field, &i.to_string()]),
+                value: to_value(c),
+            }));
+            continue;
+        }
+        let default = if field == "initContainers" {
+            PodInjectPolicy::AfterAppContainer
+        } else {
+            PodInjectPolicy::BeforeAppContainer
+        };
+        match sc.pod_inject_policy.unwrap_or(default) {
+            PodInjectPolicy::BeforeAppContainer => before.push(to_value(c)),
+            PodInjectPolicy::AfterAppContainer => after.push(to_value(c)),
+        }
+    }
+    if absent {
+        before.extend(after);
+        if !before.is_empty() {
+            ops.push(add(ptr(&["spec", field]), Value::Array(before)));
+        }
+        return;
+    }
+    for (i, c) in before.into_iter().enumerate() {
+        ops.push(add(ptr(&["spec", field, &i.to_string()]), c));
+    }
+    for c in after {
+        ops.push(add(ptr(&["spec", field, "-"]), c));
+    }
+}
+
+/// The container as injected: shared volume mounts (and the env their subPathExpr uses),
+/// transferred env, and `IS_INJECTED=true`. The sidecar's own env and mounts always win.
+fn build_sidecar(sc: &SidecarContainer, pod: &Pod, apps: &[&Container]) -> Container {
+    let mut c = sc.container.clone();
+    let mut env = c.env.take().unwrap_or_default();
+    let push_env = |env: &mut Vec<EnvVar>, e: &EnvVar| {
+        if !env.iter().any(|x| x.name == e.name) {
+            env.push(e.clone());
+        }
+    };
+    push_env(
+        &mut env,
+        &EnvVar {
+            name: ENV_IS_INJECTED.into(),
+            value: Some("true".into()),
+            value_from: None,
+        },
+    );
+
+    let own_names: BTreeSet<&str> = [sc.name()].into_iter().collect();
+    if sc.share_volumes() {
+        let mut mounts = c.volume_mounts.take().unwrap_or_default();
+        for app in apps.iter().filter(|a| !own_names.contains(a.name.as_str())) {
+            for m in app.volume_mounts.iter().flatten() {
+                if mounts.iter().any(|x| x.mount_path == m.mount_path) {
+                    continue;
+                }
+                mounts.push(m.clone());
+                for var in m
+                    .sub_path_expr
+                    .as_deref()
+                    .map(subpath_vars)
+                    .unwrap_or_default()
+                {
+                    if let Some(e) = app.env.iter().flatten().find(|e| e.name == var) {
+                        push_env(&mut env, e);
+                    }
+                }
+            }
+        }
+        c.volume_mounts = (!mounts.is_empty()).then_some(mounts);
+    }
+    if sc.share_volume_devices() {
+        let mut devices = c.volume_devices.take().unwrap_or_default();
+        for app in apps.iter().filter(|a| !own_names.contains(a.name.as_str())) {
+            for d in app.volume_devices.iter().flatten() {
+                if !devices.iter().any(|x| x.device_path == d.device_path) {
+                    devices.push(d.clone());
+                }
+            }
+        }
+        c.volume_devices = (!devices.is_empty()).then_some(devices);
+    }
+
+    for t in &sc.transfer_env {
+        let source = match (&t.source_container_name, &t.source_container_name_from) {
+            (Some(n), _) if !n.is_empty() => Some(n.clone()),
+            (_, Some(from)) => from
+                .field_ref
+                .as_ref()
+                .and_then(|f| parse_field_path(&f.field_path))
+                .and_then(|fp| resolve_field(pod, &fp)),
+            _ => None,
+        };
+        let Some(app) = source.and_then(|s| apps.iter().find(|a| a.name == s)) else {
+            continue;
+        };
+        let wanted: Vec<&str> = t
+            .env_name
+            .iter()
+            .map(String::as_str)
+            .chain(t.env_names.iter().map(String::as_str))
+            .collect();
+        for name in wanted {
+            if let Some(e) = app.env.iter().flatten().find(|e| e.name == name) {
+                push_env(&mut env, e);
+            }
+        }
+    }
+    c.env = Some(env);
+    c
+}
+
+fn resolve_field(pod: &Pod, fp: &FieldPath) -> Option<String> {
+    match fp {
+        FieldPath::Name => pod.metadata.name.clone(),
+        FieldPath::Label(k) => pod.metadata.labels.as_ref()?.get(k).cloned(),
+        FieldPath::Annotation(k) => pod.metadata.annotations.as_ref()?.get(k).cloned(),
+    }
+}
+
+/// Names of the `$(VAR)` references in a subPathExpr.
+fn subpath_vars(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(start) = rest.find("$(") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find(')') else { break };
+        out.push(after[..end].to_string());
+        rest = &after[end + 1..];
+    }
+    out
+}
+
+/// The one entry point for injecting a pod being created, shared by the webhook and the `inject`
+/// command: pick the matching SidecarSets from the index and inject them.
+pub fn for_pod(
+    index: &crate::select::Index,
+    pod: &Pod,
+    ns_labels: &BTreeMap<String, String>,
+    now: &str,
+) -> Injection {
+    let empty = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let matched = index.matching_for_injection(labels, ns_labels);
+    let refs: Vec<&SidecarSet> = matched.iter().map(|s| s.as_ref()).collect();
+    inject(pod, &refs, now)
+}
+
+/// On a pod UPDATE: never adds containers; keeps the injection annotations truthful by putting
+/// back the ones an update dropped while the injected sidecars are still in the pod.
+pub fn on_update(old: &Pod, new: &Pod) -> Patch {
+    let old_ann = old.metadata.annotations.clone().unwrap_or_default();
+    let new_ann = new.metadata.annotations.clone().unwrap_or_default();
+    let names: BTreeSet<&str> = new
+        .spec
+        .iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .map(|c| c.name.as_str())
+        .collect();
+    let still_injected = old_ann
+        .get(ANNOTATION_HASH)
+        .and_then(|v| parse_hash_annotation(v))
+        .is_some_and(|m| {
+            m.values()
+                .all(|e| e.sidecar_list.iter().all(|n| names.contains(n.as_str())))
+        });
+    let mut wanted = new_ann.clone();
+    if still_injected {
+        for key in [
+            ANNOTATION_HASH,
+            ANNOTATION_HASH_WITHOUT_IMAGE,
+            ANNOTATION_INJECTED_LIST,
+        ] {
+            if let (Some(v), false) = (old_ann.get(key), new_ann.contains_key(key)) {
+                wanted.insert(key.to_string(), v.clone());
+            }
+        }
+    }
+    let mut ops = Vec::new();
+    annotation_ops(
+        new.metadata.annotations.is_some(),
+        &new_ann,
+        &wanted,
+        &mut ops,
+    );
+    Patch(ops)
+}
+
+/// Applies a patch to a pod as JSON (what the API server does with the webhook's answer).
+pub fn apply(pod: &mut Value, patch: &Patch) -> Result<(), json_patch::PatchError> {
+    json_patch::patch(pod, &patch.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_paths() {
+        assert_eq!(parse_field_path("metadata.name"), Some(FieldPath::Name));
+        assert_eq!(
+            parse_field_path("metadata.labels['app']"),
+            Some(FieldPath::Label("app".into()))
+        );
+        assert_eq!(
+            parse_field_path("metadata.annotations['x.io/c']"),
+            Some(FieldPath::Annotation("x.io/c".into()))
+        );
+        assert_eq!(
+            parse_field_path("metadata.labels[\"a\"]"),
+            Some(FieldPath::Label("a".into()))
+        );
+        for bad in [
+            "metadata.labels",
+            "metadata.labels['']",
+            "spec.nodeName",
+            "metadata.labels[app]",
+        ] {
+            assert_eq!(parse_field_path(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn subpath_expr_vars() {
+        assert_eq!(subpath_vars("$(POD)/logs/$(NS)"), vec!["POD", "NS"]);
+        assert!(subpath_vars("plain").is_empty());
+        assert!(subpath_vars("$(BROKEN").is_empty());
+    }
+}

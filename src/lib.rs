@@ -1,0 +1,12 @@
+//! sidecarset-operator: injects and upgrades sidecar containers driven by OpenKruise-compatible
+//! SidecarSets (`apps.kruise.io/v1alpha1`).
+//!
+//! The pure core (`api`, `select`, `inject`) holds the behaviour; `webhook` and `cli` are thin
+//! shells around it.
+
+pub mod api;
+pub mod cli;
+pub mod inject;
+pub mod run;
+pub mod select;
+pub mod webhook;

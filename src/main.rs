@@ -1,0 +1,119 @@
+use clap::{Parser, Subcommand};
+use sidecarset_operator::{api, cli, run};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Injects sidecar containers into pods and keeps them up to date, driven by SidecarSets
+/// (apps.kruise.io/v1alpha1, compatible with OpenKruise).
+#[derive(Parser)]
+#[command(name = "sidecarset-operator", version)]
+struct Cli {
+    /// Log format: text (for people) or json (for log collectors).
+    #[arg(long, global = true, env = "SSO_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the operator (the default).
+    Run(run::RunArgs),
+    /// Print the SidecarSet CustomResourceDefinition as YAML.
+    Crd,
+    /// Inject a pod file offline with the SidecarSets of a file or folder; print the pod as YAML.
+    Inject {
+        /// The pod (YAML or JSON).
+        #[arg(short = 'f', long = "filename")]
+        pod: PathBuf,
+        /// A YAML file (several documents allowed) or a folder of them.
+        #[arg(long)]
+        sidecarsets: PathBuf,
+        /// Labels of the pod's namespace, as k=v[,k=v...].
+        #[arg(long, default_value = "")]
+        namespace_labels: String,
+    },
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,kube=warn,hyper=warn,rustls=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or_else(|| {
+        use clap::FromArgMatches;
+        let m = <run::RunArgs as clap::Args>::augment_args(clap::Command::new("run"))
+            .get_matches_from(["run"]);
+        Command::Run(run::RunArgs::from_arg_matches(&m).expect("defaults parse"))
+    });
+    match command {
+        Command::Crd => match api::crd_yaml() {
+            Ok(y) => {
+                print!("{y}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: cannot print the CRD: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Inject {
+            pod,
+            sidecarsets,
+            namespace_labels,
+        } => {
+            let labels = match cli::parse_labels(&namespace_labels) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("error: --namespace-labels: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let now = jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string();
+            match cli::inject_files(&pod, &sidecarsets, &labels, &now) {
+                Ok(y) => {
+                    print!("{y}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Run(args) => {
+            init_logging(&cli.log_format);
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(run::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

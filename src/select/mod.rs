@@ -1,0 +1,108 @@
+//! Which SidecarSets match a pod. The index holds every SidecarSet with its selectors compiled
+//! once; the webhook and the controller ask the same index, so both agree on what matches.
+
+use crate::api::{Scope, SelectorError, SidecarSet};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+struct Entry {
+    ss: Arc<SidecarSet>,
+    scope: Scope,
+}
+
+/// SidecarSets by name, with compiled scopes. Cheap to clone (entries are shared).
+#[derive(Clone, Debug, Default)]
+pub struct Index {
+    entries: BTreeMap<String, Entry>,
+}
+
+impl Index {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Builds an index; SidecarSets whose selectors do not compile are left out and returned
+    /// with their errors.
+    pub fn from_sidecarsets(
+        sidecarsets: impl IntoIterator<Item = SidecarSet>,
+    ) -> (Self, Vec<(String, SelectorError)>) {
+        let mut idx = Self::new();
+        let mut errors = Vec::new();
+        for ss in sidecarsets {
+            let name = ss.name().to_string();
+            if let Err(e) = idx.upsert(Arc::new(ss)) {
+                errors.push((name, e));
+            }
+        }
+        (idx, errors)
+    }
+
+    /// Adds or replaces a SidecarSet. One whose selectors do not compile is removed and the error
+    /// returned (the validating webhook keeps such objects out; this guards against old ones).
+    pub fn upsert(&mut self, ss: Arc<SidecarSet>) -> Result<(), SelectorError> {
+        let name = ss.name().to_string();
+        match Scope::of(&ss.spec) {
+            Ok(scope) => {
+                self.entries.insert(name, Entry { ss, scope });
+                Ok(())
+            }
+            Err(e) => {
+                self.entries.remove(&name);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        self.entries.remove(name);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<SidecarSet>> {
+        self.entries.get(name).map(|e| &e.ss)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<SidecarSet>> {
+        self.entries.values().map(|e| &e.ss)
+    }
+
+    /// SidecarSets (in name order) whose scope covers a pod with `pod_labels` in a namespace
+    /// with `ns_labels`, including those with injection paused.
+    pub fn matching_all<'a>(
+        &'a self,
+        pod_labels: &'a BTreeMap<String, String>,
+        ns_labels: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a Arc<SidecarSet>> + 'a {
+        self.entries
+            .values()
+            .filter(|e| e.scope.matches(pod_labels, ns_labels))
+            .map(|e| &e.ss)
+    }
+
+    /// SidecarSets to inject into such a pod: matching, with injection not paused, in name order.
+    pub fn matching_for_injection(
+        &self,
+        pod_labels: &BTreeMap<String, String>,
+        ns_labels: &BTreeMap<String, String>,
+    ) -> Vec<Arc<SidecarSet>> {
+        self.matching_all(pod_labels, ns_labels)
+            .filter(|ss| !ss.spec.injection_strategy.paused)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Namespace labels as the API server sets them, for a namespace known only by name.
+pub fn namespace_labels(name: &str, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut l = labels.clone();
+    l.insert(crate::api::LABEL_NAMESPACE_NAME.into(), name.into());
+    l
+}

@@ -1,0 +1,347 @@
+//! Admission webhooks: `/mutate-pod`, `/mutate-sidecarset`, `/validate-sidecarset`, plus
+//! `/healthz` and `/readyz`. A thin shell: decode, ask the pure core, encode. Matching uses the
+//! in-memory [`State`] kept current by watchers; no API call is made per admission.
+
+pub mod review;
+pub mod server;
+
+use crate::api::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, SidecarSet, conflicts, default_sidecarset,
+    sidecarset_hash, sidecarset_hash_without_image, validate,
+};
+use crate::inject;
+use crate::select::{Index, namespace_labels};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State as AxState};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response as HttpResponse};
+use axum::routing::{get, post};
+use k8s_openapi::api::core::v1::Pod;
+use review::{Request, Response};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use tracing::{debug, info, warn};
+
+/// What the webhooks read: the SidecarSet index and namespace labels, replaced by the watchers.
+#[derive(Default)]
+pub struct State {
+    index: RwLock<Arc<Index>>,
+    namespaces: RwLock<Arc<HashMap<String, BTreeMap<String, String>>>>,
+    /// Namespaces whose pods are never injected (the operator's own, kube-system).
+    pub skip_namespaces: BTreeSet<String>,
+    sidecarsets_synced: AtomicBool,
+    namespaces_synced: AtomicBool,
+    tls_loaded: AtomicBool,
+}
+
+impl State {
+    pub fn new(skip_namespaces: impl IntoIterator<Item = String>) -> Self {
+        State {
+            skip_namespaces: skip_namespaces.into_iter().collect(),
+            ..Default::default()
+        }
+    }
+
+    pub fn index(&self) -> Arc<Index> {
+        self.index.read().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    pub fn set_index(&self, index: Index) {
+        if let Ok(mut g) = self.index.write() {
+            *g = Arc::new(index);
+        }
+    }
+
+    /// Applies a change to a copy of the index and publishes it (readers never wait on a writer
+    /// for longer than a pointer swap).
+    pub fn update_index(&self, f: impl FnOnce(&mut Index)) {
+        let mut next = (*self.index()).clone();
+        f(&mut next);
+        self.set_index(next);
+    }
+
+    pub fn set_namespaces(&self, ns: HashMap<String, BTreeMap<String, String>>) {
+        if let Ok(mut g) = self.namespaces.write() {
+            *g = Arc::new(ns);
+        }
+    }
+
+    pub fn update_namespaces(
+        &self,
+        f: impl FnOnce(&mut HashMap<String, BTreeMap<String, String>>),
+    ) {
+        let mut next = self
+            .namespaces
+            .read()
+            .map(|g| (**g).clone())
+            .unwrap_or_default();
+        f(&mut next);
+        self.set_namespaces(next);
+    }
+
+    /// Labels of a namespace, as the API server sets them (the name label always present).
+    pub fn namespace_labels(&self, name: &str) -> BTreeMap<String, String> {
+        let known = self
+            .namespaces
+            .read()
+            .ok()
+            .and_then(|g| g.get(name).cloned())
+            .unwrap_or_default();
+        namespace_labels(name, &known)
+    }
+
+    pub fn mark_sidecarsets_synced(&self) {
+        self.sidecarsets_synced.store(true, Ordering::SeqCst);
+    }
+    pub fn mark_namespaces_synced(&self) {
+        self.namespaces_synced.store(true, Ordering::SeqCst);
+    }
+    pub fn mark_tls_loaded(&self, loaded: bool) {
+        self.tls_loaded.store(loaded, Ordering::SeqCst);
+    }
+
+    /// What keeps the webhook from being ready, if anything.
+    pub fn not_ready(&self) -> Vec<&'static str> {
+        let mut why = Vec::new();
+        if !self.sidecarsets_synced.load(Ordering::SeqCst) {
+            why.push("SidecarSets not listed yet");
+        }
+        if !self.namespaces_synced.load(Ordering::SeqCst) {
+            why.push("Namespaces not listed yet");
+        }
+        if !self.tls_loaded.load(Ordering::SeqCst) {
+            why.push("no valid serving certificate loaded");
+        }
+        why
+    }
+}
+
+/// Largest AdmissionReview accepted (the API server's own request limit is 3 MiB).
+const BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+pub fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/mutate-pod", post(mutate_pod))
+        .route("/mutate-sidecarset", post(mutate_sidecarset))
+        .route("/validate-sidecarset", post(validate_sidecarset))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn readyz(AxState(state): AxState<Arc<State>>) -> HttpResponse {
+    let why = state.not_ready();
+    if why.is_empty() {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, why.join("; ")).into_response()
+    }
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> HttpResponse {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Runs a handler on a decoded request; a body that is not an AdmissionReview gets HTTP 400
+/// with a JSON error.
+fn handle(body: &[u8], f: impl FnOnce(&Request) -> Response) -> HttpResponse {
+    match review::decode(body) {
+        Ok(req) => json(StatusCode::OK, f(&req).encode()),
+        Err(e) => {
+            warn!(error = %e, "malformed admission request");
+            let body = serde_json::json!({ "error": e.to_string() });
+            json(StatusCode::BAD_REQUEST, body.to_string().into_bytes())
+        }
+    }
+}
+
+fn decode_object<T: serde::de::DeserializeOwned>(
+    raw: &serde_json::value::RawValue,
+) -> Result<T, String> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            e.into_inner().to_string()
+        } else {
+            format!("{path}: {}", e.into_inner())
+        }
+    })
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+async fn mutate_pod(AxState(state): AxState<Arc<State>>, body: Bytes) -> HttpResponse {
+    handle(&body, |req| admit_pod(&state, req, &now_rfc3339()))
+}
+
+/// The pod mutation: CREATE injects, UPDATE keeps the injection annotations, the rest passes.
+pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
+    if req.kind.kind != "Pod" || req.resource.resource != "pods" || !req.kind.group.is_empty() {
+        return Response::deny(
+            &req.uid,
+            400,
+            format!(
+                "this webhook mutates pods, but received {}/{} ({}): check the webhook configuration's rules",
+                req.kind.group, req.kind.kind, req.resource.resource
+            ),
+        );
+    }
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Response::allow(&req.uid);
+    }
+    let Some(raw) = &req.object else {
+        return Response::deny(&req.uid, 400, "request.object is missing: expected the pod");
+    };
+    let pod: Pod = match decode_object(raw) {
+        Ok(p) => p,
+        Err(e) => {
+            return Response::deny(
+                &req.uid,
+                400,
+                format!("request.object is not a valid Pod: {e}"),
+            );
+        }
+    };
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| req.namespace.clone().filter(|n| !n.is_empty()))
+        .unwrap_or_else(|| "default".into());
+    if state.skip_namespaces.contains(&namespace) {
+        return Response::allow(&req.uid);
+    }
+    match req.operation.as_str() {
+        "CREATE" => {
+            let ns_labels = state.namespace_labels(&namespace);
+            let index = state.index();
+            let injection = inject::for_pod(&index, &pod, &ns_labels, now);
+            if !injection.injected.is_empty() {
+                let name = pod
+                    .metadata
+                    .name
+                    .as_deref()
+                    .or(pod.metadata.generate_name.as_deref())
+                    .unwrap_or("");
+                info!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarsets = ?injection.injected,
+                      dry_run = req.dry_run.unwrap_or(false), "injecting sidecars");
+            }
+            Response::allow(&req.uid).with_patch(injection.patch)
+        }
+        "UPDATE" => {
+            let old: Option<Pod> = req
+                .old_object
+                .as_deref()
+                .and_then(|r| decode_object(r).ok());
+            match old {
+                Some(old) => Response::allow(&req.uid).with_patch(inject::on_update(&old, &pod)),
+                None => Response::allow(&req.uid),
+            }
+        }
+        _ => Response::allow(&req.uid),
+    }
+}
+
+fn check_sidecarset_kind(req: &Request) -> Option<Response> {
+    (req.kind.kind != "SidecarSet" || req.kind.group != crate::api::GROUP).then(|| {
+        Response::deny(
+            &req.uid,
+            400,
+            format!(
+                "this webhook handles apps.kruise.io SidecarSets, but received {}/{}: check the webhook configuration's rules",
+                req.kind.group, req.kind.kind
+            ),
+        )
+    })
+}
+
+async fn mutate_sidecarset(body: Bytes) -> HttpResponse {
+    handle(&body, admit_sidecarset_defaults)
+}
+
+/// Defaults a SidecarSet and records its hashes in its annotations (as OpenKruise does).
+pub fn admit_sidecarset_defaults(req: &Request) -> Response {
+    if let Some(r) = check_sidecarset_kind(req) {
+        return r;
+    }
+    if !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
+        return Response::allow(&req.uid);
+    }
+    let Some(raw) = &req.object else {
+        return Response::deny(
+            &req.uid,
+            400,
+            "request.object is missing: expected the SidecarSet",
+        );
+    };
+    let original: SidecarSet = match decode_object(raw) {
+        Ok(s) => s,
+        Err(e) => return Response::deny(&req.uid, 400, format!("invalid SidecarSet: {e}")),
+    };
+    let mut defaulted = original.clone();
+    default_sidecarset(&mut defaulted);
+    let (h, hw) = (
+        sidecarset_hash(&defaulted),
+        sidecarset_hash_without_image(&defaulted),
+    );
+    let ann = defaulted
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    ann.insert(ANNOTATION_HASH.into(), h);
+    ann.insert(ANNOTATION_HASH_WITHOUT_IMAGE.into(), hw);
+    let before = serde_json::to_value(&original).unwrap_or_default();
+    let after = serde_json::to_value(&defaulted).unwrap_or_default();
+    Response::allow(&req.uid).with_patch(json_patch::diff(&before, &after))
+}
+
+async fn validate_sidecarset(AxState(state): AxState<Arc<State>>, body: Bytes) -> HttpResponse {
+    handle(&body, |req| admit_sidecarset_validation(&state, req))
+}
+
+/// Validates a SidecarSet on its own and against every other SidecarSet in the index.
+pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
+    if let Some(r) = check_sidecarset_kind(req) {
+        return r;
+    }
+    if !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
+        return Response::allow(&req.uid);
+    }
+    let Some(raw) = &req.object else {
+        return Response::deny(
+            &req.uid,
+            400,
+            "request.object is missing: expected the SidecarSet",
+        );
+    };
+    let ss: SidecarSet = match decode_object(raw) {
+        Ok(s) => s,
+        Err(e) => return Response::deny(&req.uid, 422, format!("invalid SidecarSet: {e}")),
+    };
+    if let Err(e) = validate(&ss) {
+        debug!(sidecarset = ss.name(), error = %e, "SidecarSet rejected");
+        return Response::deny(
+            &req.uid,
+            422,
+            format!("SidecarSet {:?} is invalid: {e}", ss.name()),
+        );
+    }
+    let index = state.index();
+    if let Err(e) = conflicts(&ss, index.iter().map(|s| s.as_ref())) {
+        return Response::deny(
+            &req.uid,
+            409,
+            format!("SidecarSet {:?} conflicts with another: {e}", ss.name()),
+        );
+    }
+    Response::allow(&req.uid)
+}
