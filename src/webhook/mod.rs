@@ -283,11 +283,11 @@ pub fn admit_sidecarset_defaults(req: &Request) -> Response {
             "request.object is missing: expected the SidecarSet",
         );
     };
-    let original: SidecarSet = match decode_object(raw) {
+    let defaulted: SidecarSet = match decode_object(raw) {
         Ok(s) => s,
         Err(e) => return Response::deny(&req.uid, 400, format!("invalid SidecarSet: {e}")),
     };
-    let mut defaulted = original.clone();
+    let mut defaulted = defaulted;
     default_sidecarset(&mut defaulted);
     let (h, hw) = (
         sidecarset_hash(&defaulted),
@@ -299,9 +299,16 @@ pub fn admit_sidecarset_defaults(req: &Request) -> Response {
         .get_or_insert_with(Default::default);
     ann.insert(ANNOTATION_HASH.into(), h);
     ann.insert(ANNOTATION_HASH_WITHOUT_IMAGE.into(), hw);
-    let before = serde_json::to_value(&original).unwrap_or_default();
+    // Diff against the object as received; only additions and changes are kept, so fields this
+    // build does not know are never removed.
+    let before: serde_json::Value = serde_json::from_str(raw.get()).unwrap_or_default();
     let after = serde_json::to_value(&defaulted).unwrap_or_default();
-    Response::allow(&req.uid).with_patch(json_patch::diff(&before, &after))
+    let ops = json_patch::diff(&before, &after)
+        .0
+        .into_iter()
+        .filter(|op| !matches!(op, json_patch::PatchOperation::Remove(_)))
+        .collect();
+    Response::allow(&req.uid).with_patch(json_patch::Patch(ops))
 }
 
 async fn validate_sidecarset(AxState(state): AxState<Arc<State>>, body: Bytes) -> HttpResponse {
