@@ -5,8 +5,9 @@
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, ENV_IS_INJECTED,
     PatchPolicy, PodInjectPolicy, SidecarContainer, SidecarSet, SidecarSetUpgradeSpec,
-    parse_hash_annotation, sidecarset_hash, sidecarset_hash_without_image,
+    parse_hash_annotation,
 };
+use crate::select::Entry;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::{Container, EnvVar, LocalObjectReference, Pod, Volume};
@@ -70,30 +71,32 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-/// Injects `sidecarsets` (already matched, in order) into a pod being created. `now` is the
-/// RFC 3339 time recorded in the hash annotations. SidecarSets already recorded in the pod's hash
-/// annotation are skipped, so injecting an injected pod changes nothing.
-pub fn inject(pod: &Pod, sidecarsets: &[&SidecarSet], now: &str) -> Injection {
+/// Injects SidecarSets (already matched, in order; see [`crate::select::Index`]) into a pod
+/// being created. `now` is the RFC 3339 time recorded in the hash annotations. SidecarSets
+/// already recorded in the pod's hash annotation are skipped, so injecting an injected pod
+/// changes nothing.
+pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let recorded = annotations
         .get(ANNOTATION_HASH)
         .and_then(|v| parse_hash_annotation(v))
         .unwrap_or_default();
-    let todo: Vec<&SidecarSet> = sidecarsets
+    let todo: Vec<&Entry> = sidecarsets
         .iter()
         .copied()
-        .filter(|ss| !recorded.contains_key(ss.name()))
+        .filter(|e| !recorded.contains_key(e.ss.name()))
         .collect();
     if todo.is_empty() || !pod_is_active(pod) {
         return Injection::default();
     }
-    let spec = pod.spec.clone().unwrap_or_default();
+    let empty_spec = Default::default();
+    let spec = pod.spec.as_ref().unwrap_or(&empty_spec);
     let mut ops = Vec::new();
 
     // 1. Metadata patches, then the hash and list annotations.
     let mut new_ann = annotations.clone();
-    for ss in &todo {
-        patch_metadata(ss, &mut new_ann);
+    for e in &todo {
+        patch_metadata(&e.ss, &mut new_ann);
     }
     let mut hash = recorded;
     let mut hash_wo = annotations
@@ -110,10 +113,11 @@ pub fn inject(pod: &Pod, sidecarsets: &[&SidecarSet], now: &str) -> Injection {
                 .collect()
         })
         .unwrap_or_default();
-    for ss in &todo {
+    for e in &todo {
+        let ss = &e.ss;
         let entry = SidecarSetUpgradeSpec {
             update_timestamp: now.to_string(),
-            hash: sidecarset_hash(ss),
+            hash: e.hash.to_string(),
             sidecar_set_name: ss.name().to_string(),
             sidecar_list: sidecar_list(ss),
             controller_revision: ss
@@ -123,7 +127,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&SidecarSet], now: &str) -> Injection {
                 .unwrap_or_default(),
         };
         let wo = SidecarSetUpgradeSpec {
-            hash: sidecarset_hash_without_image(ss),
+            hash: e.hash_without_image.to_string(),
             controller_revision: String::new(),
             ..entry.clone()
         };
@@ -152,7 +156,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&SidecarSet], now: &str) -> Injection {
     let mut sidecars = Vec::new();
     let mut init_sidecars = Vec::new();
     let mut volumes_needed: Vec<&Volume> = Vec::new();
-    for ss in &todo {
+    for ss in todo.iter().map(|e| &e.ss) {
         let built: Vec<(&SidecarContainer, Container)> = ss
             .spec
             .containers
@@ -211,8 +215,8 @@ pub fn inject(pod: &Pod, sidecarsets: &[&SidecarSet], now: &str) -> Injection {
         .map(|s| s.name.as_str())
         .collect();
     let mut new_secrets = Vec::new();
-    for ss in &todo {
-        for s in &ss.spec.image_pull_secrets {
+    for e in &todo {
+        for s in &e.ss.spec.image_pull_secrets {
             if secrets.insert(s.name.as_str()) {
                 new_secrets.push(to_value(&LocalObjectReference {
                     name: s.name.clone(),
@@ -229,7 +233,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&SidecarSet], now: &str) -> Injection {
 
     Injection {
         patch: Patch(ops),
-        injected: todo.iter().map(|s| s.name().to_string()).collect(),
+        injected: todo.iter().map(|e| e.ss.name().to_string()).collect(),
     }
 }
 
@@ -478,9 +482,7 @@ pub fn for_pod(
 ) -> Injection {
     let empty = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    let matched = index.matching_for_injection(labels, ns_labels);
-    let refs: Vec<&SidecarSet> = matched.iter().map(|s| s.as_ref()).collect();
-    inject(pod, &refs, now)
+    inject(pod, &index.matching_for_injection(labels, ns_labels), now)
 }
 
 /// On a pod UPDATE: never adds containers; keeps the injection annotations truthful by putting

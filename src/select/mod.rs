@@ -5,10 +5,26 @@ use crate::api::{Scope, SelectorError, SidecarSet};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// A SidecarSet with what injection needs computed once: its scope and its hashes.
 #[derive(Clone, Debug)]
-struct Entry {
-    ss: Arc<SidecarSet>,
+pub struct Entry {
+    pub ss: Arc<SidecarSet>,
     scope: Scope,
+    pub hash: Arc<str>,
+    pub hash_without_image: Arc<str>,
+}
+
+impl Entry {
+    /// Compiles the scope and computes the hashes.
+    pub fn new(ss: Arc<SidecarSet>) -> Result<Self, SelectorError> {
+        let scope = Scope::of(&ss.spec)?;
+        Ok(Entry {
+            hash: crate::api::sidecarset_hash(&ss).into(),
+            hash_without_image: crate::api::sidecarset_hash_without_image(&ss).into(),
+            ss,
+            scope,
+        })
+    }
 }
 
 /// SidecarSets by name, with compiled scopes. Cheap to clone (entries are shared).
@@ -42,9 +58,9 @@ impl Index {
     /// returned (the validating webhook keeps such objects out; this guards against old ones).
     pub fn upsert(&mut self, ss: Arc<SidecarSet>) -> Result<(), SelectorError> {
         let name = ss.name().to_string();
-        match Scope::of(&ss.spec) {
-            Ok(scope) => {
-                self.entries.insert(name, Entry { ss, scope });
+        match Entry::new(ss) {
+            Ok(entry) => {
+                self.entries.insert(name, entry);
                 Ok(())
             }
             Err(e) => {
@@ -88,14 +104,16 @@ impl Index {
     }
 
     /// SidecarSets to inject into such a pod: matching, with injection not paused, in name order.
-    pub fn matching_for_injection(
-        &self,
+    pub fn matching_for_injection<'a>(
+        &'a self,
         pod_labels: &BTreeMap<String, String>,
         ns_labels: &BTreeMap<String, String>,
-    ) -> Vec<Arc<SidecarSet>> {
-        self.matching_all(pod_labels, ns_labels)
-            .filter(|ss| !ss.spec.injection_strategy.paused)
-            .cloned()
+    ) -> Vec<&'a Entry> {
+        self.entries
+            .values()
+            .filter(|e| {
+                !e.ss.spec.injection_strategy.paused && e.scope.matches(pod_labels, ns_labels)
+            })
             .collect()
     }
 }

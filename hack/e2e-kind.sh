@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# End-to-end tests against a real cluster, on a machine with Docker and kind:
+#   1. create the kind cluster "sidecarset-e2e" from e2e/kind-config.yaml,
+#   2. build the operator image and load it into the cluster,
+#   3. install the Helm chart (the operator runs in the cluster),
+#   4. run `cargo test -p sidecarset-e2e` with SSO_E2E_OPERATOR=external,
+#   5. print the operator's logs if anything failed, and delete the cluster.
+#
+# Environment:
+#   IMG                 image to build and load (default sidecarset-operator:dev)
+#   KIND_CLUSTER_NAME   cluster name (default sidecarset-e2e)
+#   KIND_NODE_IMAGE     kind node image (default: kind's own default)
+#   KEEP_CLUSTER=1      keep the cluster afterwards (delete it with `kind delete cluster --name ...`)
+#   E2E_TEST_ARGS       extra arguments for the test binary (after --), e.g. a test name filter
+#
+# The cluster's kubeconfig goes to .local/kind-e2e.kubeconfig; ~/.kube/config is left alone.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+
+CLUSTER=${KIND_CLUSTER_NAME:-sidecarset-e2e}
+IMG=${IMG:-sidecarset-operator:dev}
+NAMESPACE=sidecarset-system
+RELEASE=sidecarset-operator
+CHART=charts/sidecarset-operator
+KCFG=$REPO/.local/kind-e2e.kubeconfig
+
+log() { printf '[e2e] %s\n' "$*" >&2; }
+die() { printf '[e2e] error: %s\n' "$*" >&2; exit 1; }
+
+# Split IMG into repository and tag. A ':' before the last '/' belongs to a registry host:port.
+name_part=${IMG##*/}
+if [[ $name_part == *:* ]]; then
+  IMG_REPO=${IMG%:*}
+  IMG_TAG=${IMG##*:}
+else
+  IMG_REPO=$IMG
+  IMG_TAG=latest
+fi
+[[ $IMG != *@* ]] || die "IMG must be repository:tag, not a digest reference ($IMG)"
+
+# ---- prerequisites -----------------------------------------------------------------------------
+missing=()
+for tool in docker kind; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  die "make e2e needs Docker and kind (not on PATH: ${missing[*]}). Without them, run the tests against the local kwok cluster instead (hack/cluster.sh up)."
+fi
+docker info >/dev/null 2>&1 || die "make e2e needs Docker and kind: 'docker info' fails (is the Docker daemon running, may this user use it?)"
+command -v kubectl >/dev/null 2>&1 || die "kubectl is not on PATH"
+command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH"
+if command -v helm >/dev/null 2>&1; then
+  HELM=$(command -v helm)
+else
+  log "helm is not on PATH; building it with hack/tools.sh"
+  tools=$("$REPO/hack/tools.sh" helm) || die "helm is not on PATH and hack/tools.sh could not build it"
+  eval "$tools"
+  HELM=$HELM_BIN/helm
+fi
+[ -d "$CHART" ] || die "chart $CHART not found"
+
+kc() { kubectl --kubeconfig "$KCFG" "$@"; }
+
+# ---- cleanup -----------------------------------------------------------------------------------
+CREATED=0
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ "$CREATED" = 1 ]; then
+    if [ "$rc" != 0 ]; then
+      log "FAILED (exit $rc); operator logs:"
+      kc logs -n "$NAMESPACE" -l app.kubernetes.io/name=sidecarset-operator --tail=-1 --all-containers --prefix >&2 || true
+      log "pods:"
+      kc get pods -A -o wide >&2 || true
+      log "events in $NAMESPACE:"
+      kc get events -n "$NAMESPACE" --sort-by=.lastTimestamp >&2 || true
+    fi
+    if [ "${KEEP_CLUSTER:-0}" = 1 ]; then
+      log "KEEP_CLUSTER=1: cluster '$CLUSTER' kept; KUBECONFIG=$KCFG"
+    else
+      log "deleting kind cluster '$CLUSTER'"
+      kind delete cluster --name "$CLUSTER" --kubeconfig "$KCFG" >&2 || log "could not delete kind cluster '$CLUSTER'"
+      rm -f "$KCFG"
+    fi
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- cluster -----------------------------------------------------------------------------------
+mkdir -p "$(dirname "$KCFG")"
+if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+  log "deleting the leftover kind cluster '$CLUSTER'"
+  kind delete cluster --name "$CLUSTER" --kubeconfig "$KCFG" >&2
+fi
+log "creating kind cluster '$CLUSTER'"
+CREATED=1
+create_args=(create cluster --name "$CLUSTER" --config e2e/kind-config.yaml --kubeconfig "$KCFG" --wait 180s)
+[ -z "${KIND_NODE_IMAGE:-}" ] || create_args+=(--image "$KIND_NODE_IMAGE")
+kind "${create_args[@]}"
+
+# ---- image -------------------------------------------------------------------------------------
+VERSION=${VERSION:-$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)}
+log "building image $IMG (version $VERSION)"
+docker build -t "$IMG" --build-arg VERSION="$VERSION" .
+log "loading $IMG into '$CLUSTER'"
+kind load docker-image "$IMG" --name "$CLUSTER"
+
+# ---- operator ----------------------------------------------------------------------------------
+log "installing chart $CHART into $NAMESPACE"
+"$HELM" upgrade --install "$RELEASE" "$CHART" --kubeconfig "$KCFG" \
+  -n "$NAMESPACE" --create-namespace \
+  --set "image.repository=$IMG_REPO,image.tag=$IMG_TAG,image.pullPolicy=Never" \
+  --wait --timeout 5m
+
+# ---- tests -------------------------------------------------------------------------------------
+log "running the e2e tests"
+# shellcheck disable=SC2086 # E2E_TEST_ARGS is a list of words on purpose
+KUBECONFIG=$KCFG SSO_E2E_OPERATOR=external cargo test -p sidecarset-e2e -- --test-threads=1 ${E2E_TEST_ARGS:-}
+log "e2e tests passed"
