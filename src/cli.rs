@@ -56,7 +56,8 @@ pub fn read_pod(path: &Path) -> Result<(Value, Pod), InputError> {
 }
 
 /// Reads SidecarSets from a YAML file (several documents allowed) or every `.yaml`, `.yml` and
-/// `.json` file of a folder; defaults and validates each, and checks them for conflicts.
+/// `.json` file of a folder (documents of other kinds are skipped); defaults and validates each,
+/// and checks them for conflicts.
 pub fn read_sidecarsets(path: &Path) -> Result<Vec<SidecarSet>, InputError> {
     let files = if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
@@ -89,10 +90,12 @@ pub fn read_sidecarsets(path: &Path) -> Result<Vec<SidecarSet>, InputError> {
             let at = format!("document {}", i + 1);
             match doc.get("kind").and_then(Value::as_str) {
                 Some("SidecarSet") => {}
-                other => {
+                // Other manifests may share the folder or file (a Deployment, a Namespace).
+                Some(_) => continue,
+                None => {
                     return Err(invalid(
                         &file,
-                        format!("{at}: kind is {other:?}: expected SidecarSet"),
+                        format!("{at}: kind is missing: expected SidecarSet"),
                     ));
                 }
             }
@@ -113,6 +116,9 @@ pub fn read_sidecarsets(path: &Path) -> Result<Vec<SidecarSet>, InputError> {
             }
             out.push((file.clone(), ss));
         }
+    }
+    if out.is_empty() {
+        return Err(invalid(path, "holds no SidecarSet"));
     }
     for (file, ss) in &out {
         conflicts(ss, out.iter().map(|(_, o)| o))

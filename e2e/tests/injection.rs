@@ -69,12 +69,11 @@ async fn bare_pod_is_injected_and_non_matching_pod_is_untouched() -> anyhow::Res
         .await?;
     assert_eq!(container_names(&other), ["app"]);
     assert!(
-        other
+        !other
             .metadata
             .annotations
             .unwrap_or_default()
-            .get("kruise.io/sidecarset-injected-list")
-            .is_none()
+            .contains_key("kruise.io/sidecarset-injected-list")
     );
 
     delete_sidecarset(&c, &ss).await;

@@ -38,6 +38,8 @@ pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 /// SidecarSet describes sidecar containers, init containers and volumes that are injected into
 /// every pod matching `selector` (and `namespace` / `namespaceSelector`) when the pod is created,
 /// and how running pods are upgraded in place when the sidecars' images change.
+// The repeated `printcolumn(type_ = ...)` keys are separate columns, not duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "apps.kruise.io",

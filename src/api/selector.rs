@@ -252,7 +252,8 @@ mod tests {
 
     #[test]
     fn matching_table() {
-        let cases: &[(&str, &[(&str, &str)], bool)] = &[
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
+        let cases: &[Case] = &[
             ("{matchLabels: {app: a}}", &[("app", "a")], true),
             ("{matchLabels: {app: a}}", &[("app", "b")], false),
             ("{matchLabels: {app: a}}", &[], false),

@@ -166,7 +166,7 @@ impl Response {
             response: Resp {
                 uid: &self.uid,
                 allowed: self.allowed,
-                status: (!self.allowed || self.message.is_some()).then(|| Status {
+                status: (!self.allowed || self.message.is_some()).then_some(Status {
                     code: self.code,
                     message: self.message.as_deref(),
                 }),

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The e2e suite on the local kwok cluster, as `make test` runs it: start the cluster, run the
+# operator as a local process (webhooks by URL), run the suite, stop the operator, run the
+# operator-down checks, and tear everything down (also on failure or Ctrl-C).
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+WORK=${SSO_WORK:-$REPO/.local}
+export SSO_WORK=$WORK
+export SSO_FAILURE_POLICY=${SSO_FAILURE_POLICY:-Fail}
+export SSO_E2E_FAILURE_POLICY=$SSO_FAILURE_POLICY
+
+log() { printf '[e2e-local] %s\n' "$*" >&2; }
+
+cleanup() {
+  rc=$?
+  if [ -f "$WORK/operator.pid" ]; then
+    kill "$(cat "$WORK/operator.pid")" 2>/dev/null || true
+    rm -f "$WORK/operator.pid"
+  fi
+  if [ "$rc" != 0 ] && [ -f "$WORK/operator.log" ]; then
+    log "failed; the operator's last log lines:"
+    tail -n 40 "$WORK/operator.log" >&2 || true
+  fi
+  hack/cluster.sh down || true
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+cargo build --bin sidecarset-operator
+cargo build -p sidecarset-e2e --tests
+hack/cluster.sh up
+eval "$(hack/cluster.sh env)"
+KUBECTL=$WORK/bin/kubectl hack/run-local.sh --background
+
+log "running the e2e suite with the operator up"
+cargo test -p sidecarset-e2e -- --test-threads=4
+
+log "stopping the operator; checking failurePolicy=$SSO_FAILURE_POLICY and excluded namespaces"
+kill "$(cat "$WORK/operator.pid")"
+rm -f "$WORK/operator.pid"
+sleep 1
+cargo test -p sidecarset-e2e --test operator_down -- --ignored

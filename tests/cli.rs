@@ -1,0 +1,251 @@
+//! The `inject` and `crd` commands, run as a user would.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sidecarset-operator"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap()
+}
+
+fn tmp(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("sso-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn inject_sample_pod_with_namespace_labels() {
+    let out = bin(&[
+        "inject",
+        "-f",
+        "config/samples/pod.yaml",
+        "--sidecarsets",
+        "config/samples",
+        "--namespace-labels",
+        "sidecar-injection=enabled",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pod: Value = serde_saphyr::from_str(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    let names = |k: &str| -> Vec<String> {
+        pod["spec"][k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names("containers"), ["app", "log-shipper"]);
+    assert_eq!(names("initContainers"), ["proxy"]);
+    assert_eq!(pod["spec"]["initContainers"][0]["restartPolicy"], "Always");
+    assert_eq!(
+        pod["metadata"]["annotations"]["kruise.io/sidecarset-injected-list"],
+        "demo-sidecars"
+    );
+}
+
+#[test]
+fn inject_without_a_match_prints_the_pod_unchanged() {
+    let out = bin(&[
+        "inject",
+        "-f",
+        "config/samples/pod.yaml",
+        "--sidecarsets",
+        "config/samples/sidecarset.yaml",
+    ]);
+    assert!(out.status.success());
+    let got: Value = serde_saphyr::from_str(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    let want: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string("config/samples/pod.yaml").unwrap())
+            .unwrap();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn bad_input_exits_non_zero_naming_the_file_and_prints_nothing() {
+    let bad_ss = tmp(
+        "bad.yaml",
+        "apiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: s}\nspec:\n  containers: [{name: c, image: i}]\n",
+    );
+    let not_pod = tmp(
+        "svc.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
+    );
+    let broken = tmp("broken.yaml", "kind: Pod\nspec: [\n");
+    let wrong_type = tmp(
+        "wrong.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 5}\n",
+    );
+    for (args, needles) in [
+        (
+            vec![
+                "inject",
+                "-f",
+                "config/samples/pod.yaml",
+                "--sidecarsets",
+                bad_ss.as_str(),
+            ],
+            vec!["bad.yaml", "spec.selector"],
+        ),
+        (
+            vec![
+                "inject",
+                "-f",
+                not_pod.as_str(),
+                "--sidecarsets",
+                "config/samples",
+            ],
+            vec!["svc.yaml", "expected a Pod"],
+        ),
+        (
+            vec![
+                "inject",
+                "-f",
+                broken.as_str(),
+                "--sidecarsets",
+                "config/samples",
+            ],
+            vec!["broken.yaml", "not YAML"],
+        ),
+        (
+            vec![
+                "inject",
+                "-f",
+                wrong_type.as_str(),
+                "--sidecarsets",
+                "config/samples",
+            ],
+            vec!["wrong.yaml", "spec.containers"],
+        ),
+        (
+            vec![
+                "inject",
+                "-f",
+                "/nonexistent/pod.yaml",
+                "--sidecarsets",
+                "config/samples",
+            ],
+            vec!["/nonexistent/pod.yaml", "cannot read"],
+        ),
+        (
+            vec![
+                "inject",
+                "-f",
+                "config/samples/pod.yaml",
+                "--sidecarsets",
+                "config/samples",
+                "--namespace-labels",
+                "novalue",
+            ],
+            vec!["--namespace-labels"],
+        ),
+    ] {
+        let out = bin(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+        for n in needles {
+            assert!(err.contains(n), "{args:?}: stderr lacks {n:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn conflicting_sidecarsets_in_one_folder_are_reported() {
+    let dir = std::env::temp_dir().join(format!("sso-cli-conflict-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (f, name, sel) in [
+        ("a.yaml", "one", "{app: x}"),
+        ("b.yaml", "two", "{tier: web}"),
+    ] {
+        std::fs::write(
+            dir.join(f),
+            format!("apiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {{name: {name}}}\nspec:\n  selector: {{matchLabels: {sel}}}\n  containers: [{{name: proxy, image: 'p:1'}}]\n"),
+        )
+        .unwrap();
+    }
+    let out = bin(&[
+        "inject",
+        "-f",
+        "config/samples/pod.yaml",
+        "--sidecarsets",
+        dir.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("proxy") && err.contains("\"two\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn crd_is_structural_small_and_has_the_columns() {
+    let out = bin(&["crd"]);
+    assert!(out.status.success());
+    assert!(
+        out.stdout.len() < 256 * 1024,
+        "CRD is {} bytes: too big for client-side apply",
+        out.stdout.len()
+    );
+    let crd: Value = serde_saphyr::from_str(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+    let v = &crd["spec"]["versions"][0];
+    assert_eq!(v["name"], "v1alpha1");
+    assert!(v["subresources"]["status"].is_object());
+    let cols: Vec<&str> = v["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cols, ["MATCHED", "UPDATED", "READY", "AGE"]);
+    let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert!(spec["description"].as_str().unwrap().contains("injected"));
+    for f in [
+        "selector",
+        "namespace",
+        "namespaceSelector",
+        "initContainers",
+        "containers",
+        "volumes",
+        "updateStrategy",
+        "injectionStrategy",
+        "imagePullSecrets",
+        "revisionHistoryLimit",
+        "patchPodMetadata",
+    ] {
+        assert!(spec["properties"][f].is_object(), "spec.{f} missing");
+        assert!(
+            spec["properties"][f]["description"].is_string(),
+            "spec.{f} has no description"
+        );
+    }
+    let c = &spec["properties"]["containers"]["items"]["properties"];
+    for f in [
+        "podInjectPolicy",
+        "shareVolumePolicy",
+        "transferEnv",
+        "upgradeStrategy",
+        "image",
+        "env",
+    ] {
+        assert!(c[f].is_object(), "containers[].{f} missing");
+    }
+    assert!(
+        c["image"]["description"].is_string(),
+        "container fields keep their own description"
+    );
+    let ms = &spec["properties"]["updateStrategy"]["properties"]["maxUnavailable"];
+    assert_eq!(ms["x-kubernetes-int-or-string"], true);
+    assert!(Path::new("charts/sidecarset-operator/crds/sidecarsets.apps.kruise.io.yaml").exists());
+}
