@@ -119,6 +119,7 @@ log "installing chart $CHART into $NAMESPACE"
 
 # ---- tests -------------------------------------------------------------------------------------
 log "running the e2e tests"
+cargo build --bin sidecarset-operator  # the e2e suite also runs the binary (OpenKruise check)
 # shellcheck disable=SC2086 # E2E_TEST_ARGS is a list of words on purpose
 KUBECONFIG=$KCFG SSO_E2E_OPERATOR=external cargo test -p sidecarset-e2e -- --test-threads=1 ${E2E_TEST_ARGS:-}
 log "e2e tests passed"
