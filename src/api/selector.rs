@@ -124,6 +124,11 @@ fn err(field: &str, message: &str) -> SelectorError {
     }
 }
 
+/// A DNS label (RFC 1123): the names of containers, volumes and namespaces.
+pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_dns_subdomain(s) && !s.contains('.')
+}
+
 fn is_name_part(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()

@@ -1,7 +1,7 @@
 //! Validation of a SidecarSet on its own, and of its conflicts with other SidecarSets. Every
 //! error names the field path and what to do.
 
-use super::selector::{Scope, is_qualified_name};
+use super::selector::{Scope, is_dns_label, is_qualified_name};
 use super::{
     PatchPolicy, SidecarContainer, SidecarSet, SidecarSetSpec, UpdateStrategyType, UpgradeType,
 };
@@ -50,16 +50,6 @@ impl ValidationErrors {
     pub fn into_result(self) -> Result<(), ValidationErrors> {
         if self.0.is_empty() { Ok(()) } else { Err(self) }
     }
-}
-
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// Validates one SidecarSet (as defaulted by the mutating webhook).

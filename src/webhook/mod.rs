@@ -251,17 +251,39 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
     }
 }
 
-fn check_sidecarset_kind(req: &Request) -> Option<Response> {
-    (req.kind.kind != "SidecarSet" || req.kind.group != crate::api::GROUP).then(|| {
-        Response::deny(
+/// The SidecarSet of a CREATE or UPDATE request: `Ok(None)` for other operations (allowed as they
+/// are), `Err` with the denial for a request that is not about a valid SidecarSet.
+fn sidecarset_of(
+    req: &Request,
+) -> Result<Option<(SidecarSet, &serde_json::value::RawValue)>, Response> {
+    if req.kind.kind != "SidecarSet" || req.kind.group != crate::api::GROUP {
+        return Err(Response::deny(
             &req.uid,
             400,
             format!(
                 "this webhook handles apps.kruise.io SidecarSets, but received {}/{}: check the webhook configuration's rules",
                 req.kind.group, req.kind.kind
             ),
-        )
-    })
+        ));
+    }
+    if !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
+        return Ok(None);
+    }
+    let Some(raw) = &req.object else {
+        return Err(Response::deny(
+            &req.uid,
+            400,
+            "request.object is missing: expected the SidecarSet",
+        ));
+    };
+    match decode_object(raw) {
+        Ok(ss) => Ok(Some((ss, raw))),
+        Err(e) => Err(Response::deny(
+            &req.uid,
+            422,
+            format!("invalid SidecarSet: {e}"),
+        )),
+    }
 }
 
 async fn mutate_sidecarset(body: Bytes) -> HttpResponse {
@@ -270,24 +292,11 @@ async fn mutate_sidecarset(body: Bytes) -> HttpResponse {
 
 /// Defaults a SidecarSet and records its hashes in its annotations (as OpenKruise does).
 pub fn admit_sidecarset_defaults(req: &Request) -> Response {
-    if let Some(r) = check_sidecarset_kind(req) {
-        return r;
-    }
-    if !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
-        return Response::allow(&req.uid);
-    }
-    let Some(raw) = &req.object else {
-        return Response::deny(
-            &req.uid,
-            400,
-            "request.object is missing: expected the SidecarSet",
-        );
+    let (mut defaulted, raw) = match sidecarset_of(req) {
+        Ok(Some(found)) => found,
+        Ok(None) => return Response::allow(&req.uid),
+        Err(denied) => return denied,
     };
-    let defaulted: SidecarSet = match decode_object(raw) {
-        Ok(s) => s,
-        Err(e) => return Response::deny(&req.uid, 400, format!("invalid SidecarSet: {e}")),
-    };
-    let mut defaulted = defaulted;
     default_sidecarset(&mut defaulted);
     let (h, hw) = (
         sidecarset_hash(&defaulted),
@@ -317,22 +326,10 @@ async fn validate_sidecarset(AxState(state): AxState<Arc<State>>, body: Bytes) -
 
 /// Validates a SidecarSet on its own and against every other SidecarSet in the index.
 pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
-    if let Some(r) = check_sidecarset_kind(req) {
-        return r;
-    }
-    if !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
-        return Response::allow(&req.uid);
-    }
-    let Some(raw) = &req.object else {
-        return Response::deny(
-            &req.uid,
-            400,
-            "request.object is missing: expected the SidecarSet",
-        );
-    };
-    let ss: SidecarSet = match decode_object(raw) {
-        Ok(s) => s,
-        Err(e) => return Response::deny(&req.uid, 422, format!("invalid SidecarSet: {e}")),
+    let ss = match sidecarset_of(req) {
+        Ok(Some((ss, _))) => ss,
+        Ok(None) => return Response::allow(&req.uid),
+        Err(denied) => return denied,
     };
     if let Err(e) = validate(&ss) {
         debug!(sidecarset = ss.name(), error = %e, "SidecarSet rejected");
