@@ -34,7 +34,7 @@ RUN touch src/main.rs src/lib.rs \
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 ARG VERSION=dev
-ARG SOURCE_URL=https://github.com/sidecarset-operator/sidecarset-operator
+ARG SOURCE_URL=""
 LABEL org.opencontainers.image.title="sidecarset-operator" \
       org.opencontainers.image.description="Kubernetes operator that injects and upgrades sidecar containers, driven by OpenKruise-compatible SidecarSets" \
       org.opencontainers.image.source="${SOURCE_URL}" \
