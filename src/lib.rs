@@ -7,6 +7,7 @@
 pub mod api;
 pub mod cli;
 pub mod inject;
+pub mod rollout;
 pub mod run;
 pub mod select;
 pub mod webhook;

@@ -1,0 +1,1 @@
+//! Rollout decisions (pure): which pods to upgrade in place now.
