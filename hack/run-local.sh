@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Runs the operator as a local process against the current KUBECONFIG. The API server calls the
-# webhooks by URL (https://127.0.0.1:<port>/...), with a local CA and serving certificate made
-# here (the operator's self-managed certificates come later; this uses --cert-dir).
+# webhooks by URL (https://127.0.0.1:<port>/...); the operator manages its own certificates.
 #
 #   hack/run-local.sh [--background]     (foreground by default; --background writes a pid file)
 #
@@ -12,7 +11,6 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${SSO_WORK:-$REPO/.local}
 PORT=${SSO_PORT:-9443}
 BIN=${SSO_BIN:-$REPO/target/debug/sidecarset-operator}
-CERTS=$WORK/certs
 PIDFILE=$WORK/operator.pid
 LOG=$WORK/operator.log
 KUBECTL=${KUBECTL:-$(command -v "$WORK/bin/kubectl" || command -v kubectl || true)}
@@ -22,7 +20,6 @@ die() { printf '[run-local] error: %s\n' "$*" >&2; exit 1; }
 
 [ -n "${KUBECONFIG:-}" ] || [ -f "$HOME/.kube/config" ] || die "no KUBECONFIG: start a cluster (make cluster-up) or set KUBECONFIG"
 [ -n "$KUBECTL" ] || die "kubectl is not on PATH"
-command -v openssl >/dev/null || die "openssl is needed to make the local webhook certificate"
 
 # A previous background run is stopped first.
 if [ -f "$PIDFILE" ]; then
@@ -38,19 +35,6 @@ if [ ! -x "$BIN" ]; then
   (cd "$REPO" && cargo build --bin sidecarset-operator)
 fi
 
-mkdir -p "$CERTS"
-if [ ! -s "$CERTS/tls.crt" ] || ! openssl x509 -checkend 86400 -noout -in "$CERTS/tls.crt" >/dev/null 2>&1; then
-  log "making a local CA and serving certificate for 127.0.0.1 in $CERTS"
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 365 \
-    -subj "/CN=sidecarset-operator-local-ca" -keyout "$CERTS/ca.key" -out "$CERTS/ca.crt" 2>/dev/null
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=127.0.0.1" \
-    -keyout "$CERTS/tls.key" -out "$CERTS/tls.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$CERTS/ext"
-  openssl x509 -req -in "$CERTS/tls.csr" -CA "$CERTS/ca.crt" -CAkey "$CERTS/ca.key" -CAcreateserial \
-    -days 90 -extfile "$CERTS/ext" -out "$CERTS/tls.crt" 2>/dev/null
-  chmod 600 "$CERTS"/*.key
-fi
-
 log "installing the SidecarSet CRD"
 "$BIN" crd | "$KUBECTL" apply --server-side --force-conflicts --field-manager=sidecarset-operator -f - >/dev/null
 for i in $(seq 1 60); do
@@ -60,8 +44,11 @@ for i in $(seq 1 60); do
 done
 "$KUBECTL" get namespace sidecarset-system >/dev/null 2>&1 || "$KUBECTL" create namespace sidecarset-system >/dev/null
 
-args=(run --listen "127.0.0.1:$PORT" --cert-dir "$CERTS" --namespace sidecarset-system
-  --manage-webhooks --webhook-url "https://127.0.0.1:$PORT" --ca-file "$CERTS/ca.crt"
+# Self-managed certificates: the operator makes its CA and a serving certificate for 127.0.0.1,
+# keeps them in the Secret sidecarset-system/sidecarset-operator-webhook-certs and writes the
+# caBundle. Other settings come from the environment (SSO_CERT_VALIDITY, SSO_CA_OVERLAP, ...).
+args=(run --listen "127.0.0.1:$PORT" --namespace sidecarset-system
+  --manage-webhooks --webhook-url "https://127.0.0.1:$PORT"
   --failure-policy "${SSO_FAILURE_POLICY:-Fail}")
 
 if [ "${1:-}" != "--background" ]; then

@@ -5,6 +5,7 @@
 //! shells around it.
 
 pub mod api;
+pub mod certs;
 pub mod cli;
 pub mod inject;
 pub mod rollout;

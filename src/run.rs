@@ -2,6 +2,7 @@
 //! configurations (URL mode for a local process, Service mode in a cluster), and the TLS server.
 
 use crate::api::{SidecarSet, default_sidecarset};
+use crate::certs;
 use crate::webhook::{self, State, server};
 use anyhow::{Context, bail};
 use futures::TryStreamExt;
@@ -22,8 +23,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-use tracing::{error, info, warn};
+use std::time::Duration;
+use tracing::{info, warn};
 
 /// Field manager of everything the operator writes.
 pub const FIELD_MANAGER: &str = "sidecarset-operator";
@@ -38,13 +39,47 @@ pub struct RunArgs {
     /// Address the webhook server listens on.
     #[arg(long, env = "SSO_LISTEN", default_value = "0.0.0.0:9443")]
     pub listen: SocketAddr,
-    /// Directory with tls.crt and tls.key for the webhook server (reloaded when they change).
+    /// self: the operator makes and rotates its CA and serving certificate (stored in
+    /// --cert-secret-name) and writes caBundle; files: serve tls.crt/tls.key from --cert-dir
+    /// (cert-manager, OLM) and write nothing.
+    #[arg(long, env = "SSO_CERT_MODE", default_value = "self", value_parser = ["self", "files"])]
+    pub cert_mode: String,
+    /// Files mode: directory with tls.crt and tls.key (reloaded when they change).
     #[arg(
         long,
         env = "SSO_CERT_DIR",
         default_value = "/tmp/k8s-webhook-server/serving-certs"
     )]
     pub cert_dir: PathBuf,
+    /// Self mode: the Secret (in --namespace) holding the CA and the serving certificate.
+    #[arg(
+        long,
+        env = "SSO_CERT_SECRET",
+        default_value = "sidecarset-operator-webhook-certs"
+    )]
+    pub cert_secret_name: String,
+    /// Self mode: lifetime of the CA (s, m, h or d).
+    #[arg(long, env = "SSO_CA_VALIDITY", default_value = "1825d", value_parser = parse_duration)]
+    pub ca_validity: Duration,
+    /// Self mode: lifetime of the serving certificate.
+    #[arg(long, env = "SSO_CERT_VALIDITY", default_value = "90d", value_parser = parse_duration)]
+    pub cert_validity: Duration,
+    /// Self mode: renew each certificate at this fraction of its lifetime.
+    #[arg(long, env = "SSO_CERT_RENEW_AT", default_value_t = 2.0 / 3.0)]
+    pub cert_renew_at: f64,
+    /// Self mode: how long old and new CAs are both trusted during a CA rotation.
+    #[arg(long, env = "SSO_CA_OVERLAP", default_value = "60s", value_parser = parse_duration)]
+    pub ca_overlap: Duration,
+    /// Self mode: how often the certificates and caBundle are checked without any event.
+    #[arg(long, env = "SSO_CERT_RESYNC", default_value = "30s", value_parser = parse_duration)]
+    pub cert_resync: Duration,
+    /// Self mode: more DNS names for the serving certificate, comma-separated.
+    #[arg(long, env = "SSO_CERT_EXTRA_DNS", value_delimiter = ',')]
+    pub cert_extra_dns: Vec<String>,
+    /// Self mode: IP addresses for the serving certificate, comma-separated (the host of
+    /// --webhook-url is added by itself).
+    #[arg(long, env = "SSO_CERT_EXTRA_IPS", value_delimiter = ',')]
+    pub cert_extra_ips: Vec<std::net::IpAddr>,
     /// The operator's namespace (its pods are never injected).
     #[arg(long, env = "POD_NAMESPACE", default_value = "sidecarset-system")]
     pub namespace: String,
@@ -81,7 +116,7 @@ pub struct RunArgs {
     /// Service mode: the webhook Service's port.
     #[arg(long, env = "SSO_WEBHOOK_SERVICE_PORT", default_value_t = 443)]
     pub webhook_service_port: i32,
-    /// PEM file of the CA that signed the serving certificate, written as caBundle.
+    /// Files mode with --manage-webhooks: PEM file of the CA written as caBundle.
     #[arg(long, env = "SSO_CA_FILE")]
     pub ca_file: Option<PathBuf>,
     /// failurePolicy of the pod webhook: Fail (no pod is created without its sidecars) or Ignore.
@@ -106,26 +141,45 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     skip.push(args.namespace.clone());
     let state = Arc::new(State::new(skip.into_iter().filter(|s| !s.is_empty())));
 
-    let tls = server::server_config_from_dir(&args.cert_dir).with_context(|| {
-        format!(
-            "no usable serving certificate in {}: provide tls.crt and tls.key",
-            args.cert_dir.display()
-        )
-    })?;
-    state.mark_tls_loaded(true);
-    let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
-
-    if args.manage_webhooks {
-        apply_webhook_configurations(&client, &args).await?;
-    }
+    let rustls = if args.cert_mode == "self" {
+        state.require_ca_trust();
+        let owned = args
+            .manage_webhooks
+            .then(|| webhook_configurations(&args, None));
+        let manager = certs::manager::Manager::new(
+            client.clone(),
+            cert_settings(&args)?,
+            owned,
+            state.clone(),
+        );
+        info!(secret = %format!("{}/{}", args.namespace, args.cert_secret_name), "self-managed certificates");
+        let rustls = manager.initial().await;
+        tokio::spawn(manager.run());
+        rustls
+    } else {
+        let (tls, expires) = certs::manager::load_files(&args.cert_dir).with_context(|| {
+            format!(
+                "no usable serving certificate in {}: provide tls.crt and tls.key",
+                args.cert_dir.display()
+            )
+        })?;
+        state.mark_tls_loaded(true);
+        state.set_cert_expiry(expires);
+        info!(dir = %args.cert_dir.display(), expires = %certs::ts(expires), "serving certificate from files");
+        if args.manage_webhooks {
+            apply_webhook_configurations(&client, &args).await?;
+        }
+        let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
+        tokio::spawn(certs::manager::watch_files(
+            args.cert_dir.clone(),
+            rustls.clone(),
+            state.clone(),
+        ));
+        rustls
+    };
 
     tokio::spawn(watch_sidecarsets(client.clone(), state.clone()));
     tokio::spawn(watch_namespaces(client.clone(), state.clone()));
-    tokio::spawn(reload_certs(
-        args.cert_dir.clone(),
-        rustls.clone(),
-        state.clone(),
-    ));
 
     let handle = axum_server::Handle::new();
     let h2 = handle.clone();
@@ -274,38 +328,6 @@ async fn watch_namespaces(client: Client, state: Arc<State>) {
     }
 }
 
-/// Reloads the serving certificate when its files change; a bad pair is logged and the current
-/// one kept.
-async fn reload_certs(
-    dir: PathBuf,
-    config: axum_server::tls_rustls::RustlsConfig,
-    state: Arc<State>,
-) {
-    let stamp = |d: &PathBuf| -> Option<(SystemTime, SystemTime)> {
-        let m = |n: &str| std::fs::metadata(d.join(n)).and_then(|m| m.modified()).ok();
-        Some((m("tls.crt")?, m("tls.key")?))
-    };
-    let mut last = stamp(&dir);
-    loop {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let now = stamp(&dir);
-        if now == last {
-            continue;
-        }
-        last = now;
-        match server::server_config_from_dir(&dir) {
-            Ok(cfg) => {
-                config.reload_from_config(cfg);
-                state.mark_tls_loaded(true);
-                info!(dir = %dir.display(), "serving certificate reloaded");
-            }
-            Err(e) => {
-                error!(dir = %dir.display(), error = %e, "serving certificate not reloaded; keeping the current one")
-            }
-        }
-    }
-}
-
 /// The webhook configurations the operator serves, in URL or Service mode.
 pub fn webhook_configurations(
     args: &RunArgs,
@@ -417,22 +439,90 @@ async fn apply_webhook_configurations(client: &Client, args: &RunArgs) -> anyhow
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let name = &args.webhook_config_name;
     Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .patch(name, &pp, &Patch::Apply(&with_types(&m)?))
+        .patch(name, &pp, &Patch::Apply(&certs::manager::with_types(&m)?))
         .await
         .with_context(|| format!("cannot apply MutatingWebhookConfiguration {name}"))?;
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .patch(name, &pp, &Patch::Apply(&with_types(&v)?))
+        .patch(name, &pp, &Patch::Apply(&certs::manager::with_types(&v)?))
         .await
         .with_context(|| format!("cannot apply ValidatingWebhookConfiguration {name}"))?;
     info!(name = %name, url = ?args.webhook_url, "webhook configurations applied");
     Ok(())
 }
 
-fn with_types<K: kube::Resource<DynamicType = ()> + serde::Serialize>(
-    obj: &K,
-) -> anyhow::Result<serde_json::Value> {
-    let mut v = serde_json::to_value(obj)?;
-    v["apiVersion"] = K::api_version(&()).into();
-    v["kind"] = K::kind(&()).into();
-    Ok(v)
+/// Parses `<number><unit>` with unit s, m, h or d (e.g. 90d, 30s).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration: use e.g. 30s, 10m, 12h or 90d"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => {
+            return Err(format!(
+                "{s:?} is not a duration: use e.g. 30s, 10m, 12h or 90d"
+            ));
+        }
+    };
+    if secs == 0 {
+        return Err(format!("{s:?} must be longer than zero"));
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+fn cert_settings(args: &RunArgs) -> anyhow::Result<certs::manager::Settings> {
+    if !(0.1..1.0).contains(&args.cert_renew_at) {
+        bail!(
+            "--cert-renew-at {} must be between 0.1 and 1 (a fraction of the lifetime)",
+            args.cert_renew_at
+        );
+    }
+    if args.cert_validity >= args.ca_validity {
+        bail!("--cert-validity must be shorter than --ca-validity");
+    }
+    let mut extra_dns = args.cert_extra_dns.clone();
+    let mut extra_ips = args.cert_extra_ips.clone();
+    if let Some(url) = &args.webhook_url {
+        let host = url
+            .split("://")
+            .nth(1)
+            .unwrap_or(url)
+            .split('/')
+            .next()
+            .unwrap_or("");
+        let host = host
+            .rsplit_once(':')
+            .map(|(h, _)| h)
+            .unwrap_or(host)
+            .trim_matches(['[', ']']);
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) if !extra_ips.contains(&ip) => extra_ips.push(ip),
+            Ok(_) => {}
+            Err(_) if !host.is_empty() && !extra_dns.iter().any(|d| d == host) => {
+                extra_dns.push(host.to_string())
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(certs::manager::Settings {
+        certs: certs::CertConfig {
+            service: args.webhook_service.clone(),
+            namespace: args.namespace.clone(),
+            extra_dns,
+            extra_ips,
+            ca_validity: args.ca_validity,
+            leaf_validity: args.cert_validity,
+            renew_at: args.cert_renew_at,
+            overlap: args.ca_overlap,
+        },
+        namespace: args.namespace.clone(),
+        secret_name: args.cert_secret_name.clone(),
+        webhook_config_name: args.webhook_config_name.clone(),
+        field_manager: FIELD_MANAGER.into(),
+        resync: args.cert_resync,
+    })
 }

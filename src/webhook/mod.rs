@@ -34,6 +34,11 @@ pub struct State {
     sidecarsets_synced: AtomicBool,
     namespaces_synced: AtomicBool,
     tls_loaded: AtomicBool,
+    /// Self-managed certificates: ready only once the webhook configurations trust our CA.
+    require_ca_trust: AtomicBool,
+    ca_trusted: AtomicBool,
+    /// Expiry of the served certificate (unix seconds; 0 when unknown).
+    cert_expiry: std::sync::atomic::AtomicI64,
 }
 
 impl State {
@@ -101,6 +106,19 @@ impl State {
     pub fn mark_tls_loaded(&self, loaded: bool) {
         self.tls_loaded.store(loaded, Ordering::SeqCst);
     }
+    pub fn require_ca_trust(&self) {
+        self.require_ca_trust.store(true, Ordering::SeqCst);
+    }
+    pub fn mark_ca_trusted(&self, trusted: bool) {
+        self.ca_trusted.store(trusted, Ordering::SeqCst);
+    }
+    pub fn set_cert_expiry(&self, unix_seconds: i64) {
+        self.cert_expiry.store(unix_seconds, Ordering::SeqCst);
+    }
+    /// Expiry of the served certificate (unix seconds), when known.
+    pub fn cert_expiry(&self) -> Option<i64> {
+        Some(self.cert_expiry.load(Ordering::SeqCst)).filter(|t| *t > 0)
+    }
 
     /// What keeps the webhook from being ready, if anything.
     pub fn not_ready(&self) -> Vec<&'static str> {
@@ -113,6 +131,9 @@ impl State {
         }
         if !self.tls_loaded.load(Ordering::SeqCst) {
             why.push("no valid serving certificate loaded");
+        }
+        if self.require_ca_trust.load(Ordering::SeqCst) && !self.ca_trusted.load(Ordering::SeqCst) {
+            why.push("the webhook configurations do not trust the serving certificate's CA yet");
         }
         why
     }
@@ -135,7 +156,15 @@ pub fn router(state: Arc<State>) -> Router {
 async fn readyz(AxState(state): AxState<Arc<State>>) -> HttpResponse {
     let why = state.not_ready();
     if why.is_empty() {
-        (StatusCode::OK, "ok").into_response()
+        let expiry = state
+            .cert_expiry()
+            .map(crate::certs::ts)
+            .unwrap_or_else(|| "unknown".into());
+        (
+            StatusCode::OK,
+            format!("ok\nserving certificate expires {expiry}\n"),
+        )
+            .into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, why.join("; ")).into_response()
     }

@@ -1,0 +1,544 @@
+//! The shell of the self-managed certificates: keeps the Secret, the served certificate and the
+//! `caBundle` of the webhook configurations in step. Every replica runs it; Secret writes carry
+//! the resourceVersion, so among replicas exactly one write of a step wins and the others adopt
+//! it. Triggered by watches on the Secret and the webhook configurations, and by a resync timer.
+
+use super::{Action, CertConfig, Material, act, bundle_contains, check, decide, ts};
+use crate::webhook::{State, server};
+use axum_server::tls_rustls::RustlsConfig;
+use futures::TryStreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tracing::{debug, error, info, warn};
+
+/// Settings of the certificate manager.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub certs: CertConfig,
+    pub namespace: String,
+    pub secret_name: String,
+    /// Name of the Mutating and Validating webhook configurations whose caBundle is kept.
+    pub webhook_config_name: String,
+    pub field_manager: String,
+    pub resync: Duration,
+}
+
+/// Full webhook configurations to apply (when the operator owns them, e.g. URL mode), else only
+/// the caBundle of the existing ones is written.
+pub type OwnedConfigs = Option<(MutatingWebhookConfiguration, ValidatingWebhookConfiguration)>;
+
+pub struct Manager {
+    client: Client,
+    settings: Settings,
+    owned: OwnedConfigs,
+    state: Arc<State>,
+    /// The material in use: served, and used to recreate a deleted Secret as it was.
+    current: Mutex<Option<Material>>,
+    tls: Mutex<Option<RustlsConfig>>,
+    wake: Notify,
+}
+
+fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+fn to_material(s: &Secret) -> Result<Material, String> {
+    let data = s
+        .data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let since = s
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::ANNOTATION_STEP_SINCE))
+        .and_then(|v| v.parse().ok());
+    Material::from_data(&data, since)
+}
+
+impl Manager {
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        owned: OwnedConfigs,
+        state: Arc<State>,
+    ) -> Arc<Self> {
+        Arc::new(Manager {
+            client,
+            settings,
+            owned,
+            state,
+            current: Mutex::new(None),
+            tls: Mutex::new(None),
+            wake: Notify::new(),
+        })
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    /// Reconciles until a certificate is in use, retrying with backoff, and returns the TLS
+    /// config to serve (hot-swapped in place afterwards).
+    pub async fn initial(self: &Arc<Self>) -> RustlsConfig {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match self.reconcile().await {
+                Ok(()) => {
+                    if let Some(cfg) = self.tls.lock().ok().and_then(|g| g.clone()) {
+                        return cfg;
+                    }
+                }
+                Err(e) => warn!(error = %e, retry_in = ?delay, "certificates not ready yet"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// Runs forever: watches, resync timer, reconcile with backoff on errors.
+    pub async fn run(self: Arc<Self>) {
+        self.clone().spawn_watches();
+        let mut delay = Duration::from_millis(200);
+        loop {
+            let wait = match self.reconcile().await {
+                Ok(()) => {
+                    delay = Duration::from_millis(200);
+                    self.settings.resync
+                }
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?delay, "certificate reconcile failed");
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                    delay
+                }
+            };
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    fn spawn_watches(self: Arc<Self>) {
+        let by_name = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
+        let s = self.clone();
+        let secret_cfg = by_name(&self.settings.secret_name);
+        tokio::spawn(async move {
+            let stream = watcher::watcher(s.secrets(), secret_cfg).default_backoff();
+            s.trigger_on(stream).await
+        });
+        let s = self.clone();
+        let cfg = by_name(&self.settings.webhook_config_name);
+        tokio::spawn(async move {
+            let api: Api<MutatingWebhookConfiguration> = Api::all(s.client.clone());
+            s.trigger_on(watcher::watcher(api, cfg).default_backoff())
+                .await
+        });
+        let s = self.clone();
+        let cfg = by_name(&self.settings.webhook_config_name);
+        tokio::spawn(async move {
+            let api: Api<ValidatingWebhookConfiguration> = Api::all(s.client.clone());
+            s.trigger_on(watcher::watcher(api, cfg).default_backoff())
+                .await
+        });
+    }
+
+    async fn trigger_on<K>(
+        &self,
+        stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    ) {
+        futures::pin_mut!(stream);
+        loop {
+            match stream.try_next().await {
+                Ok(Some(_)) => self.wake.notify_one(),
+                Ok(None) => return,
+                Err(e) => debug!(error = %e, "certificate watch interrupted; retrying"),
+            }
+        }
+    }
+
+    /// One pass: make the Secret right, serve its leaf, make the caBundles trust it.
+    pub async fn reconcile(&self) -> anyhow::Result<()> {
+        let cfg = &self.settings.certs;
+        let t = now();
+        let secret = self.secrets().get_opt(&self.settings.secret_name).await?;
+        let stored = match &secret {
+            None => None,
+            Some(s) => match to_material(s) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    warn!(secret = %self.key(), problem = %e, "the certificate Secret is unusable; replacing it");
+                    None
+                }
+            },
+        };
+        let in_memory = self.current.lock().ok().and_then(|g| g.clone());
+        let applied = match &stored {
+            Some(m) => self.bundle_applied(&m.ca_bundle()).await?,
+            None => false,
+        };
+
+        let material = match (&secret, stored) {
+            // Deleted while we hold valid material: put it back as it was, nothing changes for
+            // the API server or the other replicas.
+            (None, _) if in_memory.as_ref().is_some_and(|m| check(m, cfg, t).is_ok()) => {
+                let m = in_memory.clone().unwrap_or_else(|| unreachable!());
+                info!(secret = %self.key(), "the certificate Secret was deleted; recreating it from the certificates in use");
+                self.write(None, &m).await?
+            }
+            (existing, stored) => {
+                let action = decide(stored.as_ref(), cfg, t, applied);
+                if action == Action::Keep {
+                    stored.unwrap_or_else(|| unreachable!("decide keeps only existing material"))
+                } else {
+                    let next = act(&action, stored.as_ref(), cfg, t).map_err(anyhow::Error::msg)?;
+                    match self.write(existing.as_ref(), &next).await {
+                        Ok(m) => {
+                            self.log_action(&action, &m);
+                            m
+                        }
+                        Err(e) if is_conflict(&e) => {
+                            debug!(
+                                "another replica wrote the certificate Secret first; adopting it"
+                            );
+                            self.wake.notify_one();
+                            return Ok(());
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        };
+
+        self.serve(&material)?;
+        self.publish_bundle(&material).await?;
+        Ok(())
+    }
+
+    fn key(&self) -> String {
+        format!("{}/{}", self.settings.namespace, self.settings.secret_name)
+    }
+
+    fn log_action(&self, action: &Action, m: &Material) {
+        let expiry = super::cert_info(&m.tls_cert, "tls.crt")
+            .map(|i| ts(i.not_after))
+            .unwrap_or_default();
+        let secret = self.key();
+        match action {
+            Action::Keep => {}
+            Action::Generate(why) => {
+                info!(%secret, reason = %why, leaf_expires = %expiry, "generated a new CA and serving certificate")
+            }
+            Action::RenewLeaf(why) => {
+                info!(%secret, reason = %why, leaf_expires = %expiry, "renewed the serving certificate")
+            }
+            Action::StartCaRotation => {
+                info!(%secret, "CA rotation step 1/3: the next CA is published next to the current one")
+            }
+            Action::PromoteCa => {
+                info!(%secret, leaf_expires = %expiry, "CA rotation step 2/3: serving a certificate of the new CA; the old CA stays trusted")
+            }
+            Action::FinishCaRotation => {
+                info!(%secret, "CA rotation step 3/3: the old CA is no longer trusted")
+            }
+        }
+    }
+
+    /// Creates the Secret, or replaces it under its resourceVersion; returns what was stored.
+    async fn write(&self, existing: Option<&Secret>, m: &Material) -> anyhow::Result<Material> {
+        let mut meta = ObjectMeta {
+            name: Some(self.settings.secret_name.clone()),
+            namespace: Some(self.settings.namespace.clone()),
+            labels: Some(
+                [(
+                    "app.kubernetes.io/managed-by".to_string(),
+                    self.settings.field_manager.clone(),
+                )]
+                .into(),
+            ),
+            annotations: m
+                .step_since
+                .map(|s| [(super::ANNOTATION_STEP_SINCE.to_string(), s.to_string())].into()),
+            ..Default::default()
+        };
+        let secret = |meta: ObjectMeta| Secret {
+            metadata: meta,
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(
+                m.to_data()
+                    .into_iter()
+                    .map(|(k, v)| (k, ByteString(v)))
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let stored = match existing {
+            None => match self
+                .secrets()
+                .create(&PostParams::default(), &secret(meta))
+                .await
+            {
+                Ok(s) => s,
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    return Err(anyhow::anyhow!(Conflict(
+                        "created by another replica first".into()
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            },
+            Some(old) => {
+                meta.resource_version = old.metadata.resource_version.clone();
+                // Keep what others set on the Secret (labels, annotations, owner references).
+                let mut labels = old.metadata.labels.clone().unwrap_or_default();
+                labels.extend(meta.labels.take().unwrap_or_default());
+                meta.labels = Some(labels);
+                let mut ann = old.metadata.annotations.clone().unwrap_or_default();
+                ann.extend(meta.annotations.take().unwrap_or_default());
+                meta.annotations = Some(ann);
+                meta.owner_references = old.metadata.owner_references.clone();
+                match self
+                    .secrets()
+                    .replace(
+                        &self.settings.secret_name,
+                        &PostParams::default(),
+                        &secret(meta),
+                    )
+                    .await
+                {
+                    Ok(s) => s,
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        return Err(anyhow::anyhow!(Conflict(
+                            "changed by another replica first".into()
+                        )));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        to_material(&stored).map_err(anyhow::Error::msg)
+    }
+
+    /// Hot-swaps the served certificate when it changed.
+    fn serve(&self, m: &Material) -> anyhow::Result<()> {
+        let same = self
+            .current
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(|c| c.tls_cert == m.tls_cert))
+            .unwrap_or(false);
+        if let Ok(mut g) = self.current.lock() {
+            *g = Some(m.clone());
+        }
+        let expires = super::cert_info(&m.tls_cert, "tls.crt")
+            .map(|i| i.not_after)
+            .unwrap_or(0);
+        self.state.set_cert_expiry(expires);
+        if same {
+            return Ok(());
+        }
+        let cfg = server::server_config_from_pem(m.tls_cert.as_bytes(), m.tls_key.as_bytes())?;
+        let mut tls = self
+            .tls
+            .lock()
+            .map_err(|_| anyhow::anyhow!("TLS state poisoned"))?;
+        match tls.as_ref() {
+            Some(existing) => existing.reload_from_config(cfg),
+            None => *tls = Some(RustlsConfig::from_config(cfg)),
+        }
+        self.state.mark_tls_loaded(true);
+        info!(expires = %ts(expires), "serving certificate loaded");
+        Ok(())
+    }
+
+    async fn bundle_applied(&self, bundle: &str) -> anyhow::Result<bool> {
+        let name = &self.settings.webhook_config_name;
+        let m = Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .get_opt(name)
+            .await?;
+        let v = Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .get_opt(name)
+            .await?;
+        let trusts = |b: Option<&ByteString>| b.is_some_and(|b| bundle_contains(&b.0, bundle));
+        let m_ok = m.as_ref().is_some_and(|m| {
+            m.webhooks
+                .iter()
+                .flatten()
+                .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
+                && (self.owned.is_some() || m.webhooks.as_ref().is_some_and(|w| !w.is_empty()))
+        });
+        let v_ok = v.as_ref().is_some_and(|v| {
+            v.webhooks
+                .iter()
+                .flatten()
+                .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
+        });
+        Ok(m_ok && v_ok)
+    }
+
+    /// Writes the caBundle with server-side apply under our field manager (repairing it when
+    /// someone overwrote it); updates readiness.
+    async fn publish_bundle(&self, m: &Material) -> anyhow::Result<()> {
+        let bundle = m.ca_bundle();
+        if self.bundle_applied(&bundle).await? {
+            self.state.mark_ca_trusted(true);
+            return Ok(());
+        }
+        let pp = PatchParams::apply(&self.settings.field_manager).force();
+        let name = &self.settings.webhook_config_name;
+        let mapi: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let vapi: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        match &self.owned {
+            Some((mutating, validating)) => {
+                let mut mutating = mutating.clone();
+                let mut validating = validating.clone();
+                for w in mutating.webhooks.iter_mut().flatten() {
+                    w.client_config.ca_bundle = Some(ByteString(bundle.clone().into_bytes()));
+                }
+                for w in validating.webhooks.iter_mut().flatten() {
+                    w.client_config.ca_bundle = Some(ByteString(bundle.clone().into_bytes()));
+                }
+                mapi.patch(name, &pp, &Patch::Apply(&with_types(&mutating)?))
+                    .await?;
+                vapi.patch(name, &pp, &Patch::Apply(&with_types(&validating)?))
+                    .await?;
+            }
+            None => {
+                let b64 = ByteString(bundle.clone().into_bytes());
+                let mnames: Vec<String> = match mapi.get_opt(name).await? {
+                    Some(c) => c
+                        .webhooks
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|w| w.name)
+                        .collect(),
+                    None => {
+                        self.state.mark_ca_trusted(false);
+                        anyhow::bail!(
+                            "MutatingWebhookConfiguration {name} does not exist: install it (the Helm chart does) or run with --manage-webhooks"
+                        );
+                    }
+                };
+                let vnames: Vec<String> = match vapi.get_opt(name).await? {
+                    Some(c) => c
+                        .webhooks
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|w| w.name)
+                        .collect(),
+                    None => {
+                        self.state.mark_ca_trusted(false);
+                        anyhow::bail!(
+                            "ValidatingWebhookConfiguration {name} does not exist: install it (the Helm chart does) or run with --manage-webhooks"
+                        );
+                    }
+                };
+                let entries = |names: &[String]| -> Vec<serde_json::Value> {
+                    names
+                        .iter()
+                        .map(|n| json!({"name": n, "clientConfig": {"caBundle": b64}}))
+                        .collect()
+                };
+                let mpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                                    "metadata": {"name": name}, "webhooks": entries(&mnames)});
+                let vpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                                    "metadata": {"name": name}, "webhooks": entries(&vnames)});
+                mapi.patch(name, &pp, &Patch::Apply(&mpatch)).await?;
+                vapi.patch(name, &pp, &Patch::Apply(&vpatch)).await?;
+            }
+        }
+        info!(name = %name, cas = super::bundle_ders(bundle.as_bytes()).len(), "caBundle written to the webhook configurations");
+        self.state.mark_ca_trusted(true);
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct Conflict(String);
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "conflict: {}", self.0)
+    }
+}
+impl std::error::Error for Conflict {}
+
+fn is_conflict(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Conflict>().is_some()
+}
+
+/// An object as JSON with its apiVersion and kind (server-side apply needs them).
+pub fn with_types<K: Resource<DynamicType = ()> + serde::Serialize>(
+    obj: &K,
+) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(obj)?;
+    v["apiVersion"] = K::api_version(&()).into();
+    v["kind"] = K::kind(&()).into();
+    Ok(v)
+}
+
+/// Files mode: serve `tls.crt`/`tls.key` from a directory, reload when they change, report not
+/// ready while they are missing, invalid or outside their validity. Patches nothing.
+pub async fn watch_files(dir: std::path::PathBuf, config: RustlsConfig, state: Arc<State>) {
+    let stamp = |d: &std::path::Path| {
+        let m = |n: &str| std::fs::metadata(d.join(n)).and_then(|m| m.modified()).ok();
+        (m("tls.crt"), m("tls.key"))
+    };
+    let mut last = stamp(&dir);
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now_stamp = stamp(&dir);
+        let changed = now_stamp != last;
+        last = now_stamp;
+        match load_files(&dir) {
+            Ok((cfg, expires)) => {
+                if changed {
+                    config.reload_from_config(cfg);
+                    info!(dir = %dir.display(), expires = %ts(expires), "serving certificate reloaded from files");
+                }
+                state.set_cert_expiry(expires);
+                state.mark_tls_loaded(true);
+            }
+            Err(e) => {
+                if changed || state.not_ready().is_empty() {
+                    error!(dir = %dir.display(), error = %e, "serving certificate files are not usable; not ready");
+                }
+                state.mark_tls_loaded(false);
+            }
+        }
+    }
+}
+
+/// Loads and checks the files: usable pair, currently valid. Returns the config and expiry.
+pub fn load_files(dir: &std::path::Path) -> anyhow::Result<(Arc<rustls::ServerConfig>, i64)> {
+    let cert = std::fs::read_to_string(dir.join("tls.crt"))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("tls.crt").display()))?;
+    let key = std::fs::read(dir.join("tls.key"))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("tls.key").display()))?;
+    let info = super::cert_info(&cert, "tls.crt").map_err(anyhow::Error::msg)?;
+    let t = now();
+    if t < info.not_before || t >= info.not_after {
+        anyhow::bail!(
+            "tls.crt is not valid now (valid {} to {})",
+            ts(info.not_before),
+            ts(info.not_after)
+        );
+    }
+    Ok((
+        server::server_config_from_pem(cert.as_bytes(), &key)?,
+        info.not_after,
+    ))
+}
