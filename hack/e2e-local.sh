@@ -42,3 +42,7 @@ kill "$(cat "$WORK/operator.pid")"
 rm -f "$WORK/operator.pid"
 sleep 1
 cargo test -p sidecarset-e2e --test operator_down -- --ignored
+
+log "removing its webhook configurations; tests that start their own operators (fresh start, rotation, files mode)"
+"$WORK/bin/kubectl" delete mutatingwebhookconfiguration,validatingwebhookconfiguration sidecarset-operator
+cargo test -p sidecarset-e2e --test local_process -- --ignored --nocapture

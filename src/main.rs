@@ -18,7 +18,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the operator (the default).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Print the SidecarSet CustomResourceDefinition as YAML.
     Crd,
     /// Inject a pod file offline with the SidecarSets of a file or folder; print the pod as YAML.
@@ -57,7 +57,9 @@ fn main() -> ExitCode {
         use clap::FromArgMatches;
         let m = <run::RunArgs as clap::Args>::augment_args(clap::Command::new("run"))
             .get_matches_from(["run"]);
-        Command::Run(run::RunArgs::from_arg_matches(&m).expect("defaults parse"))
+        Command::Run(Box::new(
+            run::RunArgs::from_arg_matches(&m).expect("defaults parse"),
+        ))
     });
     match command {
         Command::Crd => match api::crd_yaml() {
@@ -108,7 +110,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match rt.block_on(run::run(args)) {
+            match rt.block_on(run::run(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");

@@ -158,3 +158,121 @@ where
 pub fn name_of<K: ResourceExt>(k: &K) -> String {
     k.name_any()
 }
+
+/// The certificate Secret and webhook configuration names of the operator under test.
+pub fn cert_secret_name() -> String {
+    std::env::var("SSO_E2E_CERT_SECRET")
+        .unwrap_or_else(|_| "sidecarset-operator-webhook-certs".into())
+}
+
+pub fn webhook_config_name() -> String {
+    std::env::var("SSO_E2E_WEBHOOK_CONFIG").unwrap_or_else(|_| "sidecarset-operator".into())
+}
+
+/// The caBundles of every webhook of the Mutating and Validating configurations named `name`.
+pub async fn ca_bundles(c: &Client, name: &str) -> anyhow::Result<Vec<Vec<u8>>> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let m = Api::<MutatingWebhookConfiguration>::all(c.clone())
+        .get(name)
+        .await?;
+    let v = Api::<ValidatingWebhookConfiguration>::all(c.clone())
+        .get(name)
+        .await?;
+    let mut out: Vec<Vec<u8>> = m
+        .webhooks
+        .iter()
+        .flatten()
+        .map(|w| {
+            w.client_config
+                .ca_bundle
+                .clone()
+                .map(|b| b.0)
+                .unwrap_or_default()
+        })
+        .collect();
+    out.extend(v.webhooks.iter().flatten().map(|w| {
+        w.client_config
+            .ca_bundle
+            .clone()
+            .map(|b| b.0)
+            .unwrap_or_default()
+    }));
+    Ok(out)
+}
+
+/// TLS handshake with `addr`, trusting only `ca_bundle`; returns the served leaf (DER).
+pub async fn served_leaf(addr: std::net::SocketAddr, ca_bundle: &[u8]) -> anyhow::Result<Vec<u8>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    sidecarset_operator::webhook::server::install_crypto_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_bundle) {
+        roots.add(c?)?;
+    }
+    let cfg = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await
+        .context("TLS handshake with the published caBundle")?;
+    let (_, conn) = tls.get_ref();
+    let leaf = conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .context("no certificate served")?;
+    Ok(leaf.to_vec())
+}
+
+/// A running operator process (killed on drop), for tests that start their own.
+pub struct Operator {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl Operator {
+    pub fn start(args: &[&str], port: u16, log: &str) -> anyhow::Result<Operator> {
+        let bin = std::env::var_os("SSO_E2E_BIN")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../target/debug/sidecarset-operator")
+            });
+        anyhow::ensure!(
+            bin.exists(),
+            "{} does not exist: run `cargo build --bin sidecarset-operator` first",
+            bin.display()
+        );
+        let logf = std::fs::File::create(log)?;
+        let child = std::process::Command::new(bin)
+            .arg("run")
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(args)
+            .stdout(logf.try_clone()?)
+            .stderr(logf)
+            .spawn()?;
+        Ok(Operator { child, port })
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}

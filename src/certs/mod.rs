@@ -286,8 +286,22 @@ pub fn ts(secs: i64) -> String {
         .unwrap_or_else(|_| secs.to_string())
 }
 
+/// Certificates are valid from a little before their issue time (clock skew between replicas and
+/// the API server): a tenth of the lifetime, at most 5 minutes.
+fn backdate(validity_secs: i64) -> i64 {
+    (validity_secs / 10).min(300)
+}
+
+/// The point at `frac` of the nominal lifetime (from issue, not from the backdated start).
 fn renew_point(info: &CertInfo, frac: f64) -> i64 {
-    info.not_before + ((info.not_after - info.not_before) as f64 * frac) as i64
+    let span = info.not_after - info.not_before; // validity + backdate
+    let validity = if span >= 3300 {
+        span - 300
+    } else {
+        span * 10 / 11
+    };
+    let issued = info.not_after - validity;
+    issued + (validity as f64 * frac) as i64
 }
 
 /// The next step for the Secret.
@@ -371,8 +385,9 @@ pub fn generate_ca(cfg: &CertConfig, now: i64) -> Result<(String, String), Strin
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    p.not_before = offset(now - 300);
-    p.not_after = offset(now + cfg.ca_validity.as_secs() as i64);
+    let validity = cfg.ca_validity.as_secs() as i64;
+    p.not_before = offset(now - backdate(validity));
+    p.not_after = offset(now + validity);
     let key = KeyPair::generate().map_err(|e| format!("cannot make a CA key: {e}"))?;
     let cert = p
         .self_signed(&key)
@@ -404,8 +419,9 @@ pub fn sign_leaf(
     p.use_authority_key_identifier_extension = true;
     p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    p.not_before = offset(now - 300);
-    p.not_after = offset((now + cfg.leaf_validity.as_secs() as i64).min(ca_info.not_after));
+    let validity = (cfg.leaf_validity.as_secs() as i64).min(ca_info.not_after - now);
+    p.not_before = offset(now - backdate(validity));
+    p.not_after = offset(now + validity);
     let key = KeyPair::generate().map_err(|e| format!("cannot make a leaf key: {e}"))?;
     let cert = p
         .signed_by(&key, &issuer)

@@ -227,6 +227,40 @@ fn defects_are_found_and_named() {
 }
 
 #[test]
+fn short_lifetimes_renew_at_the_right_fraction() {
+    // Backdating (clock skew) must not pull the renewal point forward: a 180 s CA with a 60 s
+    // leaf renews the leaf at 30 s and rotates the CA at 90 s, not at once.
+    let c = CertConfig {
+        ca_validity: Duration::from_secs(180),
+        leaf_validity: Duration::from_secs(60),
+        renew_at: 0.5,
+        overlap: Duration::from_secs(8),
+        ..cfg()
+    };
+    let m = act(&Action::Generate("t".into()), None, &c, NOW).unwrap();
+    assert_eq!(decide(Some(&m), &c, NOW + 1, true), Action::Keep);
+    assert_eq!(decide(Some(&m), &c, NOW + 29, true), Action::Keep);
+    assert!(matches!(
+        decide(Some(&m), &c, NOW + 31, true),
+        Action::RenewLeaf(_)
+    ));
+    let m = act(&Action::RenewLeaf("t".into()), Some(&m), &c, NOW + 31).unwrap();
+    assert_eq!(decide(Some(&m), &c, NOW + 60, true), Action::Keep);
+    let m = act(&Action::RenewLeaf("t".into()), Some(&m), &c, NOW + 62).unwrap();
+    assert_eq!(decide(Some(&m), &c, NOW + 89, true), Action::Keep);
+    assert_eq!(
+        decide(Some(&m), &c, NOW + 91, true),
+        Action::StartCaRotation
+    );
+    // With long lifetimes the 5-minute backdate does not count either.
+    let long = act(&Action::Generate("t".into()), None, &cfg(), NOW).unwrap();
+    assert_eq!(
+        decide(Some(&long), &cfg(), NOW + 2 * 24 * HOUR - 60, true),
+        Action::Keep
+    );
+}
+
+#[test]
 fn the_leaf_never_outlives_its_ca() {
     let c = CertConfig {
         leaf_validity: Duration::from_secs(60 * 24 * HOUR as u64),

@@ -1,1 +1,1070 @@
 //! Rollout decisions (pure): which pods to upgrade in place now.
+//!
+//! The controller lists the pods of a SidecarSet, turns each into a [`PodView`] with
+//! [`Classifier::view`] (or [`pod_view`]), computes the SidecarSet's [`status`], asks [`plan`]
+//! which pods to upgrade this round, and sends [`upgrade_patch`] for each of them (as a JSON
+//! patch with a `resourceVersion` precondition). Nothing here does I/O.
+//!
+//! The rules are OpenKruise's (`sidecarset_strategy.go`), with its known problems fixed:
+//! * `partition` is the number of matched pods kept on the old sidecars, counting every pod that
+//!   is not updated (OpenKruise held back `partition` pods among the candidates only, so pods
+//!   that could not be upgraded were held twice).
+//! * Completion is decided from the image *name* the kubelet reports (normalised), not from a
+//!   change of imageID, so switching between two tags of the same image (`nginx` →
+//!   `nginx:1.23`, kruise#1270) completes.
+//! * A small percentage of `maxUnavailable` rounds up to at least one pod (kruise#1832).
+//! * Native sidecars (init containers with `restartPolicy: Always`) are upgraded like
+//!   containers.
+
+use crate::api::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, CompiledSelector,
+    SidecarSet, SidecarSetUpdateStrategy, SidecarSetUpgradeSpec, UpdateStrategyType,
+    parse_hash_annotation,
+};
+use crate::select::Entry;
+use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+use jsonptr::PointerBuf;
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the controller knows about one pod for one SidecarSet. Built by [`Classifier::view`];
+/// tests may build it directly.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodView {
+    /// `namespace/name`.
+    pub key: String,
+    /// Not finished (Succeeded/Failed) and not being deleted.
+    pub active: bool,
+    /// The SidecarSet is in the pod's `kruise.io/sidecarset-injected-list` or has an entry in its
+    /// `kruise.io/sidecarset-hash` annotation.
+    pub injected: bool,
+    /// The pod's hash entry for the SidecarSet equals the SidecarSet's current hash.
+    pub updated: bool,
+    /// The pod's hash-without-image entry equals the SidecarSet's current one: only images
+    /// differ, so an in-place upgrade can bring the pod up to date.
+    pub upgradable: bool,
+    /// The kubelet reports what the spec asks for: as many container statuses as containers,
+    /// and every sidecar's status image equal to its spec image (see [`image_matches`]).
+    pub consistent: bool,
+    /// Phase Running and condition Ready True.
+    pub ready: bool,
+    /// Selected by `updateStrategy.selector` (true when there is none).
+    pub matches_update_selector: bool,
+    /// Scheduled to a node (`spec.nodeName` set).
+    pub assigned: bool,
+    /// Pending 0, Unknown 1, Running 2 (any other phase 0), as in Kubernetes' `ActivePods`.
+    pub phase_rank: u8,
+    /// When the Ready condition last became True (Unix seconds), if it is True.
+    pub ready_since: Option<i64>,
+    /// Highest restart count of the pod's containers (and native sidecars).
+    pub restarts: i32,
+    /// Creation time (Unix seconds); a pod without one counts as the newest (`i64::MAX`).
+    pub created: i64,
+}
+
+impl PodView {
+    /// Counted by the SidecarSet's status: active and injected by it.
+    pub fn matched(&self) -> bool {
+        self.active && self.injected
+    }
+
+    /// Counted as ready in the status: ready and consistent.
+    pub fn ready_and_consistent(&self) -> bool {
+        self.ready && self.consistent
+    }
+
+    /// Taking away from availability right now: not ready, or updated and waiting for the
+    /// kubelet to run the new image.
+    pub fn unavailable(&self) -> bool {
+        !self.ready || (self.updated && !self.consistent)
+    }
+}
+
+/// Classifies pods for one SidecarSet; compiles the update selector once.
+#[derive(Debug, Clone)]
+pub struct Classifier<'a> {
+    entry: &'a Entry,
+    /// `None`: no update selector, every pod is selected.
+    update_selector: Option<CompiledSelector>,
+}
+
+impl<'a> Classifier<'a> {
+    /// Fails when `spec.updateStrategy.selector` does not compile (validation keeps such
+    /// SidecarSets out; old objects may still have one).
+    pub fn new(entry: &'a Entry) -> Result<Self, String> {
+        let update_selector =
+            match &entry.ss.spec.update_strategy.selector {
+                None => None,
+                Some(sel) => Some(CompiledSelector::compile(sel).map_err(|e| {
+                    format!("spec.updateStrategy.selector.{}: {}", e.field, e.message)
+                })?),
+            };
+        Ok(Classifier {
+            entry,
+            update_selector,
+        })
+    }
+
+    /// What the controller needs to know about `pod` for this SidecarSet.
+    pub fn view(&self, pod: &Pod) -> PodView {
+        let ss = &self.entry.ss;
+        let name = ss.name();
+        let meta = &pod.metadata;
+        let empty = BTreeMap::new();
+        let annotations = meta.annotations.as_ref().unwrap_or(&empty);
+        let labels = meta.labels.as_ref().unwrap_or(&empty);
+        let hash = hash_entry(annotations, ANNOTATION_HASH, name);
+        let hash_wo = hash_entry(annotations, ANNOTATION_HASH_WITHOUT_IMAGE, name);
+        let status = pod.status.as_ref();
+        let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("");
+        let ready_condition = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .filter(|c| c.status == "True");
+        let native: BTreeSet<&str> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+            .map(|c| c.name.as_str())
+            .collect();
+        let restarts = status
+            .into_iter()
+            .flat_map(|s| {
+                let init = s
+                    .init_container_statuses
+                    .iter()
+                    .flatten()
+                    .filter(|c| native.contains(c.name.as_str()));
+                s.container_statuses.iter().flatten().chain(init)
+            })
+            .map(|c| c.restart_count)
+            .max()
+            .unwrap_or(0);
+        PodView {
+            key: format!(
+                "{}/{}",
+                meta.namespace.as_deref().unwrap_or(""),
+                meta.name.as_deref().unwrap_or("")
+            ),
+            active: crate::inject::pod_is_active(pod),
+            injected: hash.is_some() || injected_list(annotations).contains(name),
+            updated: hash.is_some_and(|h| h.hash == *self.entry.hash),
+            upgradable: hash_wo.is_some_and(|h| h.hash == *self.entry.hash_without_image),
+            consistent: pod_consistent(pod, ss),
+            ready: phase == "Running" && ready_condition.is_some(),
+            matches_update_selector: self
+                .update_selector
+                .as_ref()
+                .is_none_or(|s| s.matches(labels)),
+            assigned: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| !n.is_empty()),
+            phase_rank: match phase {
+                "Unknown" => 1,
+                "Running" => 2,
+                _ => 0,
+            },
+            ready_since: ready_condition
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0.as_second()),
+            restarts,
+            created: meta
+                .creation_timestamp
+                .as_ref()
+                .map_or(i64::MAX, |t| t.0.as_second()),
+        }
+    }
+}
+
+/// [`Classifier::view`] for a single pod. An update selector that does not compile selects no
+/// pod (nothing is upgraded by mistake); use [`Classifier::new`] to see the error.
+pub fn pod_view(pod: &Pod, entry: &Entry) -> PodView {
+    match Classifier::new(entry) {
+        Ok(c) => c.view(pod),
+        Err(_) => {
+            let c = Classifier {
+                entry,
+                update_selector: None,
+            };
+            PodView {
+                matches_update_selector: false,
+                ..c.view(pod)
+            }
+        }
+    }
+}
+
+fn hash_entry(
+    annotations: &BTreeMap<String, String>,
+    key: &str,
+    name: &str,
+) -> Option<SidecarSetUpgradeSpec> {
+    parse_hash_annotation(annotations.get(key)?)?.remove(name)
+}
+
+fn injected_list(annotations: &BTreeMap<String, String>) -> BTreeSet<String> {
+    annotations
+        .get(ANNOTATION_INJECTED_LIST)
+        .map(|l| {
+            l.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// True when the kubelet reports what the pod spec asks for, as far as this SidecarSet's
+/// sidecars go: as many container statuses as containers, and each sidecar present in the pod
+/// (containers, and native sidecars among the init containers) has a status whose image
+/// matches its spec image.
+fn pod_consistent(pod: &Pod, ss: &SidecarSet) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let status = pod.status.as_ref();
+    let statuses = status
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or(&[]);
+    let init_statuses = status
+        .and_then(|s| s.init_container_statuses.as_deref())
+        .unwrap_or(&[]);
+    if spec.containers.len() != statuses.len() {
+        return false;
+    }
+    let names: Vec<&str> = ss.spec.containers.iter().map(|c| c.name()).collect();
+    let native: Vec<&str> = ss
+        .spec
+        .init_containers
+        .iter()
+        .filter(|c| c.is_native_sidecar())
+        .map(|c| c.name())
+        .collect();
+    statuses_match(&names, &spec.containers, statuses)
+        && statuses_match(
+            &native,
+            spec.init_containers.as_deref().unwrap_or(&[]),
+            init_statuses,
+        )
+}
+
+/// Each of `names` that is in `containers` has a status whose image matches its spec image.
+fn statuses_match(names: &[&str], containers: &[Container], statuses: &[ContainerStatus]) -> bool {
+    names.iter().all(|name| {
+        let Some(c) = containers.iter().find(|c| c.name == *name) else {
+            return true; // not in this pod: nothing to check
+        };
+        statuses
+            .iter()
+            .find(|s| s.name == *name)
+            .is_some_and(|s| image_matches(c.image.as_deref().unwrap_or(""), &s.image, &s.image_id))
+    })
+}
+
+/// Normalises an image reference the way container runtimes report it:
+/// `nginx` → `docker.io/library/nginx:latest`, `repo/x:1` → `docker.io/repo/x:1`,
+/// `index.docker.io/...` → `docker.io/...`. A reference with a digest and no tag gets no
+/// `:latest`. Registries (a first component with `.` or `:`, or `localhost`) are kept as they
+/// are. The empty string stays empty.
+pub fn normalize_image(image: &str) -> String {
+    let image = image.trim();
+    if image.is_empty() {
+        return String::new();
+    }
+    let (name_tag, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    let last_slash = name_tag.rfind('/');
+    let (name, tag) = match name_tag.rfind(':') {
+        Some(i) if last_slash.is_none_or(|s| i > s) => (&name_tag[..i], Some(&name_tag[i + 1..])),
+        _ => (name_tag, None),
+    };
+    let (domain, path) = match name.split_once('/') {
+        Some((d, rest))
+            if d.contains('.')
+                || d.contains(':')
+                || d == "localhost"
+                || d.chars().any(|c| c.is_ascii_uppercase()) =>
+        {
+            (d, rest)
+        }
+        _ => ("docker.io", name),
+    };
+    let domain = if domain == "index.docker.io" {
+        "docker.io"
+    } else {
+        domain
+    };
+    let mut out = if domain == "docker.io" && !path.contains('/') {
+        format!("{domain}/library/{path}")
+    } else {
+        format!("{domain}/{path}")
+    };
+    match (tag, digest) {
+        (Some(t), _) => {
+            out.push(':');
+            out.push_str(t);
+        }
+        (None, None) => out.push_str(":latest"),
+        (None, Some(_)) => {}
+    }
+    if let Some(d) = digest {
+        out.push('@');
+        out.push_str(d);
+    }
+    out
+}
+
+/// True when a container status (`image`, `imageID`) shows the container runs `spec_image`:
+/// the normalised names are equal, or the spec pins a digest (`x@sha256:…`) that the status
+/// image or imageID ends with.
+pub fn image_matches(spec_image: &str, status_image: &str, status_image_id: &str) -> bool {
+    if normalize_image(spec_image) == normalize_image(status_image) {
+        return true;
+    }
+    match spec_image.split_once('@') {
+        Some((_, digest)) if !digest.is_empty() => {
+            let digest = digest.trim();
+            status_image_id.trim().ends_with(digest) || status_image.trim().ends_with(digest)
+        }
+        _ => false,
+    }
+}
+
+/// The SidecarSet status counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    /// Active pods injected by the SidecarSet.
+    pub matched: i32,
+    /// Matched pods whose hash is the current one.
+    pub updated: i32,
+    /// Matched pods that are ready and consistent.
+    pub ready: i32,
+    /// Updated and ready (as above).
+    pub updated_ready: i32,
+}
+
+/// Counts the status of the SidecarSet from the views of its pods.
+pub fn status(views: &[PodView]) -> Status {
+    let mut s = Status::default();
+    for v in views.iter().filter(|v| v.matched()) {
+        s.matched += 1;
+        s.updated += i32::from(v.updated);
+        s.ready += i32::from(v.ready_and_consistent());
+        s.updated_ready += i32::from(v.updated && v.ready_and_consistent());
+    }
+    s
+}
+
+/// What to do this round.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Keys of the pods to upgrade now, in upgrade order.
+    pub upgrade: Vec<String>,
+    /// Matched, selected pods that are not updated and cannot be upgraded in place because
+    /// something besides an image changed (sorted by key). Empty when paused or NotUpdate.
+    pub not_upgradable: Vec<String>,
+    /// Why nothing moves, set when `upgrade` is empty and the rollout is not done.
+    pub waiting: Option<String>,
+    /// Every matched pod is updated, consistent and ready (true when no pod is matched).
+    pub done: bool,
+    /// `partition` resolved against the matched pods: pods kept on the old sidecars.
+    pub partition: i32,
+    /// `maxUnavailable` resolved against the matched pods.
+    pub max_unavailable: i32,
+}
+
+/// Scales an int-or-percentage against `total`: ints are returned as they are; `"N%"` (N a
+/// non-negative integer) is `N * total / 100`, rounded up or down. A negative `total` counts
+/// as 0. Anything else is an error naming the value.
+pub fn scaled(v: &IntOrString, total: i32, round_up: bool) -> Result<i32, String> {
+    match v {
+        IntOrString::Int(i) => Ok(*i),
+        IntOrString::String(s) => {
+            let pct = parse_percent(s)?;
+            let prod = i64::from(pct) * i64::from(total.max(0));
+            let n = if round_up {
+                (prod + 99) / 100
+            } else {
+                prod / 100
+            };
+            Ok(i32::try_from(n).unwrap_or(i32::MAX))
+        }
+    }
+}
+
+fn parse_percent(s: &str) -> Result<u32, String> {
+    s.strip_suffix('%')
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse::<u32>().ok())
+        .ok_or_else(|| format!("{s:?} is not an integer or percentage"))
+}
+
+/// `partition` against `total` matched pods, as OpenKruise's `CalculatePartitionReplicas`:
+/// a percentage rounds up (above 0% keeps at least one pod), one below 100% upgrades at least
+/// one pod when there are several; the result is within `0..=total`.
+fn resolve_partition(p: Option<&IntOrString>, total: i32) -> Result<i32, String> {
+    const FIELD: &str = "spec.updateStrategy.partition";
+    let Some(p) = p else { return Ok(0) };
+    let n = scaled(p, total, true).map_err(|e| format!("{FIELD}: {e}"))?;
+    if n < 0 {
+        return Err(format!("{FIELD}: {n} is negative"));
+    }
+    let mut n = n.min(total);
+    if let IntOrString::String(s) = p
+        && parse_percent(s).is_ok_and(|pct| pct < 100)
+        && n == total
+        && total > 1
+    {
+        n -= 1;
+    }
+    Ok(n)
+}
+
+/// `maxUnavailable` against `total` matched pods: default 1; a percentage rounds up; a value
+/// above zero is at least 1.
+fn resolve_max_unavailable(m: Option<&IntOrString>, total: i32) -> Result<i32, String> {
+    const FIELD: &str = "spec.updateStrategy.maxUnavailable";
+    let Some(m) = m else { return Ok(1) };
+    let n = scaled(m, total, true).map_err(|e| format!("{FIELD}: {e}"))?;
+    if n < 0 {
+        return Err(format!("{FIELD}: {n} is negative"));
+    }
+    let positive = match m {
+        IntOrString::Int(i) => *i > 0,
+        IntOrString::String(s) => parse_percent(s).is_ok_and(|p| p > 0),
+    };
+    Ok(if positive { n.max(1) } else { n })
+}
+
+/// OpenKruise's (and Kubernetes' `ActivePods`) order, least valuable first: unassigned before
+/// assigned; Pending < Unknown < Running; not ready before ready; when both are ready, ready
+/// for a shorter time first (no time first); more restarts first; newer first; then by key.
+pub fn upgrade_order(a: &PodView, b: &PodView) -> Ordering {
+    a.assigned
+        .cmp(&b.assigned)
+        .then(a.phase_rank.cmp(&b.phase_rank))
+        .then(a.ready.cmp(&b.ready))
+        .then_with(|| {
+            if a.ready && b.ready {
+                match (a.ready_since, b.ready_since) {
+                    (None, None) => Ordering::Equal,
+                    (None, Some(_)) => Ordering::Less,
+                    (Some(_), None) => Ordering::Greater,
+                    (Some(x), Some(y)) => y.cmp(&x),
+                }
+            } else {
+                Ordering::Equal
+            }
+        })
+        .then(b.restarts.cmp(&a.restarts))
+        .then(b.created.cmp(&a.created))
+        .then_with(|| a.key.cmp(&b.key))
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+fn pods(n: usize) -> String {
+    if n == 1 {
+        "1 pod".to_string()
+    } else {
+        format!("{n} pods")
+    }
+}
+
+/// Up to five keys, for messages.
+fn some_keys<'a>(keys: impl Iterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = keys.collect();
+    let mut s = all.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+    if all.len() > 5 {
+        s.push_str(&format!(", and {} more", all.len() - 5));
+    }
+    s
+}
+
+/// Decides which pods to upgrade this round (see the module documentation for the rules).
+///
+/// * `type: NotUpdate` or `paused: true`: nothing (waiting says which).
+/// * Candidates: matched, not updated, upgradable, consistent, selected by the update
+///   selector; sorted by [`upgrade_order`]. Selected pods that are not upgradable are listed in
+///   `not_upgradable`.
+/// * `partition` (int, or percent of the matched pods rounded up): at most
+///   `matched - partition - updated` more pods are upgraded: the last candidates stay.
+/// * `maxUnavailable` (int, or percent of the matched pods rounded up, at least 1 when above
+///   zero; default 1): the budget is `maxUnavailable` minus the matched pods that are not ready
+///   or are updated but not yet consistent. Candidates that are not ready are upgraded without
+///   using budget; ready ones only within it. With `maxUnavailable: 0` only candidates that
+///   are not ready move.
+///
+/// Errors (a bad or negative partition or maxUnavailable) name the field.
+pub fn plan(strategy: &SidecarSetUpdateStrategy, views: &[PodView]) -> Result<Plan, String> {
+    let matched: Vec<&PodView> = views.iter().filter(|v| v.matched()).collect();
+    let total = count(matched.len());
+    let partition = resolve_partition(strategy.partition.as_ref(), total)?;
+    let max_unavailable = resolve_max_unavailable(strategy.max_unavailable.as_ref(), total)?;
+    let done = matched
+        .iter()
+        .all(|v| v.updated && v.ready_and_consistent());
+    let mut plan = Plan {
+        done,
+        partition,
+        max_unavailable,
+        ..Plan::default()
+    };
+
+    let stopped = if strategy.type_ == Some(UpdateStrategyType::NotUpdate) {
+        Some("NotUpdate: spec.updateStrategy.type is NotUpdate, so pods are only injected")
+    } else if strategy.paused {
+        Some("paused: spec.updateStrategy.paused is true")
+    } else {
+        None
+    };
+    if let Some(reason) = stopped {
+        if !done {
+            plan.waiting = Some(reason.to_string());
+        }
+        return Ok(plan);
+    }
+
+    let old: Vec<&PodView> = matched.iter().copied().filter(|v| !v.updated).collect();
+    let selected: Vec<&PodView> = old
+        .iter()
+        .copied()
+        .filter(|v| v.matches_update_selector)
+        .collect();
+    let mut not_upgradable: Vec<String> = selected
+        .iter()
+        .filter(|v| !v.upgradable)
+        .map(|v| v.key.clone())
+        .collect();
+    not_upgradable.sort();
+    plan.not_upgradable = not_upgradable;
+    let mut candidates: Vec<&PodView> = selected
+        .iter()
+        .copied()
+        .filter(|v| v.upgradable && v.consistent)
+        .collect();
+    candidates.sort_by(|a, b| upgrade_order(a, b));
+
+    let updated = total - count(old.len());
+    let allowed = usize::try_from((total - partition - updated).max(0)).unwrap_or(0);
+    let unavailable: Vec<&PodView> = matched
+        .iter()
+        .copied()
+        .filter(|v| v.unavailable())
+        .collect();
+    let mut budget = (max_unavailable - count(unavailable.len())).max(0);
+    let mut blocked = 0usize;
+    for v in candidates.iter().take(allowed) {
+        if !v.ready {
+            plan.upgrade.push(v.key.clone());
+        } else if budget > 0 {
+            budget -= 1;
+            plan.upgrade.push(v.key.clone());
+        } else {
+            blocked += 1;
+        }
+    }
+    if !plan.upgrade.is_empty() || done {
+        return Ok(plan);
+    }
+
+    plan.waiting = Some(if blocked > 0 {
+        let prefix = if max_unavailable == 0 {
+            "maxUnavailable is 0: only pods that are not ready are upgraded".to_string()
+        } else {
+            format!("maxUnavailable {max_unavailable} reached")
+        };
+        format!(
+            "{prefix}: {} updating or not ready ({})",
+            pods(unavailable.len()),
+            some_keys(unavailable.iter().map(|v| v.key.as_str()))
+        )
+    } else if !candidates.is_empty() {
+        format!(
+            "partition {partition} reached: {} of {total} kept on the old sidecars",
+            pods(old.len())
+        )
+    } else if old.is_empty() {
+        let in_flight: Vec<&str> = matched
+            .iter()
+            .filter(|v| !v.ready_and_consistent())
+            .map(|v| v.key.as_str())
+            .collect();
+        format!(
+            "every pod is updated; waiting for {} to become ready and consistent ({})",
+            pods(in_flight.len()),
+            some_keys(in_flight.iter().copied())
+        )
+    } else {
+        let mut parts = Vec::new();
+        let n = plan.not_upgradable.len();
+        if n > 0 {
+            parts.push(format!(
+                "{} not upgradable in place (a field besides the image changed; recreate them): {}",
+                pods(n),
+                some_keys(plan.not_upgradable.iter().map(String::as_str))
+            ));
+        }
+        let unselected = old.len() - selected.len();
+        if unselected > 0 {
+            parts.push(format!(
+                "{} not selected by spec.updateStrategy.selector",
+                pods(unselected)
+            ));
+        }
+        let inconsistent: Vec<&str> = selected
+            .iter()
+            .filter(|v| v.upgradable && !v.consistent)
+            .map(|v| v.key.as_str())
+            .collect();
+        if !inconsistent.is_empty() {
+            parts.push(format!(
+                "{} whose container statuses do not yet match their spec ({})",
+                pods(inconsistent.len()),
+                some_keys(inconsistent.iter().copied())
+            ));
+        }
+        let in_flight: Vec<&str> = matched
+            .iter()
+            .filter(|v| v.updated && !v.ready_and_consistent())
+            .map(|v| v.key.as_str())
+            .collect();
+        if !in_flight.is_empty() {
+            parts.push(format!(
+                "{} updated and not yet ready and consistent ({})",
+                pods(in_flight.len()),
+                some_keys(in_flight.iter().copied())
+            ));
+        }
+        format!("no pod can be upgraded now: {}", parts.join("; "))
+    });
+    Ok(plan)
+}
+
+/// Names recorded in the hash annotation's `sidecarList`: containers and native sidecars.
+fn sidecar_list(ss: &SidecarSet) -> Vec<String> {
+    ss.spec
+        .containers
+        .iter()
+        .chain(
+            ss.spec
+                .init_containers
+                .iter()
+                .filter(|c| c.is_native_sidecar()),
+        )
+        .map(|c| c.name().to_string())
+        .collect()
+}
+
+fn ptr(tokens: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().copied())
+}
+
+/// Image ops for the sidecars in `pod_list` whose image is not (a normalised equal of) the
+/// SidecarSet's.
+fn image_ops(
+    field: &str,
+    pod_list: &[Container],
+    wanted: &mut dyn Iterator<Item = &Container>,
+    ops: &mut Vec<PatchOperation>,
+) {
+    for want in wanted {
+        let Some(image) = want.image.as_deref() else {
+            continue;
+        };
+        let Some((i, c)) = pod_list
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.name == want.name)
+        else {
+            continue;
+        };
+        let path = ptr(&["spec", field, &i.to_string(), "image"]);
+        let value = Value::String(image.to_string());
+        match c.image.as_deref() {
+            Some(old) if normalize_image(old) == normalize_image(image) => {}
+            Some(_) => ops.push(PatchOperation::Replace(ReplaceOperation { path, value })),
+            None => ops.push(PatchOperation::Add(AddOperation { path, value })),
+        }
+    }
+}
+
+/// The JSON patch that upgrades `pod` in place to the SidecarSet of `entry`:
+/// * `replace /spec/containers/<i>/image` for each of the SidecarSet's containers in the pod
+///   whose image differs (normalised) from the SidecarSet's, and the same under
+///   `/spec/initContainers` for its native sidecars;
+/// * `add /metadata/annotations/kruise.io~1sidecarset-hash`: the pod's map with this
+///   SidecarSet's entry set to the current hash, `updateTimestamp` `now`, the current
+///   `sidecarList`, and the `controllerRevision` the pod had;
+/// * `add` the SidecarSet to `kruise.io/sidecarset-injected-list` when it is missing there.
+///
+/// Never replaces a container or a list; leaves the hash-without-image annotation alone.
+/// Returns `None` when the pod was not injected by this SidecarSet, is not upgradable (its
+/// hash-without-image differs: an in-place upgrade would leave it different from the
+/// SidecarSet), or nothing would change.
+pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str) -> Option<Patch> {
+    let ss = &entry.ss;
+    let name = ss.name();
+    let annotations = pod.metadata.annotations.as_ref()?;
+    let mut hashes = annotations
+        .get(ANNOTATION_HASH)
+        .and_then(|v| parse_hash_annotation(v))
+        .unwrap_or_default();
+    let mut list = injected_list(annotations);
+    let old = hashes.get(name).cloned();
+    if old.is_none() && !list.contains(name) {
+        return None;
+    }
+    let wo = hash_entry(annotations, ANNOTATION_HASH_WITHOUT_IMAGE, name)?;
+    if wo.hash != *entry.hash_without_image {
+        return None;
+    }
+    let spec = pod.spec.as_ref()?;
+    let mut ops = Vec::new();
+    image_ops(
+        "containers",
+        &spec.containers,
+        &mut ss.spec.containers.iter().map(|c| &c.container),
+        &mut ops,
+    );
+    image_ops(
+        "initContainers",
+        spec.init_containers.as_deref().unwrap_or(&[]),
+        &mut ss
+            .spec
+            .init_containers
+            .iter()
+            .filter(|c| c.is_native_sidecar())
+            .map(|c| &c.container),
+        &mut ops,
+    );
+    let listed = list.contains(name);
+    if ops.is_empty() && listed && old.as_ref().is_some_and(|o| o.hash == *entry.hash) {
+        return None;
+    }
+    hashes.insert(
+        name.to_string(),
+        SidecarSetUpgradeSpec {
+            update_timestamp: now.to_string(),
+            hash: entry.hash.to_string(),
+            sidecar_set_name: name.to_string(),
+            sidecar_list: sidecar_list(ss),
+            controller_revision: old.map(|o| o.controller_revision).unwrap_or_default(),
+        },
+    );
+    let hashes = serde_json::to_string(&hashes).unwrap_or_default();
+    ops.push(PatchOperation::Add(AddOperation {
+        path: ptr(&["metadata", "annotations", ANNOTATION_HASH]),
+        value: Value::String(hashes),
+    }));
+    if !listed {
+        list.insert(name.to_string());
+        ops.push(PatchOperation::Add(AddOperation {
+            path: ptr(&["metadata", "annotations", ANNOTATION_INJECTED_LIST]),
+            value: Value::String(list.into_iter().collect::<Vec<_>>().join(",")),
+        }));
+    }
+    Some(Patch(ops))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int(i: i32) -> IntOrString {
+        IntOrString::Int(i)
+    }
+
+    fn s(v: &str) -> IntOrString {
+        IntOrString::String(v.into())
+    }
+
+    #[test]
+    fn scaled_values() {
+        assert_eq!(scaled(&s("25%"), 10, true), Ok(3));
+        assert_eq!(scaled(&s("25%"), 10, false), Ok(2));
+        assert_eq!(scaled(&s("5%"), 10, true), Ok(1));
+        assert_eq!(scaled(&s("5%"), 10, false), Ok(0));
+        assert_eq!(scaled(&s("100%"), 7, true), Ok(7));
+        assert_eq!(scaled(&s("0%"), 7, true), Ok(0));
+        assert_eq!(scaled(&s("200%"), 3, true), Ok(6));
+        assert_eq!(scaled(&s("50%"), 0, true), Ok(0));
+        assert_eq!(scaled(&s("50%"), -4, true), Ok(0));
+        assert_eq!(scaled(&int(4), 10, true), Ok(4));
+        assert_eq!(scaled(&int(-2), 10, true), Ok(-2));
+        assert_eq!(scaled(&int(40), 10, true), Ok(40));
+        assert_eq!(scaled(&s("4294967295%"), i32::MAX, true), Ok(i32::MAX));
+        for bad in [
+            "abc",
+            "5",
+            "%",
+            "-5%",
+            "+5%",
+            " 5%",
+            "5 %",
+            "1.5%",
+            "99999999999%",
+            "",
+        ] {
+            let e = scaled(&s(bad), 10, true).unwrap_err();
+            assert!(e.contains("is not an integer or percentage"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn partition_and_max_unavailable_resolution() {
+        assert_eq!(resolve_partition(None, 10), Ok(0));
+        assert_eq!(resolve_partition(Some(&int(3)), 10), Ok(3));
+        assert_eq!(resolve_partition(Some(&int(30)), 10), Ok(10));
+        assert_eq!(resolve_partition(Some(&s("1%")), 10), Ok(1));
+        assert_eq!(resolve_partition(Some(&s("99%")), 10), Ok(9));
+        assert_eq!(resolve_partition(Some(&s("99%")), 1), Ok(1));
+        assert_eq!(resolve_partition(Some(&s("100%")), 10), Ok(10));
+        assert_eq!(resolve_partition(Some(&s("0%")), 10), Ok(0));
+        let e = resolve_partition(Some(&int(-1)), 10).unwrap_err();
+        assert_eq!(e, "spec.updateStrategy.partition: -1 is negative");
+        assert_eq!(resolve_max_unavailable(None, 10), Ok(1));
+        assert_eq!(resolve_max_unavailable(None, 0), Ok(1));
+        assert_eq!(resolve_max_unavailable(Some(&int(0)), 10), Ok(0));
+        assert_eq!(resolve_max_unavailable(Some(&s("0%")), 10), Ok(0));
+        assert_eq!(resolve_max_unavailable(Some(&s("1%")), 0), Ok(1));
+        assert_eq!(resolve_max_unavailable(Some(&s("5%")), 10), Ok(1));
+        assert_eq!(resolve_max_unavailable(Some(&s("50%")), 5), Ok(3));
+        let e = resolve_max_unavailable(Some(&s("abc")), 10).unwrap_err();
+        assert_eq!(
+            e,
+            "spec.updateStrategy.maxUnavailable: \"abc\" is not an integer or percentage"
+        );
+    }
+
+    #[test]
+    fn normalised_images() {
+        for (a, b) in [
+            ("nginx", "docker.io/library/nginx:latest"),
+            ("nginx:1.23", "docker.io/library/nginx:1.23"),
+            ("repo/x:tag", "docker.io/repo/x:tag"),
+            (
+                "index.docker.io/library/nginx",
+                "docker.io/library/nginx:latest",
+            ),
+            ("library/nginx", "docker.io/library/nginx:latest"),
+            ("quay.io/a/b", "quay.io/a/b:latest"),
+            ("localhost/a", "localhost/a:latest"),
+            ("registry:5000/a:1", "registry:5000/a:1"),
+            ("registry:5000/a", "registry:5000/a:latest"),
+            ("nginx@sha256:abc", "docker.io/library/nginx@sha256:abc"),
+            ("nginx:1@sha256:abc", "docker.io/library/nginx:1@sha256:abc"),
+            (" nginx ", "docker.io/library/nginx:latest"),
+            ("", ""),
+        ] {
+            assert_eq!(normalize_image(a), b, "{a}");
+            assert_eq!(normalize_image(b), b, "{b} is not a fixed point");
+        }
+    }
+
+    #[test]
+    fn image_matching() {
+        assert!(image_matches("nginx", "docker.io/library/nginx:latest", ""));
+        assert!(image_matches("repo:tag", "docker.io/library/repo:tag", ""));
+        assert!(!image_matches(
+            "nginx:1.23",
+            "docker.io/library/nginx:latest",
+            "x"
+        ));
+        // The same imageID under another tag is not enough (kruise#1270).
+        assert!(!image_matches(
+            "nginx:1.23",
+            "docker.io/library/nginx:latest",
+            "docker.io/library/nginx@sha256:aaa"
+        ));
+        assert!(image_matches(
+            "nginx@sha256:aaa",
+            "sha256:0123",
+            "docker-pullable://nginx@sha256:aaa"
+        ));
+        assert!(image_matches(
+            "nginx@sha256:aaa",
+            "docker.io/library/nginx@sha256:aaa",
+            ""
+        ));
+        assert!(!image_matches(
+            "nginx@sha256:aaa",
+            "docker.io/library/nginx:latest",
+            "docker.io/library/nginx@sha256:bbb"
+        ));
+        assert!(!image_matches("nginx", "", ""));
+    }
+
+    fn v(key: &str) -> PodView {
+        PodView {
+            key: key.into(),
+            active: true,
+            injected: true,
+            upgradable: true,
+            consistent: true,
+            ready: true,
+            matches_update_selector: true,
+            assigned: true,
+            phase_rank: 2,
+            ..PodView::default()
+        }
+    }
+
+    #[test]
+    fn order_follows_active_pods() {
+        let mut pods = [
+            PodView {
+                created: 5,
+                ..v("old")
+            },
+            PodView {
+                created: 9,
+                ..v("new")
+            },
+            PodView {
+                restarts: 3,
+                ..v("restarts")
+            },
+            PodView {
+                ready_since: Some(100),
+                ..v("ready-long")
+            },
+            PodView {
+                ready_since: Some(200),
+                ..v("ready-short")
+            },
+            PodView {
+                ready: false,
+                ..v("not-ready")
+            },
+            PodView {
+                ready: false,
+                phase_rank: 1,
+                ..v("unknown")
+            },
+            PodView {
+                ready: false,
+                phase_rank: 0,
+                ..v("pending")
+            },
+            PodView {
+                ready: false,
+                assigned: false,
+                phase_rank: 0,
+                ..v("unassigned")
+            },
+            v("tie-b"),
+            v("tie-a"),
+        ];
+        pods.sort_by(upgrade_order);
+        let keys: Vec<&str> = pods.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "unassigned",
+                "pending",
+                "unknown",
+                "not-ready",
+                "restarts",
+                "new",
+                "old",
+                "tie-a",
+                "tie-b",
+                "ready-short",
+                "ready-long",
+            ]
+        );
+    }
+
+    #[test]
+    fn status_counts() {
+        let views = [
+            PodView {
+                updated: true,
+                ..v("a")
+            },
+            PodView {
+                updated: true,
+                consistent: false,
+                ..v("b")
+            },
+            PodView {
+                ready: false,
+                ..v("c")
+            },
+            PodView {
+                injected: false,
+                ..v("d")
+            },
+            PodView {
+                active: false,
+                updated: true,
+                ..v("e")
+            },
+        ];
+        assert_eq!(
+            status(&views),
+            Status {
+                matched: 3,
+                updated: 2,
+                ready: 1,
+                updated_ready: 1
+            }
+        );
+    }
+
+    #[test]
+    fn plan_never_exceeds_budget() {
+        // Exhaustive over small pods sets: ready upgrades never exceed the budget, partition
+        // is respected, and every upgrade is a candidate.
+        for mask in 0u32..(1 << 10) {
+            let views: Vec<PodView> = (0..5)
+                .map(|i| PodView {
+                    updated: mask & (1 << i) != 0,
+                    ready: mask & (1 << (i + 5)) != 0,
+                    created: i64::from(i),
+                    ..v(&format!("p{i}"))
+                })
+                .collect();
+            for mu in 0..3 {
+                for part in 0..6 {
+                    let st = SidecarSetUpdateStrategy {
+                        max_unavailable: Some(int(mu)),
+                        partition: Some(int(part)),
+                        ..Default::default()
+                    };
+                    let p = plan(&st, &views).unwrap();
+                    let unavailable = views.iter().filter(|x| x.unavailable()).count() as i32;
+                    let ready_up = p
+                        .upgrade
+                        .iter()
+                        .filter(|k| views.iter().any(|x| &x.key == *k && x.ready))
+                        .count() as i32;
+                    assert!(ready_up <= (mu - unavailable).max(0));
+                    let updated = views.iter().filter(|x| x.updated).count() as i32;
+                    let old_after = 5 - updated - p.upgrade.len() as i32;
+                    assert!(old_after >= part.min(5 - updated));
+                    for k in &p.upgrade {
+                        assert!(views.iter().any(|x| &x.key == k && !x.updated));
+                    }
+                    assert_eq!(p.waiting.is_some(), p.upgrade.is_empty() && !p.done);
+                }
+            }
+        }
+    }
+}

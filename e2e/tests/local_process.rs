@@ -1,0 +1,338 @@
+//! Tests that start their own operator processes next to the cluster (webhooks by URL on
+//! 127.0.0.1), so they only run where the API server can reach this machine's loopback: the
+//! local cluster. `hack/e2e-local.sh` runs them with `--ignored` after the main operator and its
+//! webhook configurations are gone.
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use sidecarset_e2e::*;
+use sidecarset_operator::certs;
+use std::time::{Duration, Instant};
+
+const TARGET_NS: &str = "default";
+
+async fn cleanup(c: &kube::Client, config: &str, ns: &str) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let _ = Api::<MutatingWebhookConfiguration>::all(c.clone())
+        .delete(config, &DeleteParams::default())
+        .await;
+    let _ = Api::<ValidatingWebhookConfiguration>::all(c.clone())
+        .delete(config, &DeleteParams::default())
+        .await;
+    delete_namespace(c, ns).await;
+}
+
+fn log_path(name: &str) -> String {
+    std::env::temp_dir()
+        .join(format!("{name}.log"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn tail(path: &str) -> String {
+    let t = std::fs::read_to_string(path).unwrap_or_default();
+    t.lines()
+        .rev()
+        .take(15)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn fresh_start_without_secret_is_ready_and_injects_within_15_seconds() -> anyhow::Result<()> {
+    let c = client().await;
+    let s = suffix();
+    let (ns, name) = (format!("e2e-fresh-{s}"), format!("e2e-fresh-{s}"));
+    create_namespace(&c, &ns, json!({})).await?;
+    let port = free_port();
+    let log = log_path(&name);
+    let t0 = Instant::now();
+    let op = Operator::start(
+        &[
+            "--namespace",
+            &ns,
+            "--cert-secret-name",
+            &name,
+            "--webhook-config-name",
+            &name,
+            "--manage-webhooks",
+            "--webhook-url",
+            &format!("https://127.0.0.1:{port}"),
+            "--failure-policy",
+            "Fail",
+        ],
+        port,
+        &log,
+    )?;
+    let result = async {
+        let ss = format!("e2e-fresh-{s}");
+        let label = format!("fresh-{s}");
+        // The SidecarSet webhooks of this instance must be up before a SidecarSet can be created.
+        eventually(15, "the operator's certificates and webhooks", || {
+            let (c, name, ns) = (c.clone(), name.clone(), ns.clone());
+            async move {
+                let secret = Api::<Secret>::namespaced(c.clone(), &ns).get_opt(&name).await?;
+                let bundles = ca_bundles(&c, &name).await.unwrap_or_default();
+                Ok((secret.is_some() && !bundles.is_empty() && bundles.iter().all(|b| !b.is_empty())).then_some(()))
+            }
+        })
+        .await?;
+        create_sidecarset(&c, json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
+            "spec": {"selector": {"matchLabels": {"e2e-app": label}}, "containers": [{"name": "fresh", "image": "registry.local/f:1"}]}
+        })).await?;
+        wait_injectable(&c, TARGET_NS, &pod("p", json!({"e2e-app": label})), "fresh", true).await?;
+        let ready = served_leaf(op.addr(), &ca_bundles(&c, &name).await?[0]).await?;
+        let elapsed = t0.elapsed();
+        println!("fresh start to an injected pod: {elapsed:?}");
+        assert!(!ready.is_empty());
+        assert!(elapsed < Duration::from_secs(15), "took {elapsed:?}");
+        delete_sidecarset(&c, &ss).await;
+        anyhow::Ok(())
+    }
+    .await;
+    drop(op);
+    cleanup(&c, &name, &ns).await;
+    result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
+}
+
+#[tokio::test]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn rotations_with_two_replicas_fail_no_admission() -> anyhow::Result<()> {
+    let c = client().await;
+    let s = suffix();
+    let (ns, name) = (format!("e2e-rot-{s}"), format!("e2e-rot-{s}"));
+    create_namespace(&c, &ns, json!({})).await?;
+    let secs: u64 = std::env::var("SSO_E2E_ROTATION_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(150);
+    let (pa, pb) = (free_port(), free_port());
+    let common = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "--namespace",
+            &ns,
+            "--cert-secret-name",
+            &name,
+            "--webhook-config-name",
+            &name,
+            "--ca-validity",
+            "180s",
+            "--cert-validity",
+            "60s",
+            "--cert-renew-at",
+            "0.5",
+            "--ca-overlap",
+            "8s",
+            "--cert-resync",
+            "1s",
+            "--cert-extra-ips",
+            "127.0.0.1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let a_args = common(&[
+        "--manage-webhooks",
+        "--webhook-url",
+        &format!("https://127.0.0.1:{pa}"),
+        "--failure-policy",
+        "Fail",
+    ]);
+    let b_args = common(&[]);
+    let (log_a, log_b) = (
+        log_path(&format!("{name}-a")),
+        log_path(&format!("{name}-b")),
+    );
+    let a = Operator::start(
+        &a_args.iter().map(String::as_str).collect::<Vec<_>>(),
+        pa,
+        &log_a,
+    )?;
+    let b = Operator::start(
+        &b_args.iter().map(String::as_str).collect::<Vec<_>>(),
+        pb,
+        &log_b,
+    )?;
+    let result = async {
+        eventually(15, "the replicas' certificates", || {
+            let (c, name) = (c.clone(), name.clone());
+            async move { Ok(ca_bundles(&c, &name).await.ok().filter(|b| b.iter().all(|x| !x.is_empty())).map(|_| ())) }
+        })
+        .await?;
+        let pods: Api<Pod> = Api::namespaced(c.clone(), TARGET_NS);
+        let secrets: Api<Secret> = Api::namespaced(c.clone(), &ns);
+        let (mut admitted, mut failed) = (0u32, Vec::<String>::new());
+        let mut cas_seen = std::collections::BTreeSet::new();
+        let mut leaves_seen = std::collections::BTreeSet::new();
+        let mut stale_since: Option<Instant> = None;
+        let mut worst_stale = Duration::ZERO;
+        let mut rotation_started: Option<Instant> = None;
+        let mut rotation_times = Vec::new();
+        let start = Instant::now();
+        let mut i = 0;
+        while start.elapsed() < Duration::from_secs(secs) {
+            i += 1;
+            // An admission through replica A's webhook (server-side dry run: nothing stored).
+            let mut p = pod(&format!("rot-{i}"), json!({"e2e": "rotation"}));
+            p.metadata.namespace = Some(TARGET_NS.into());
+            match pods.create(&PostParams { dry_run: true, ..Default::default() }, &p).await {
+                Ok(_) => admitted += 1,
+                Err(e) => failed.push(format!("{:?}: {e}", start.elapsed())),
+            }
+            if i % 5 == 0 {
+                // Both replicas serve a leaf that the published caBundle trusts, and converge on
+                // the Secret's leaf.
+                let secret = secrets.get(&name).await?;
+                let data = secret.data.clone().unwrap_or_default();
+                let tls = String::from_utf8(data.get("tls.crt").map(|b| b.0.clone()).unwrap_or_default())?;
+                let want = certs::bundle_ders(tls.as_bytes()).into_iter().next().unwrap_or_default();
+                cas_seen.insert(data.get("ca.crt").map(|b| b.0.clone()).unwrap_or_default());
+                leaves_seen.insert(want.clone());
+                if data.contains_key("next-ca.crt") && rotation_started.is_none() {
+                    rotation_started = Some(Instant::now());
+                }
+                if let Some(r) = rotation_started
+                    && !data.contains_key("next-ca.crt")
+                    && !data.contains_key("prev-ca.crt")
+                {
+                    rotation_times.push(r.elapsed());
+                    rotation_started = None;
+                }
+                let bundle = ca_bundles(&c, &name).await?.remove(0);
+                let la = served_leaf(a.addr(), &bundle).await.map_err(|e| anyhow::anyhow!("replica A: {e:#}"))?;
+                let lb = served_leaf(b.addr(), &bundle).await.map_err(|e| anyhow::anyhow!("replica B: {e:#}"))?;
+                if la == want && lb == want {
+                    stale_since = None;
+                } else {
+                    let since = *stale_since.get_or_insert_with(Instant::now);
+                    worst_stale = worst_stale.max(since.elapsed());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!(
+            "rotation test: {admitted} admissions, {} failed, over {secs} s; {} CAs and {} serving certificates seen; \
+             CA rotations end to end: {rotation_times:?}; longest time a replica served an older (still trusted) leaf: {worst_stale:?}",
+            failed.len(),
+            cas_seen.len(),
+            leaves_seen.len()
+        );
+        assert!(failed.is_empty(), "failed admissions: {:?}", &failed[..failed.len().min(5)]);
+        assert!(cas_seen.len() >= 2, "no CA rotation happened in {secs} s");
+        assert!(leaves_seen.len() >= 3, "too few serving certificates: {}", leaves_seen.len());
+        assert!(worst_stale < Duration::from_secs(10), "a replica lagged {worst_stale:?} behind the Secret");
+        anyhow::Ok(())
+    }
+    .await;
+    drop(a);
+    drop(b);
+    cleanup(&c, &name, &ns).await;
+    result.map_err(|e| {
+        anyhow::anyhow!(
+            "{e:#}\nreplica A log:\n{}\nreplica B log:\n{}",
+            tail(&log_a),
+            tail(&log_b)
+        )
+    })
+}
+
+#[tokio::test]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn files_mode_switches_certificates_without_restart_and_writes_nothing() -> anyhow::Result<()>
+{
+    let c = client().await;
+    let s = suffix();
+    let dir = std::env::temp_dir().join(format!("sso-files-{s}"));
+    std::fs::create_dir_all(&dir)?;
+    let cfg = certs::CertConfig {
+        service: "svc".into(),
+        namespace: "ns".into(),
+        extra_dns: vec![],
+        extra_ips: vec!["127.0.0.1".parse()?],
+        ca_validity: Duration::from_secs(3600),
+        leaf_validity: Duration::from_secs(600),
+        renew_at: 0.66,
+        overlap: Duration::from_secs(1),
+    };
+    let now = jiff::Timestamp::now().as_second();
+    let first = certs::act(&certs::Action::Generate("test".into()), None, &cfg, now)
+        .map_err(anyhow::Error::msg)?;
+    let second = certs::act(&certs::Action::Generate("test".into()), None, &cfg, now)
+        .map_err(anyhow::Error::msg)?;
+    let write = |m: &certs::Material| -> std::io::Result<()> {
+        std::fs::write(dir.join("tls.key.new"), &m.tls_key)?;
+        std::fs::write(dir.join("tls.crt.new"), &m.tls_cert)?;
+        std::fs::rename(dir.join("tls.key.new"), dir.join("tls.key"))?;
+        std::fs::rename(dir.join("tls.crt.new"), dir.join("tls.crt"))
+    };
+    write(&first)?;
+    let secret_name = format!("e2e-files-{s}");
+    let port = free_port();
+    let log = log_path(&secret_name);
+    let op = Operator::start(
+        &[
+            "--cert-mode",
+            "files",
+            "--cert-dir",
+            dir.to_str().unwrap_or_default(),
+            "--cert-secret-name",
+            &secret_name,
+        ],
+        port,
+        &log,
+    )?;
+    let result = async {
+        let both = format!("{}{}", first.ca_cert, second.ca_cert);
+        let leaf = |m: &certs::Material| certs::bundle_ders(m.tls_cert.as_bytes()).remove(0);
+        let addr = op.addr();
+        eventually(10, "the first certificate served", || {
+            let (both, want) = (both.clone(), leaf(&first));
+            async move {
+                Ok(served_leaf(addr, both.as_bytes())
+                    .await
+                    .ok()
+                    .filter(|l| *l == want)
+                    .map(|_| ()))
+            }
+        })
+        .await?;
+        write(&second)?;
+        let t = Instant::now();
+        eventually(10, "the replaced certificate served", || {
+            let (both, want) = (both.clone(), leaf(&second));
+            async move {
+                Ok(served_leaf(addr, both.as_bytes())
+                    .await
+                    .ok()
+                    .filter(|l| *l == want)
+                    .map(|_| ()))
+            }
+        })
+        .await?;
+        println!(
+            "files mode: new certificate served {:?} after the files changed",
+            t.elapsed()
+        );
+        let secrets: Api<Secret> = Api::namespaced(c.clone(), &operator_namespace());
+        assert!(
+            secrets.get_opt(&secret_name).await?.is_none(),
+            "files mode wrote a Secret"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    drop(op);
+    let _ = std::fs::remove_dir_all(&dir);
+    result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
+}
