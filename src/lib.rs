@@ -7,6 +7,7 @@
 pub mod api;
 pub mod certs;
 pub mod cli;
+pub mod controller;
 pub mod inject;
 pub mod rollout;
 pub mod run;

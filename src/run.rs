@@ -128,6 +128,18 @@ pub struct RunArgs {
     /// Start even when OpenKruise's webhooks are installed (pods would be injected twice).
     #[arg(long, env = "SSO_ALLOW_OPENKRUISE", default_value_t = false)]
     pub allow_openkruise: bool,
+    /// Run the SidecarSet controller (status, revisions, in-place upgrades) in this process.
+    #[arg(long, env = "SSO_CONTROLLER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub controller: bool,
+    /// Elect one leader among replicas with a Lease; off: this process always reconciles.
+    #[arg(long, env = "SSO_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of the Lease (in --namespace).
+    #[arg(long, env = "SSO_LEADER_LEASE", default_value = "sidecarset-operator")]
+    pub leader_lease_name: String,
+    /// How long a leader's Lease is valid without renewal.
+    #[arg(long, env = "SSO_LEADER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_lease_duration: Duration,
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -181,6 +193,37 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tokio::spawn(watch_sidecarsets(client.clone(), state.clone()));
     tokio::spawn(watch_namespaces(client.clone(), state.clone()));
 
+    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into()),
+            std::process::id()
+        )
+    });
+    let leader = Arc::new(std::sync::atomic::AtomicBool::new(!args.leader_elect));
+    let lease = crate::controller::leader::Settings {
+        namespace: args.namespace.clone(),
+        name: args.leader_lease_name.clone(),
+        identity: identity.clone(),
+        lease_duration: args.leader_lease_duration,
+        retry: (args.leader_lease_duration / 5).max(Duration::from_secs(1)),
+    };
+    if args.controller {
+        if args.leader_elect {
+            tokio::spawn(crate::controller::leader::run(
+                client.clone(),
+                lease.clone(),
+                leader.clone(),
+            ));
+        }
+        tokio::spawn(crate::controller::run(
+            client.clone(),
+            args.namespace.clone(),
+            leader.clone(),
+            identity,
+        ));
+    }
+
     let handle = axum_server::Handle::new();
     let h2 = handle.clone();
     tokio::spawn(async move {
@@ -194,6 +237,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .serve(webhook::router(state).into_make_service())
         .await
         .with_context(|| format!("cannot serve on {}", args.listen))?;
+    if args.controller && args.leader_elect {
+        crate::controller::leader::release(client, &lease).await;
+    }
     Ok(())
 }
 

@@ -1,0 +1,362 @@
+//! The SidecarSet controller: status, revision history and in-place rolling upgrades. The
+//! decisions are in the pure [`crate::rollout`]; this shell reads pods from a trimmed cache,
+//! writes status and revisions, patches pods, and records Events. Only the leader writes.
+
+pub mod leader;
+pub mod revisions;
+
+use crate::api::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, SidecarSet,
+    SidecarSetStatus, UpdateStrategyType, default_sidecarset,
+};
+use crate::rollout::{self, Classifier};
+use crate::select::Entry;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// Shared by reconciles.
+pub struct Ctx {
+    pub client: Client,
+    pub pods: Store<Pod>,
+    /// Namespace of the operator: ControllerRevisions live there.
+    pub namespace: String,
+    pub leader: Arc<AtomicBool>,
+    pub recorder: Recorder,
+    /// Last Event note per (SidecarSet, reason): the same note is not repeated.
+    last_events: Mutex<HashMap<(String, String), String>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What of a pod the controller keeps in memory: labels, the injection annotations, owner,
+/// container names and images, statuses and readiness. Everything else is dropped.
+pub fn trim_pod(p: &mut Pod) {
+    let m = &mut p.metadata;
+    m.managed_fields = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.retain(|k, _| {
+            k == ANNOTATION_HASH
+                || k == ANNOTATION_HASH_WITHOUT_IMAGE
+                || k == ANNOTATION_INJECTED_LIST
+        });
+    }
+    let slim = |c: &Container| Container {
+        name: c.name.clone(),
+        image: c.image.clone(),
+        restart_policy: c.restart_policy.clone(),
+        ..Default::default()
+    };
+    if let Some(s) = p.spec.as_ref() {
+        p.spec = Some(PodSpec {
+            containers: s.containers.iter().map(slim).collect(),
+            init_containers: s
+                .init_containers
+                .as_ref()
+                .map(|l| l.iter().map(slim).collect()),
+            node_name: s.node_name.clone(),
+            ..Default::default()
+        });
+    }
+    if let Some(s) = p.status.as_ref() {
+        let slim_status = |c: &ContainerStatus| ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone(),
+            image_id: c.image_id.clone(),
+            ready: c.ready,
+            restart_count: c.restart_count,
+            started: c.started,
+            ..Default::default()
+        };
+        p.status = Some(PodStatus {
+            phase: s.phase.clone(),
+            conditions: s.conditions.as_ref().map(|c| {
+                c.iter()
+                    .filter(|c| c.type_ == "Ready" || c.type_ == "SidecarSetUpgradable")
+                    .cloned()
+                    .collect()
+            }),
+            container_statuses: s
+                .container_statuses
+                .as_ref()
+                .map(|l| l.iter().map(slim_status).collect()),
+            init_container_statuses: s
+                .init_container_statuses
+                .as_ref()
+                .map(|l| l.iter().map(slim_status).collect()),
+            ..Default::default()
+        });
+    }
+}
+
+fn injected_into(p: &Pod) -> Vec<String> {
+    p.annotations()
+        .get(ANNOTATION_INJECTED_LIST)
+        .map(|l| {
+            l.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs the controller until the process ends.
+pub async fn run(client: Client, namespace: String, leader: Arc<AtomicBool>, identity: String) {
+    let (pods, writer) = reflector::store();
+    let pod_stream = reflector::reflector(
+        writer,
+        watcher::watcher(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+        )
+        .default_backoff()
+        .modify(trim_pod),
+    )
+    .touched_objects();
+
+    let reporter = Reporter {
+        controller: crate::run::FIELD_MANAGER.into(),
+        instance: Some(identity),
+    };
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        pods,
+        namespace,
+        leader,
+        recorder: Recorder::new(client.clone(), reporter),
+        last_events: Mutex::new(HashMap::new()),
+    });
+    Controller::new(
+        Api::<SidecarSet>::all(client),
+        watcher::Config::default().any_semantic(),
+    )
+    .watches_stream(pod_stream, |pod: Pod| {
+        injected_into(&pod)
+            .into_iter()
+            .map(|n| ObjectRef::<SidecarSet>::new(&n))
+            .collect::<Vec<_>>()
+    })
+    .shutdown_on_signal()
+    .run(reconcile, error_policy, ctx)
+    .for_each(|_| async {})
+    .await;
+}
+
+fn error_policy(ss: Arc<SidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    warn!(sidecarset = %ss.name_any(), error = %err, "reconcile failed; retrying in 5 s");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    if !ctx.leader.load(Ordering::SeqCst) {
+        // Followers keep their caches warm and wait.
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let name = ss.name_any();
+    let mut defaulted = (*ss).clone();
+    default_sidecarset(&mut defaulted);
+    let entry = Entry::new(Arc::new(defaulted)).map_err(|e| Error::Invalid(e.to_string()))?;
+    let classifier = Classifier::new(&entry).map_err(Error::Invalid)?;
+    let pods: Vec<Arc<Pod>> = ctx
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| injected_into(p).contains(&name))
+        .collect();
+    let views: Vec<rollout::PodView> = pods.iter().map(|p| classifier.view(p)).collect();
+
+    let (latest_revision, collision_count) = revisions::register(&ctx, &entry, &pods).await?;
+    let st = rollout::status(&views);
+    let status = SidecarSetStatus {
+        observed_generation: ss.metadata.generation,
+        matched_pods: st.matched,
+        updated_pods: st.updated,
+        ready_pods: st.ready,
+        updated_ready_pods: st.updated_ready,
+        latest_revision: Some(latest_revision),
+        collision_count: Some(collision_count).filter(|c| *c > 0),
+    };
+    if ss.status.as_ref() != Some(&status) {
+        let api: Api<SidecarSet> = Api::all(ctx.client.clone());
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await?;
+    }
+
+    let strategy = &entry.ss.spec.update_strategy;
+    if strategy.type_ == Some(UpdateStrategyType::NotUpdate) {
+        return Ok(Action::requeue(Duration::from_secs(300)));
+    }
+    let plan = rollout::plan(strategy, &views).map_err(Error::Invalid)?;
+    let by_key: BTreeMap<String, &Arc<Pod>> = pods
+        .iter()
+        .map(|p| {
+            (
+                format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
+                p,
+            )
+        })
+        .collect();
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let mut upgraded = Vec::new();
+    for key in &plan.upgrade {
+        let Some(pod) = by_key.get(key) else { continue };
+        let Some(mut patch) = rollout::upgrade_patch(pod, &entry, &now) else {
+            continue;
+        };
+        // Only if the pod is still what we planned on (a stale cache or another leader).
+        if let Some(rv) = pod.resource_version() {
+            patch.0.insert(
+                0,
+                json_patch::PatchOperation::Test(json_patch::TestOperation {
+                    path: jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+                    value: rv.into(),
+                }),
+            );
+        }
+        let api: Api<Pod> =
+            Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+        match api
+            .patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                info!(sidecarset = %name, pod = %key, "sidecar images upgraded in place");
+                upgraded.push(key.clone());
+            }
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
+                info!(sidecarset = %name, pod = %key, reason = %e.message, "pod changed meanwhile; replanning");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !upgraded.is_empty() {
+        let note = format!(
+            "upgrading sidecars in place in {} pod(s): {}",
+            upgraded.len(),
+            preview(&upgraded)
+        );
+        event(&ctx, &ss, EventType::Normal, "UpgradingPods", note).await;
+    }
+    if !plan.not_upgradable.is_empty() {
+        let note = format!(
+            "{} pod(s) differ from this SidecarSet in more than images and are left alone until recreated: {}",
+            plan.not_upgradable.len(),
+            preview(&plan.not_upgradable)
+        );
+        event(&ctx, &ss, EventType::Normal, "NotUpgradablePods", note).await;
+        for key in &plan.not_upgradable {
+            if let Some(pod) = by_key.get(key) {
+                mark_not_upgradable(&ctx, pod, &name).await;
+            }
+        }
+    }
+    if let (Some(why), true) = (&plan.waiting, upgraded.is_empty() && !plan.done) {
+        event(&ctx, &ss, EventType::Warning, "RolloutWaiting", why.clone()).await;
+    }
+    if plan.done && st.matched > 0 {
+        event(
+            &ctx,
+            &ss,
+            EventType::Normal,
+            "RolloutComplete",
+            format!("all {} matched pods run the current sidecars", st.matched),
+        )
+        .await;
+    }
+    Ok(if plan.done {
+        Action::requeue(Duration::from_secs(300))
+    } else {
+        Action::requeue(Duration::from_secs(2))
+    })
+}
+
+fn preview(keys: &[String]) -> String {
+    let mut s = keys.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    if keys.len() > 5 {
+        s.push_str(&format!(" and {} more", keys.len() - 5));
+    }
+    s
+}
+
+/// Publishes an Event on the SidecarSet unless the same note was the last one of that reason.
+async fn event(ctx: &Ctx, ss: &SidecarSet, type_: EventType, reason: &str, note: String) {
+    let key = (ss.name_any(), reason.to_string());
+    {
+        let Ok(mut last) = ctx.last_events.lock() else {
+            return;
+        };
+        if last.get(&key) == Some(&note) {
+            return;
+        }
+        last.insert(key, note.clone());
+    }
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Rollout".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &ss.object_ref(&())).await {
+        warn!(sidecarset = %ss.name_any(), error = %e, "cannot record an Event");
+    }
+}
+
+/// Sets the pod condition `SidecarSetUpgradable=False` (as OpenKruise does) with the reason.
+async fn mark_not_upgradable(ctx: &Ctx, pod: &Pod, ss: &str) {
+    let already = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "SidecarSetUpgradable" && c.status == "False")
+        });
+    if already {
+        return;
+    }
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    let cond = json!({"status": {"conditions": [{
+        "type": "SidecarSetUpgradable", "status": "False", "reason": "UpdateImmutableField",
+        "message": format!("SidecarSet {ss} changed more than images; the pod keeps its sidecars until it is recreated"),
+        "lastTransitionTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    }]}});
+    if let Err(e) = api
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(cond),
+        )
+        .await
+    {
+        warn!(pod = %pod.name_any(), error = %e, "cannot set the SidecarSetUpgradable condition");
+    }
+}
