@@ -192,6 +192,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     tokio::spawn(watch_sidecarsets(client.clone(), state.clone()));
     tokio::spawn(watch_namespaces(client.clone(), state.clone()));
+    tokio::spawn(watch_revisions(
+        client.clone(),
+        args.namespace.clone(),
+        state.clone(),
+    ));
 
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
         format!(
@@ -331,6 +336,56 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     watcher::watcher(api, cfg)
+}
+
+/// Keeps the SidecarSets' ControllerRevisions (for `injectionStrategy.revision`) in memory.
+async fn watch_revisions(client: Client, namespace: String, state: Arc<State>) {
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    let api: Api<ControllerRevision> = Api::namespaced(client, &namespace);
+    let cfg =
+        watcher::Config::default().labels(crate::controller::revisions::LABEL_SIDECARSET_NAME);
+    let mut all: HashMap<String, (String, Option<String>, serde_json::Value)> = HashMap::new();
+    let mut buffer = HashMap::new();
+    let entry = |r: &ControllerRevision| {
+        let labels = r.metadata.labels.clone().unwrap_or_default();
+        let ss = labels
+            .get(crate::controller::revisions::LABEL_SIDECARSET_NAME)
+            .cloned()
+            .unwrap_or_default();
+        let custom = labels
+            .get(crate::controller::revisions::LABEL_CUSTOM_VERSION)
+            .cloned();
+        (
+            r.metadata.name.clone().unwrap_or_default(),
+            (ss, custom, r.data.0.clone()),
+        )
+    };
+    let stream = watcher(api, cfg).default_backoff();
+    futures::pin_mut!(stream);
+    loop {
+        match stream.try_next().await {
+            Ok(Some(Event::Init)) => buffer.clear(),
+            Ok(Some(Event::InitApply(r))) => {
+                let (k, v) = entry(&r);
+                buffer.insert(k, v);
+            }
+            Ok(Some(Event::InitDone)) => {
+                all = std::mem::take(&mut buffer);
+                state.set_revisions(all.clone());
+            }
+            Ok(Some(Event::Apply(r))) => {
+                let (k, v) = entry(&r);
+                all.insert(k, v);
+                state.set_revisions(all.clone());
+            }
+            Ok(Some(Event::Delete(r))) => {
+                all.remove(&entry(&r).0);
+                state.set_revisions(all.clone());
+            }
+            Ok(None) => return,
+            Err(e) => warn!(error = %e, "ControllerRevision watch failed; retrying"),
+        }
+    }
 }
 
 /// Keeps namespace labels current (metadata only).

@@ -313,3 +313,62 @@ async fn server_side_dry_run_shows_the_injection_and_creates_nothing() -> anyhow
     delete_namespace(&c, &ns).await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_pinned_revision_is_injected() -> anyhow::Result<()> {
+    let c = client().await;
+    let s = suffix();
+    let ns = format!("e2e-pin-{s}");
+    create_namespace(&c, &ns, json!({})).await?;
+    let ss = format!("e2e-pin-{s}");
+    let label = format!("pin-{s}");
+    create_sidecarset(&c, json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
+        "spec": {"selector": {"matchLabels": {"e2e-app": label}}, "containers": [{"name": "pinned", "image": "registry.local/pinned:1"}]}
+    })).await?;
+    let sets: Api<SidecarSet> = Api::all(c.clone());
+    let r1 = eventually(30, "the first revision", || {
+        let (sets, ss) = (sets.clone(), ss.clone());
+        async move { Ok(sets.get(&ss).await?.status.and_then(|s| s.latest_revision)) }
+    })
+    .await?;
+    sets.patch(
+        &ss,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {
+        "containers": [{"name": "pinned", "image": "registry.local/pinned:2"}],
+        "injectionStrategy": {"revision": {"revisionName": r1}}}})),
+    )
+    .await?;
+    let p = pod("p", json!({"e2e-app": label}));
+    let got = eventually(30, "a pod injected with the pinned revision", || {
+        let (c, ns, p) = (c.clone(), ns.clone(), p.clone());
+        async move {
+            let mut probe = p.clone();
+            probe.metadata.name = None;
+            probe.metadata.generate_name = Some("pin-".into());
+            let d = dry_run(&c, &ns, &probe).await?;
+            let image = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.iter().find(|c| c.name == "pinned"))
+                .and_then(|c| c.image.clone());
+            Ok((image.as_deref() == Some("registry.local/pinned:1")).then_some(d))
+        }
+    })
+    .await?;
+    let hash = got
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("kruise.io/sidecarset-hash")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        hash.contains(&r1),
+        "the hash annotation records the pinned revision {r1}: {hash}"
+    );
+    delete_sidecarset(&c, &ss).await;
+    delete_namespace(&c, &ns).await;
+    Ok(())
+}

@@ -19,6 +19,10 @@ use tracing::info;
 
 /// Label of a revision naming its SidecarSet (as OpenKruise).
 pub const LABEL_SIDECARSET_NAME: &str = "kruise.io/sidecarset-name";
+/// Label of a revision with the SidecarSet's custom version (OpenKruise's
+/// `apps.kruise.io/sidecarset-custom-version` label on the SidecarSet), for
+/// `injectionStrategy.revision.customVersion`.
+pub const LABEL_CUSTOM_VERSION: &str = "apps.kruise.io/sidecarset-custom-version";
 
 /// What a revision records: the parts of the spec that make the injected sidecars.
 pub fn revision_data(entry: &Entry) -> serde_json::Value {
@@ -75,7 +79,20 @@ pub async fn register(ctx: &Ctx, entry: &Entry, pods: &[Arc<Pod>]) -> Result<(St
                     metadata: ObjectMeta {
                         name: Some(name.clone()),
                         namespace: Some(ctx.namespace.clone()),
-                        labels: Some([(LABEL_SIDECARSET_NAME.to_string(), ss.clone())].into()),
+                        labels: Some({
+                            let mut l: std::collections::BTreeMap<String, String> =
+                                [(LABEL_SIDECARSET_NAME.to_string(), ss.clone())].into();
+                            if let Some(v) = entry
+                                .ss
+                                .metadata
+                                .labels
+                                .as_ref()
+                                .and_then(|l| l.get(LABEL_CUSTOM_VERSION))
+                            {
+                                l.insert(LABEL_CUSTOM_VERSION.to_string(), v.clone());
+                            }
+                            l
+                        }),
                         ..Default::default()
                     },
                     data: RawExtension(data.clone()),

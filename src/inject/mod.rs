@@ -480,9 +480,50 @@ pub fn for_pod(
     ns_labels: &BTreeMap<String, String>,
     now: &str,
 ) -> Injection {
+    for_pod_pinned(index, pod, ns_labels, now, &|_| None)
+}
+
+/// [`for_pod`], where `pinned` may replace a matched SidecarSet by the revision its
+/// `injectionStrategy.revision` pins (see [`pinned_entry`]).
+pub fn for_pod_pinned(
+    index: &crate::select::Index,
+    pod: &Pod,
+    ns_labels: &BTreeMap<String, String>,
+    now: &str,
+    pinned: &dyn Fn(&Entry) -> Option<Entry>,
+) -> Injection {
     let empty = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    inject(pod, &index.matching_for_injection(labels, ns_labels), now)
+    let matched = index.matching_for_injection(labels, ns_labels);
+    if matched
+        .iter()
+        .all(|e| e.ss.spec.injection_strategy.revision.is_none())
+    {
+        return inject(pod, &matched, now);
+    }
+    let owned: Vec<Entry> = matched
+        .iter()
+        .map(|e| pinned(e).unwrap_or_else(|| (*e).clone()))
+        .collect();
+    inject(pod, &owned.iter().collect::<Vec<_>>(), now)
+}
+
+/// The SidecarSet as a recorded revision made it: the revision's `spec` (containers, init
+/// containers, volumes, image pull secrets, patchPodMetadata) over the current object, and the
+/// revision's name recorded in the pods' hash annotation.
+pub fn pinned_entry(current: &Entry, revision_name: &str, data: &Value) -> Option<Entry> {
+    let spec = data.get("spec")?;
+    let mut ss = (*current.ss).clone();
+    let take = |k: &str| spec.get(k).cloned().unwrap_or(Value::Array(vec![]));
+    ss.spec.containers = serde_json::from_value(take("containers")).ok()?;
+    ss.spec.init_containers = serde_json::from_value(take("initContainers")).ok()?;
+    ss.spec.volumes = serde_json::from_value(take("volumes")).ok()?;
+    ss.spec.image_pull_secrets = serde_json::from_value(take("imagePullSecrets")).ok()?;
+    ss.spec.patch_pod_metadata = serde_json::from_value(take("patchPodMetadata")).ok()?;
+    ss.status
+        .get_or_insert_with(Default::default)
+        .latest_revision = Some(revision_name.to_string());
+    Entry::new(std::sync::Arc::new(ss)).ok()
 }
 
 /// On a pod UPDATE: never adds containers; keeps the injection annotations truthful by putting

@@ -37,6 +37,8 @@ pub struct State {
     /// Self-managed certificates: ready only once the webhook configurations trust our CA.
     require_ca_trust: AtomicBool,
     ca_trusted: AtomicBool,
+    /// ControllerRevisions of SidecarSets by name: (SidecarSet name, custom version, data).
+    revisions: RwLock<Arc<HashMap<String, (String, Option<String>, serde_json::Value)>>>,
     /// Expiry of the served certificate (unix seconds; 0 when unknown).
     cert_expiry: std::sync::atomic::AtomicI64,
 }
@@ -84,6 +86,36 @@ impl State {
             .unwrap_or_default();
         f(&mut next);
         self.set_namespaces(next);
+    }
+
+    pub fn set_revisions(
+        &self,
+        revisions: HashMap<String, (String, Option<String>, serde_json::Value)>,
+    ) {
+        if let Ok(mut g) = self.revisions.write() {
+            *g = Arc::new(revisions);
+        }
+    }
+
+    /// The revision an entry's `injectionStrategy.revision` pins, when it is known; otherwise
+    /// None (the current spec is injected and a warning logged).
+    pub fn pinned(&self, e: &crate::select::Entry) -> Option<crate::select::Entry> {
+        let want = e.ss.spec.injection_strategy.revision.as_ref()?;
+        let revisions = self.revisions.read().ok()?.clone();
+        let found = revisions.iter().find(|(name, (ss, custom, _))| {
+            ss == e.ss.name()
+                && (want.revision_name.as_deref() == Some(name.as_str())
+                    || (want.revision_name.is_none()
+                        && want.custom_version.is_some()
+                        && custom == &want.custom_version))
+        });
+        match found {
+            Some((name, (_, _, data))) => inject::pinned_entry(e, name, data),
+            None => {
+                warn!(sidecarset = e.ss.name(), pinned = ?want, "pinned revision not found; injecting the current spec");
+                None
+            }
+        }
     }
 
     /// Labels of a namespace, as the API server sets them (the name label always present).
@@ -253,7 +285,8 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
         "CREATE" => {
             let ns_labels = state.namespace_labels(&namespace);
             let index = state.index();
-            let injection = inject::for_pod(&index, &pod, &ns_labels, now);
+            let injection =
+                inject::for_pod_pinned(&index, &pod, &ns_labels, now, &|e| state.pinned(e));
             if !injection.injected.is_empty() {
                 let name = pod
                     .metadata
