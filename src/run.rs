@@ -344,7 +344,7 @@ async fn watch_revisions(client: Client, namespace: String, state: Arc<State>) {
     let api: Api<ControllerRevision> = Api::namespaced(client, &namespace);
     let cfg =
         watcher::Config::default().labels(crate::controller::revisions::LABEL_SIDECARSET_NAME);
-    let mut all: HashMap<String, (String, Option<String>, serde_json::Value)> = HashMap::new();
+    let mut all: HashMap<String, crate::webhook::KnownRevision> = HashMap::new();
     let mut buffer = HashMap::new();
     let entry = |r: &ControllerRevision| {
         let labels = r.metadata.labels.clone().unwrap_or_default();

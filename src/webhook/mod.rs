@@ -24,6 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use tracing::{debug, info, warn};
 
+/// A SidecarSet revision known to the webhook: (SidecarSet name, custom version, data).
+pub type KnownRevision = (String, Option<String>, serde_json::Value);
+
 /// What the webhooks read: the SidecarSet index and namespace labels, replaced by the watchers.
 #[derive(Default)]
 pub struct State {
@@ -38,7 +41,7 @@ pub struct State {
     require_ca_trust: AtomicBool,
     ca_trusted: AtomicBool,
     /// ControllerRevisions of SidecarSets by name: (SidecarSet name, custom version, data).
-    revisions: RwLock<Arc<HashMap<String, (String, Option<String>, serde_json::Value)>>>,
+    revisions: RwLock<Arc<HashMap<String, KnownRevision>>>,
     /// Expiry of the served certificate (unix seconds; 0 when unknown).
     cert_expiry: std::sync::atomic::AtomicI64,
 }
