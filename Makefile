@@ -81,3 +81,61 @@ bench: ## Benchmarks: injection core (criterion) and a webhook load run over TLS
 .PHONY: docker-build
 docker-build: ## Build the operator image (needs Docker)
 	docker build -t $(IMG) .
+
+# ---- Packaging: Helm chart and OLM bundle --------------------------------------------------------
+CHART          := charts/sidecarset-operator
+HELM_RELEASE   ?= sidecarset-operator
+HELM_NAMESPACE ?= sidecarset-system
+HELM_ARGS      ?=
+KIND_CLUSTER   ?= sidecarset-e2e
+
+.PHONY: helm-lint
+helm-lint: ## helm lint --strict + template of the chart with default and ci/ values (no cluster)
+	hack/chart-test.sh lint
+
+.PHONY: chart-test
+chart-test: ## Chart against the KUBECONFIG cluster: dry runs, install, RBAC as its ServiceAccount, upgrade, uninstall
+	@[ -n "$${KUBECONFIG:-}" ] || { echo "chart-test needs KUBECONFIG (make cluster-up; eval \"\$$(hack/cluster.sh env)\"), or run 'make chart-test-local'"; exit 1; }
+	hack/chart-test.sh
+
+.PHONY: chart-test-local
+chart-test-local: ## chart-test on its own local kwok cluster (started and deleted by it)
+	hack/chart-test.sh --with-cluster
+
+.PHONY: bundle
+bundle: ## Regenerate the OLM bundle (bundle/, bundle.Dockerfile) from the chart and the code
+	hack/bundle.sh generate
+
+.PHONY: bundle-check
+bundle-check: ## Fail when bundle/ differs from the chart and the code (run `make bundle`)
+	hack/bundle.sh check
+
+.PHONY: bundle-validate
+bundle-validate: bundle-check ## operator-sdk bundle validate (suite=operatorframework) and opm render on ./bundle
+	hack/bundle.sh validate
+
+.PHONY: bundle-build
+bundle-build: ## Build the bundle image (needs Docker; BUNDLE_IMG)
+	docker build -f bundle.Dockerfile -t $${BUNDLE_IMG:-sidecarset-operator-bundle:v$$(sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' $(CHART)/Chart.yaml)} .
+
+.PHONY: deploy
+deploy: ## Install or upgrade the chart in the current kube context (IMG, HELM_NAMESPACE, HELM_ARGS)
+	@img='$(IMG)'; name=$${img##*/}; \
+	if [[ $$img == *@* ]]; then set -- --set "image.repository=$${img%@*}" --set "image.digest=$${img#*@}"; \
+	elif [[ $$name == *:* ]]; then set -- --set "image.repository=$${img%:*}" --set "image.tag=$${img##*:}"; \
+	else set -- --set "image.repository=$$img"; fi; \
+	eval "$$(hack/tools.sh helm)"; \
+	echo "applying the CRD (Helm never upgrades crds/)"; \
+	kubectl apply --server-side --force-conflicts -f $(CHART)/crds/; \
+	set -x; "$$HELM_BIN/helm" upgrade --install $(HELM_RELEASE) $(CHART) -n $(HELM_NAMESPACE) --create-namespace \
+	  "$$@" --wait --timeout 5m $(HELM_ARGS)
+
+.PHONY: undeploy
+undeploy: ## Uninstall the chart from the current kube context (the CRD and its SidecarSets stay)
+	@eval "$$(hack/tools.sh helm)"; "$$HELM_BIN/helm" uninstall $(HELM_RELEASE) -n $(HELM_NAMESPACE) --wait
+	@echo "the SidecarSet CRD is kept; remove it with: kubectl delete crd sidecarsets.apps.kruise.io (deletes every SidecarSet)"
+
+.PHONY: kind-load
+kind-load: ## Load the operator image IMG into the kind cluster KIND_CLUSTER (needs Docker and kind)
+	@command -v kind >/dev/null || { echo "kind-load needs kind (and Docker)"; exit 1; }
+	kind load docker-image $(IMG) --name $(KIND_CLUSTER)

@@ -2,7 +2,9 @@
 # A local test cluster without a container engine: kwokctl's "binary" runtime runs etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler and kwok-controller as plain processes,
 # using the binaries that hack/tools.sh builds. Nodes are simulated by kwok: Pods are scheduled
-# and become Running/Ready, but no container ever runs.
+# and become Running/Ready, but no container ever runs. The kwok Stages in hack/kwok-stages.yaml
+# (kwok's defaults plus in-place image changes) also make a container whose image is patched in
+# place restart and get ready again, like a kubelet would.
 #
 #   hack/cluster.sh up      create the cluster (removing leftovers of an earlier run first),
 #                           add fake nodes, check that a Pod gets scheduled and becomes Ready
@@ -22,6 +24,8 @@
 #   SSO_BIND_ADDRESS    address the components listen on (default 127.0.0.1)
 #   SSO_KUBECTL         kubectl binary (default: kubectl on PATH; for the google-cloud-sdk
 #                       dispatcher, the newest kubectl.1.NN next to it)
+#   SSO_KWOK_STAGES     file of kwok Stage documents (default <repo>/hack/kwok-stages.yaml);
+#                       empty: kwok's built-in default Stages only
 #   SSO_KEEP_ON_FAILURE=1  leave a cluster whose 'up' failed running, for debugging
 set -euo pipefail
 
@@ -31,6 +35,7 @@ WORK=${SSO_WORK:-$REPO/.local}
 TIMEOUT=${SSO_TIMEOUT:-180}
 NODES=${SSO_NODES:-3}
 BIND_ADDRESS=${SSO_BIND_ADDRESS:-127.0.0.1}
+STAGES=${SSO_KWOK_STAGES-$REPO/hack/kwok-stages.yaml}
 
 log() { printf '[cluster] %s\n' "$*" >&2; }
 die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
@@ -280,6 +285,13 @@ kind: KwokctlConfiguration
 options:
   bindAddress: $BIND_ADDRESS
 EOF
+  # kwokctl hands the Stage documents of its --config to the kwok controller; with any Stage there,
+  # kwok's built-in default Stages are not loaded (the file repeats them).
+  if [ -n "$STAGES" ]; then
+    [ -f "$STAGES" ] || die "SSO_KWOK_STAGES=$STAGES: no such file"
+    grep -q '^kind: Stage' "$STAGES" || die "$STAGES holds no kwok Stage"
+    { printf -- '---\n'; cat "$STAGES"; } >>"$WORK/kwokctl-config.yaml"
+  fi
   local args=(
     create cluster
     --name "$NAME"
@@ -342,6 +354,10 @@ EOF
   if ! (wait_until "pod default/$pod to be scheduled and become Running/Ready" pod_ready); then
     kube -n default describe pod "$pod" >&2 || true
     die "the smoke-test Pod did not become Running/Ready within ${TIMEOUT}s: scheduling or kwok does not work"
+  fi
+  # The default Stages set no imageID; hack/kwok-stages.yaml does.
+  if [ -n "$STAGES" ] && [ -z "$(kube -n default get pod "$pod" -o jsonpath='{.status.containerStatuses[0].imageID}')" ]; then
+    die "the Stages of $STAGES are not in effect (the smoke-test Pod has no imageID)"
   fi
   kube -n default delete pod "$pod" --wait=true --timeout="${TIMEOUT}s" >/dev/null || die "could not delete the smoke-test Pod"
 

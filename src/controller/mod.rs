@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -33,7 +33,8 @@ pub struct Ctx {
     /// Namespace of the operator: ControllerRevisions live there.
     pub namespace: String,
     pub leader: Arc<AtomicBool>,
-    pub recorder: Recorder,
+    /// This replica's name in Events.
+    pub identity: String,
     /// Last Event note per (SidecarSet, reason): the same note is not repeated.
     last_events: Mutex<HashMap<(String, String), String>>,
 }
@@ -132,16 +133,12 @@ pub async fn run(client: Client, namespace: String, leader: Arc<AtomicBool>, ide
     )
     .touched_objects();
 
-    let reporter = Reporter {
-        controller: crate::run::FIELD_MANAGER.into(),
-        instance: Some(identity),
-    };
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods,
         namespace,
         leader,
-        recorder: Recorder::new(client.clone(), reporter),
+        identity,
         last_events: Mutex::new(HashMap::new()),
     });
     Controller::new(
@@ -318,14 +315,40 @@ async fn event(ctx: &Ctx, ss: &SidecarSet, type_: EventType, reason: &str, note:
         }
         last.insert(key, note.clone());
     }
-    let ev = Event {
-        type_,
-        reason: reason.into(),
+    // A new Event per distinct note (kube's Recorder folds the notes of one reason into a
+    // series that keeps its first note).
+    let ev = k8s_openapi::api::events::v1::Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!(
+                "{}.{:x}",
+                ss.name_any().to_lowercase(),
+                jiff::Timestamp::now().as_nanosecond()
+            )),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            jiff::Timestamp::now(),
+        )),
+        action: Some("Rollout".into()),
+        reason: Some(reason.into()),
         note: Some(note),
-        action: "Rollout".into(),
-        secondary: None,
+        type_: Some(
+            if type_ == EventType::Warning {
+                "Warning"
+            } else {
+                "Normal"
+            }
+            .into(),
+        ),
+        regarding: Some(ss.object_ref(&())),
+        reporting_controller: Some(format!("{}/controller", crate::run::FIELD_MANAGER)),
+        reporting_instance: Some(ctx.identity.clone()),
+        ..Default::default()
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &ss.object_ref(&())).await {
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(ctx.client.clone(), "default");
+    if let Err(e) = api.create(&kube::api::PostParams::default(), &ev).await {
         warn!(sidecarset = %ss.name_any(), error = %e, "cannot record an Event");
     }
 }

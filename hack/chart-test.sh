@@ -1,0 +1,703 @@
+#!/usr/bin/env bash
+# Proves the Helm chart (charts/sidecarset-operator) against a real API server, the one of the
+# current KUBECONFIG (the local kwok cluster in `make test`):
+#
+#   1. lint      helm lint --strict with the default values and with every ci/*.yaml; the values
+#                schema rejects a bad value; no rendering ever contains caBundle
+#   2. dry-run   helm template of each values file, then a server-side dry run of the result (and of
+#                the CRD); kinds whose CRDs the cluster does not serve (cert-manager's Certificate
+#                and Issuer, prometheus-operator's ServiceMonitor) are left out and listed
+#   3. install   helm install into $SSO_CHART_NAMESPACE (Pod Security "restricted" enforced), then
+#                checks what it created; admission probes (server-side dry runs) show that the pod
+#                webhook is called for ordinary pods and skipped for the operator's namespace and
+#                its own pods
+#   4. rbac      a token for the chart's ServiceAccount (TokenRequest API) in a kubeconfig; as that
+#                identity: everything the operator needs is allowed, the rest is not; writing
+#                caBundle by server-side apply works (field manager sidecarset-operator, as the
+#                operator does); removing the ClusterRole's namespaces rule denies listing
+#                namespaces (and putting it back allows it again)
+#   5. upgrade   helm upgrade with other values keeps the caBundle the operator wrote and applies
+#                the new values; the documented CRD upgrade (kubectl apply --server-side
+#                --force-conflicts -f crds/) works
+#   6. uninstall removes everything but the CRD
+#
+# Pods do not really run on kwok (its fake kubelet marks them Running/Ready), so the operator
+# itself is not exercised here; e2e does that. Works with Helm 3 (three-way merge) and Helm 4
+# (server-side apply): HELM=<helm 4 binary> hack/chart-test.sh.
+#
+# Usage:
+#   hack/chart-test.sh                   run the checks against the current KUBECONFIG
+#   hack/chart-test.sh lint              step 1 only (no cluster needed)
+#   hack/chart-test.sh --with-cluster    start a local cluster first (hack/cluster.sh, name
+#                                        $SSO_CLUSTER_NAME, default sidecarset-chart-test) and
+#                                        delete it afterwards
+#   hack/chart-test.sh sa-kubeconfig OUT [DURATION]
+#                                        write a kubeconfig that authenticates as the ServiceAccount
+#                                        of an installed release (token from the TokenRequest API,
+#                                        default lifetime 12h), e.g. to run the operator process
+#                                        with exactly the chart's RBAC
+#
+# Environment:
+#   KUBECONFIG                the cluster (required unless --with-cluster)
+#   SSO_CHART_RELEASE         release name (default sidecarset-operator)
+#   SSO_CHART_NAMESPACE       release namespace (default sidecarset-system)
+#   SSO_CHART_TIMEOUT         timeout of each wait in seconds (default 180)
+#   SSO_WORK                  scratch directory (default <repo>/.local); files go to $SSO_WORK/chart-test
+#   HELM                      helm binary (default: built by hack/tools.sh helm)
+#   KUBECTL                   kubectl binary (default: $SSO_WORK/bin/kubectl, else kubectl on PATH)
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CHART=$REPO/charts/sidecarset-operator
+RELEASE=${SSO_CHART_RELEASE:-sidecarset-operator}
+NS=${SSO_CHART_NAMESPACE:-sidecarset-system}
+TIMEOUT=${SSO_CHART_TIMEOUT:-180}
+WORK=${SSO_WORK:-$REPO/.local}
+OUT=$WORK/chart-test
+CRD_NAME=sidecarsets.apps.kruise.io
+FIELD_MANAGER=sidecarset-operator
+
+log() { printf '[chart-test] %s\n' "$*" >&2; }
+die() { printf '\n[chart-test] FAILED: %s\n\n' "$*" >&2; exit 1; }
+SECTIONS=()
+declare -A SECTION_CHECKS=()
+CURRENT=
+section() {
+  CURRENT=$1
+  SECTIONS+=("$1")
+  SECTION_CHECKS[$1]=0
+  printf '\n[chart-test] ==== %s\n' "$1" >&2
+}
+
+PASSED=()
+pass() {
+  PASSED+=("$1")
+  [ -z "$CURRENT" ] || SECTION_CHECKS[$CURRENT]=$((SECTION_CHECKS[$CURRENT] + 1))
+  printf '[chart-test]   ok  %s\n' "$1" >&2
+}
+
+case $TIMEOUT in '' | *[!0-9]*) die "SSO_CHART_TIMEOUT='$TIMEOUT' must be a number of seconds" ;; esac
+
+# ---------------------------------------------------------------------------------------------
+# tools
+
+find_tools() {
+  if [ -z "${HELM:-}" ] && [ "${NEED_HELM:-1}" = 1 ]; then
+    local tools
+    tools=$("$REPO/hack/tools.sh" helm) || die "helm is not available and 'hack/tools.sh helm' could not build it"
+    eval "$tools"
+    HELM=$HELM_BIN/helm
+  fi
+  if [ "${NEED_HELM:-1}" = 1 ]; then
+    [ -x "$HELM" ] || HELM=$(command -v "$HELM" 2>/dev/null) || die "HELM=$HELM is not executable"
+  fi
+  if [ -z "${KUBECTL:-}" ] && [ "${NEED_KUBECTL:-1}" = 1 ]; then
+    if [ -x "$WORK/bin/kubectl" ]; then KUBECTL=$WORK/bin/kubectl
+    else KUBECTL=$(command -v kubectl 2>/dev/null) || die "kubectl is not on PATH (or set KUBECTL)"; fi
+  fi
+  command -v python3 >/dev/null || die "python3 is needed (YAML filtering and JSON checks)"
+  python3 -c 'import yaml' 2>/dev/null || die "python3 needs PyYAML (apt-get install python3-yaml)"
+  command -v openssl >/dev/null || die "openssl is needed (a CA certificate for the simulated caBundle)"
+  # kubectl's discovery cache would otherwise go to ~/.kube/cache.
+  export KUBECACHEDIR=${KUBECACHEDIR:-$WORK/kube-cache}
+}
+
+k() { "$KUBECTL" --request-timeout=20s "$@"; }
+# kubectl as the chart's ServiceAccount.
+ksa() { "$KUBECTL" --kubeconfig="$SA_KUBECONFIG" --request-timeout=20s "$@"; }
+
+# wait_until SECONDS DESCRIPTION COMMAND...
+wait_until() {
+  local limit=$1 what=$2 deadline
+  shift 2
+  deadline=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "timed out after ${limit}s waiting for $what"
+    sleep 0.5
+  done
+}
+
+# jpath KIND NAME JSONPATH [-n NS]
+jpath() {
+  local kind=$1 name=$2 path=$3
+  shift 3
+  k get "$kind" "$name" "$@" -o "jsonpath=$path"
+}
+
+# expect_eq DESCRIPTION ACTUAL EXPECTED
+expect_eq() {
+  [ "$2" = "$3" ] || die "$1: expected '$3', got '$2'"
+  pass "$1"
+}
+
+# ---------------------------------------------------------------------------------------------
+# sa-kubeconfig
+
+# write_sa_kubeconfig OUT DURATION: a kubeconfig for the release's ServiceAccount, against the
+# current cluster, with a token from the TokenRequest API.
+write_sa_kubeconfig() {
+  local out=$1 duration=$2 sa server ca_data ca_file token ctx cluster
+  sa=$(k -n "$NS" get deployment -l "app.kubernetes.io/instance=$RELEASE" \
+    -o jsonpath='{.items[0].spec.template.spec.serviceAccountName}' 2>/dev/null) || true
+  [ -n "$sa" ] || die "no Deployment of release '$RELEASE' in namespace '$NS' (is the chart installed? set SSO_CHART_RELEASE/SSO_CHART_NAMESPACE)"
+  ctx=$(k config current-context)
+  cluster=$(k config view --minify -o jsonpath='{.contexts[0].context.cluster}')
+  server=$(k config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  ca_data=$(k config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  ca_file=$(k config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority}')
+  token=$(k -n "$NS" create token "$sa" --duration="$duration") || die "TokenRequest for serviceaccount $NS/$sa failed"
+  [ -n "$server" ] || die "no server in the current context '$ctx'"
+  mkdir -p "$(dirname "$out")"
+  rm -f "$out"
+  (umask 077 && : >"$out")
+  local kc=("$KUBECTL" --kubeconfig="$out")
+  if [ -n "$ca_data" ]; then
+    printf '%s' "$ca_data" | base64 -d >"$out.ca"
+    "${kc[@]}" config set-cluster "$cluster" --server="$server" --certificate-authority="$out.ca" --embed-certs >/dev/null
+    rm -f "$out.ca"
+  elif [ -n "$ca_file" ]; then
+    "${kc[@]}" config set-cluster "$cluster" --server="$server" --certificate-authority="$ca_file" --embed-certs >/dev/null
+  else
+    "${kc[@]}" config set-cluster "$cluster" --server="$server" >/dev/null
+  fi
+  "${kc[@]}" config set-credentials "system:serviceaccount:$NS:$sa" --token="$token" >/dev/null
+  "${kc[@]}" config set-context "$sa@$cluster" --cluster="$cluster" --user="system:serviceaccount:$NS:$sa" --namespace="$NS" >/dev/null
+  "${kc[@]}" config use-context "$sa@$cluster" >/dev/null
+  SA_NAME=$sa
+}
+
+if [ "${1:-}" = sa-kubeconfig ]; then
+  [ -n "${2:-}" ] || { echo "usage: $0 sa-kubeconfig OUT [DURATION]" >&2; exit 2; }
+  [ -n "${KUBECONFIG:-}" ] || die "KUBECONFIG is not set"
+  NEED_HELM=0 find_tools
+  write_sa_kubeconfig "$2" "${3:-12h}"
+  log "wrote $2: serviceaccount $NS/$SA_NAME (token valid ${3:-12h})"
+  exit 0
+fi
+
+VALUES_FILES=("")
+for f in "$CHART"/ci/*.yaml; do [ -e "$f" ] && VALUES_FILES+=("$f"); done
+label_of() { if [ -z "$1" ]; then echo "default values"; else echo "ci/$(basename "$1")"; fi; }
+
+# render FILE [VALUES]: helm template into FILE
+render() {
+  local out=$1 f=${2:-}
+  local args=(template "$RELEASE" "$CHART" -n "$NS")
+  [ -z "$f" ] || args+=(-f "$f")
+  "$HELM" "${args[@]}" >"$out" || die "helm template failed with $(label_of "$f")"
+}
+
+# Step 1, offline: lint, the schema, and no caBundle in any rendering.
+lint_phase() {
+  local f i=0 lint_args lint_out bad
+  section "1. helm lint --strict (default values + $((${#VALUES_FILES[@]} - 1)) ci files)"
+  for f in "${VALUES_FILES[@]}"; do
+    lint_args=(lint --strict "$CHART")
+    [ -z "$f" ] || lint_args+=(-f "$f")
+    if ! lint_out=$("$HELM" "${lint_args[@]}" 2>&1); then
+      printf '%s\n' "$lint_out" >&2
+      die "helm lint --strict failed with $(label_of "$f")"
+    fi
+    # --strict turns warnings into failures; anything else it reports is worth a look.
+    if grep -E '^\[(WARNING|ERROR)\]' <<<"$lint_out" >&2; then die "helm lint reported problems with $(label_of "$f")"; fi
+    pass "helm lint --strict: $(label_of "$f")"
+  done
+
+  # The schema is enforced: a wrong value is refused at render time.
+  if bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" --set webhook.failurePolicy=Sometimes 2>&1); then
+    die "values.schema.json accepted webhook.failurePolicy=Sometimes"
+  fi
+  grep -q "failurePolicy" <<<"$bad" || die "the schema error does not name the field: $bad"
+  if "$HELM" template "$RELEASE" "$CHART" -n "$NS" --set unknownKey=1 >/dev/null 2>&1; then
+    die "values.schema.json accepted an unknown top-level key"
+  fi
+  pass "values.schema.json refuses a bad enum value and an unknown key"
+
+  for f in "${VALUES_FILES[@]}"; do
+    i=$((i + 1))
+    render "$OUT/rendered-$i.yaml" "$f"
+    if grep -nE '^[[:space:]-]*caBundle:' "$OUT/rendered-$i.yaml" >&2; then
+      die "$(label_of "$f"): the rendered chart contains caBundle (helm upgrade would reset the operator's CA)"
+    fi
+  done
+  pass "helm template: no caBundle in any of the ${#VALUES_FILES[@]} renderings"
+}
+
+# ---------------------------------------------------------------------------------------------
+# --with-cluster
+
+WITH_CLUSTER=0
+case ${1:-} in
+  --with-cluster) WITH_CLUSTER=1 ;;
+  lint)
+    NEED_KUBECTL=0 find_tools
+    mkdir -p "$OUT"
+    lint_phase
+    printf '\n[chart-test] PASSED (lint only, no cluster): %d checks\n' "${#PASSED[@]}" >&2
+    exit 0 ;;
+  '') ;;
+  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "usage: $0 [--with-cluster] | lint | sa-kubeconfig OUT [DURATION]" >&2; exit 2 ;;
+esac
+
+if [ "$WITH_CLUSTER" = 1 ]; then
+  export SSO_CLUSTER_NAME=${SSO_CLUSTER_NAME:-sidecarset-chart-test}
+  export SSO_WORK=$WORK
+  "$REPO/hack/cluster.sh" up
+  eval "$("$REPO/hack/cluster.sh" env)"
+fi
+[ -n "${KUBECONFIG:-}" ] || die "KUBECONFIG is not set: start a cluster (make cluster-up; eval \"\$(hack/cluster.sh env)\") or use --with-cluster"
+
+find_tools
+mkdir -p "$OUT"
+SA_KUBECONFIG=$OUT/serviceaccount.kubeconfig
+FOREIGN_VWC=sso-chart-test-foreign-$$
+CREATED_NS=0
+CRD_EXISTED=0
+INSTALLED=0
+DONE=0
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  set +e
+  if [ "$DONE" != 1 ]; then
+    log "---- diagnostics (exit $rc)"
+    "$HELM" status "$RELEASE" -n "$NS" 2>&1 | head -n 6 >&2
+    k -n "$NS" get all,sa,role,rolebinding,pdb -o wide >&2 2>&1
+    k -n "$NS" get events --sort-by=.lastTimestamp 2>&1 | tail -n 20 >&2
+  fi
+  k delete validatingwebhookconfiguration "$FOREIGN_VWC" --ignore-not-found >/dev/null 2>&1
+  if [ "$INSTALLED" = 1 ]; then
+    log "cleanup: helm uninstall $RELEASE"
+    "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout "${TIMEOUT}s" >/dev/null 2>&1
+  fi
+  if [ "$CREATED_NS" = 1 ]; then
+    k delete namespace "$NS" --timeout="${TIMEOUT}s" >/dev/null 2>&1
+  fi
+  if [ "$CRD_EXISTED" = 0 ]; then
+    # Leave the cluster as it was found: the CRD was installed by this test.
+    k delete crd "$CRD_NAME" --ignore-not-found --wait=false >/dev/null 2>&1
+  fi
+  rm -f "$SA_KUBECONFIG"
+  if [ "$WITH_CLUSTER" = 1 ]; then
+    "$REPO/hack/cluster.sh" down
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+k get --raw=/readyz >/dev/null 2>&1 || die "the API server of KUBECONFIG=$KUBECONFIG does not answer /readyz"
+log "cluster: $(k config view --minify -o jsonpath='{.clusters[0].cluster.server}') (server $(k version -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])'))"
+log "helm: $("$HELM" version --short); kubectl: $KUBECTL; release $RELEASE in namespace $NS"
+
+lint_phase
+
+# ---------------------------------------------------------------------------------------------
+section "2. helm template + server-side dry run"
+
+ns_gone() { ! k get namespace "$NS" >/dev/null 2>&1; }
+if [ "$(jpath namespace "$NS" '{.status.phase}' 2>/dev/null)" = Terminating ]; then
+  log "namespace $NS is being deleted; waiting"
+  wait_until "$TIMEOUT" "namespace $NS to be deleted" ns_gone
+fi
+if k get namespace "$NS" >/dev/null 2>&1; then
+  log "namespace $NS exists already"
+else
+  k create namespace "$NS" >/dev/null
+  CREATED_NS=1
+fi
+# The operator must run under the restricted Pod Security profile: enforce it (pods that break
+# it are refused) and warn (a Deployment that would break it draws a warning on dry run).
+k label namespace "$NS" --overwrite pod-security.kubernetes.io/enforce=restricted \
+  pod-security.kubernetes.io/warn=restricted >/dev/null
+
+if k get crd "$CRD_NAME" >/dev/null 2>&1; then CRD_EXISTED=1; fi
+crd_out=$(k apply --server-side --dry-run=server --field-manager=chart-test -f "$CHART/crds/" 2>&1) \
+  || { printf '%s\n' "$crd_out" >&2; die "server-side dry run of the chart's CRD failed"; }
+pass "server-side dry run: crds/$(basename "$CHART"/crds/*.yaml)"
+
+# served APIVERSION KIND: does the API server serve this kind?
+served() {
+  local gv=$1 kind=$2 path
+  if [ "$gv" = v1 ]; then path=/api/v1; else path=/apis/$gv; fi
+  k get --raw="$path" 2>/dev/null | python3 -c '
+import json, sys
+kinds = {r["kind"] for r in json.load(sys.stdin).get("resources", []) if "/" not in r["name"]}
+sys.exit(0 if sys.argv[1] in kinds else 1)' "$kind"
+}
+
+SKIPPED_KINDS=()
+i=0
+for f in "${VALUES_FILES[@]}"; do
+  i=$((i + 1))
+  rendered=$OUT/rendered-$i.yaml
+  render "$rendered" "$f"
+  # Kinds of the rendering, and which of them the cluster serves.
+  mapfile -t kinds < <(python3 -c '
+import sys, yaml
+seen = set()
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and (d["apiVersion"], d["kind"]) not in seen:
+        seen.add((d["apiVersion"], d["kind"])); print(d["apiVersion"], d["kind"])' "$rendered")
+  drop=()
+  for gk in "${kinds[@]}"; do
+    read -r gv kind <<<"$gk"
+    served "$gv" "$kind" || drop+=("$gv/$kind")
+  done
+  filtered=$OUT/rendered-$i.served.yaml
+  python3 -c '
+import sys, yaml
+drop = set(sys.argv[3:])
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["apiVersion"] + "/" + d["kind"] not in drop]
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"), sort_keys=False)
+print(len(docs))' "$rendered" "$filtered" "${drop[@]}" >"$OUT/count"
+  n=$(cat "$OUT/count")
+  if ! dry=$(k apply --dry-run=server -f "$filtered" 2>&1); then
+    printf '%s\n' "$dry" >&2
+    die "server-side dry run failed with $(label_of "$f") ($rendered)"
+  fi
+  if grep -i 'warning' <<<"$dry" >&2; then die "server-side dry run with $(label_of "$f") drew warnings (Pod Security?)"; fi
+  note=""
+  if [ ${#drop[@]} -gt 0 ]; then
+    note=" (left out, CRD not installed on this cluster: ${drop[*]})"
+    SKIPPED_KINDS+=("$(label_of "$f"): ${drop[*]}")
+  fi
+  pass "dry run: $(label_of "$f"): $n objects accepted$note"
+done
+
+# ---------------------------------------------------------------------------------------------
+section "3. helm install"
+
+if "$HELM" status "$RELEASE" -n "$NS" >/dev/null 2>&1; then
+  die "release '$RELEASE' already exists in namespace '$NS'; uninstall it first (helm uninstall $RELEASE -n $NS) or set SSO_CHART_RELEASE"
+fi
+render "$OUT/default.yaml"
+CFG=$(python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "MutatingWebhookConfiguration": print(d["metadata"]["name"])' "$OUT/default.yaml")
+FULLNAME=$(python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "Deployment": print(d["metadata"]["name"])' "$OUT/default.yaml")
+for kind in mutatingwebhookconfiguration validatingwebhookconfiguration clusterrole clusterrolebinding; do
+  if k get "$kind" "$CFG" >/dev/null 2>&1 || k get "$kind" "$FULLNAME" >/dev/null 2>&1; then
+    die "a $kind named '$CFG' or '$FULLNAME' already exists on this cluster, not from a Helm release (an operator started with --manage-webhooks, e.g. make run / e2e-local?). Remove it or choose another SSO_CHART_RELEASE"
+  fi
+done
+
+# A short webhook timeout: no operator answers on kwok, and the admission probes below wait for it.
+install_out=$("$HELM" install "$RELEASE" "$CHART" -n "$NS" --set webhook.timeoutSeconds=3 \
+  --wait --timeout "${TIMEOUT}s" 2>&1) || { printf '%s\n' "$install_out" >&2; die "helm install failed"; }
+INSTALLED=1
+expect_eq "helm install: release status" "$("$HELM" status "$RELEASE" -n "$NS" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["info"]["status"])')" deployed
+grep -q 'kubectl get sidecarsets' <<<"$install_out" || die "helm install did not print NOTES.txt (no 'kubectl get sidecarsets' in its output)"
+pass "NOTES.txt printed (how to check that it works)"
+
+expect_eq "CRD $CRD_NAME established" "$(jpath crd "$CRD_NAME" '{.status.conditions[?(@.type=="Established")].status}')" True
+SA=$(jpath deployment "$FULLNAME" '{.spec.template.spec.serviceAccountName}' -n "$NS")
+k -n "$NS" get serviceaccount "$SA" >/dev/null || die "ServiceAccount $NS/$SA is missing"
+pass "ServiceAccount $NS/$SA"
+for obj in clusterrole/"$FULLNAME" clusterrolebinding/"$FULLNAME"; do
+  k get "$obj" >/dev/null || die "$obj is missing"
+done
+for obj in role/"$FULLNAME" rolebinding/"$FULLNAME"; do
+  k -n "$NS" get "$obj" >/dev/null || die "$obj is missing in $NS"
+done
+expect_eq "ClusterRoleBinding binds the ServiceAccount" \
+  "$(jpath clusterrolebinding "$FULLNAME" '{.subjects[0].namespace}/{.subjects[0].name}')" "$NS/$SA"
+pass "RBAC: ClusterRole, ClusterRoleBinding, Role, RoleBinding"
+
+expect_eq "Deployment: 2 replicas ready" "$(jpath deployment "$FULLNAME" '{.spec.replicas}/{.status.readyReplicas}' -n "$NS")" 2/2
+DEPLOY_ARGS=$(jpath deployment "$FULLNAME" '{.spec.template.spec.containers[0].args}' -n "$NS")
+for want in "--webhook-config-name=$CFG" --cert-mode=self "--webhook-service=$FULLNAME-webhook" --listen=0.0.0.0:9443 \
+  --leader-elect=true "--leader-lease-name=$FULLNAME"; do
+  grep -qF -- "\"$want\"" <<<"$DEPLOY_ARGS" || die "Deployment args lack $want: $DEPLOY_ARGS"
+done
+pass "Deployment args: --webhook-config-name=$CFG --cert-mode=self --webhook-service=$FULLNAME-webhook --leader-elect=true"
+expect_eq "Deployment env POD_NAMESPACE from the downward API" \
+  "$(jpath deployment "$FULLNAME" '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAMESPACE")].valueFrom.fieldRef.fieldPath}' -n "$NS")" metadata.namespace
+expect_eq "probes: HTTPS /healthz and /readyz" \
+  "$(jpath deployment "$FULLNAME" '{.spec.template.spec.containers[0].livenessProbe.httpGet.scheme} {.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.path}' -n "$NS")" \
+  "HTTPS /healthz /readyz"
+# The namespace enforces "restricted": the pods exist, so the API server admitted them.
+npods=$(k -n "$NS" get pods -l "app.kubernetes.io/instance=$RELEASE" --no-headers 2>/dev/null | wc -l)
+expect_eq "2 operator pods admitted under Pod Security 'restricted' (enforced on $NS)" "$npods" 2
+expect_eq "Service $FULLNAME-webhook: 443 -> webhook (9443)" \
+  "$(jpath service "$FULLNAME-webhook" '{.spec.ports[0].port}->{.spec.ports[0].targetPort}' -n "$NS")" "443->webhook"
+expect_eq "PodDisruptionBudget minAvailable 1" "$(jpath pdb "$FULLNAME" '{.spec.minAvailable}' -n "$NS")" 1
+pdb_counts() { [ "$(jpath pdb "$FULLNAME" '{.status.currentHealthy}/{.status.disruptionsAllowed}' -n "$NS")" = 2/1 ]; }
+wait_until 30 "the PodDisruptionBudget to count 2 healthy pods" pdb_counts
+pass "PodDisruptionBudget: 2 healthy, 1 disruption allowed"
+
+expect_eq "MutatingWebhookConfiguration $CFG: webhooks" \
+  "$(jpath mutatingwebhookconfiguration "$CFG" '{.webhooks[*].name}')" "mpod.sidecarset-operator.io msidecarset.sidecarset-operator.io"
+expect_eq "ValidatingWebhookConfiguration $CFG: webhooks" \
+  "$(jpath validatingwebhookconfiguration "$CFG" '{.webhooks[*].name}')" "vsidecarset.sidecarset-operator.io"
+expect_eq "no caBundle after install (the operator writes it)" \
+  "$(jpath mutatingwebhookconfiguration "$CFG" '{.webhooks[*].clientConfig.caBundle}')$(jpath validatingwebhookconfiguration "$CFG" '{.webhooks[*].clientConfig.caBundle}')" ""
+expect_eq "pod webhook excludes $NS and kube-system" \
+  "$(jpath mutatingwebhookconfiguration "$CFG" '{.webhooks[0].namespaceSelector.matchExpressions[0].values}')" "[\"$NS\",\"kube-system\"]"
+
+# Admission probes: server-side dry runs call webhooks whose sideEffects are None. No operator
+# answers on kwok, so with failurePolicy Fail a call shows up as a refusal naming the webhook.
+probe_pod() { # NAMESPACE NAME [LABEL_KEY LABEL_VALUE]: a restricted-compliant pod, dry run only
+  local labels="{}"
+  [ -z "${3:-}" ] || labels="{\"$3\": \"$4\"}"
+  k apply --dry-run=server -o name -f - 2>&1 <<EOF
+{"apiVersion": "v1", "kind": "Pod",
+ "metadata": {"name": "$2", "namespace": "$1", "labels": $labels},
+ "spec": {"securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+          "containers": [{"name": "c", "image": "sso-probe.invalid/pause:0",
+                          "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}}
+EOF
+}
+out=$(probe_pod default sso-probe) && die "a pod in namespace default was admitted without the pod webhook being called: $out"
+grep -q 'mpod.sidecarset-operator.io' <<<"$out" || die "a pod in namespace default was refused, but not by mpod.sidecarset-operator.io: $out"
+pass "admission: a pod in 'default' goes through mpod.sidecarset-operator.io (failurePolicy Fail, no operator: refused)"
+out=$(probe_pod default sso-probe app.kubernetes.io/name sidecarset-operator) \
+  || die "a pod labelled as the operator's was sent to the webhook (objectSelector): $out"
+pass "admission: the operator's own pods skip the webhook (objectSelector)"
+out=$(probe_pod "$NS" sso-probe) || die "a pod in the release namespace $NS was sent to the webhook (namespaceSelector): $out"
+pass "admission: pods in $NS skip the webhook (namespaceSelector)"
+out=$(probe_pod kube-system sso-probe) || die "a pod in kube-system was sent to the webhook (namespaceSelector): $out"
+pass "admission: pods in kube-system skip the webhook (namespaceSelector)"
+out=$(k apply --dry-run=server -f "$REPO/config/samples/sidecarset.yaml" 2>&1) && die "a SidecarSet was admitted without the SidecarSet webhooks being called: $out"
+grep -q 'sidecarset.sidecarset-operator.io' <<<"$out" || die "a SidecarSet was refused, but not by the SidecarSet webhooks: $out"
+pass "admission: SidecarSets go through the SidecarSet webhooks (failurePolicy Fail)"
+
+# ---------------------------------------------------------------------------------------------
+section "4. RBAC as the chart's ServiceAccount (token from the TokenRequest API)"
+
+write_sa_kubeconfig "$SA_KUBECONFIG" 30m
+expect_eq "authenticated as the ServiceAccount" \
+  "$(ksa auth whoami -o jsonpath='{.status.userInfo.username}')" "system:serviceaccount:$NS:$SA"
+ksa auth can-i --list -n "$NS" >"$OUT/can-i-list.txt" 2>&1 || die "kubectl auth can-i --list failed: $(cat "$OUT/can-i-list.txt")"
+log "  kubectl auth can-i --list -n $NS (as $SA):"
+sed 's/^/      /' "$OUT/can-i-list.txt" >&2
+
+SECRET=$(python3 -c '
+import sys
+a = sys.argv[1]
+print([x.split("=", 1)[1] for x in __import__("json").loads(a) if x.startswith("--cert-secret-name=")][0])' "$DEPLOY_ARGS")
+LEASE=$(python3 -c '
+import json, sys
+print([x.split("=", 1)[1] for x in json.loads(sys.argv[1]) if x.startswith("--leader-lease-name=")][0])' "$DEPLOY_ARGS")
+
+# can VERB RESOURCE [ARGS...]: as the ServiceAccount
+can() {
+  local r
+  r=$(ksa auth can-i "$@" 2>"$OUT/can-i.err") || true
+  [ "$r" = yes ] || die "the ServiceAccount may not '$*' (answer: $r $(cat "$OUT/can-i.err")), but the operator needs it"
+  pass "may     $*"
+}
+cannot() {
+  local r
+  r=$(ksa auth can-i "$@" 2>"$OUT/can-i.err") || true
+  [ "$r" = no ] || die "the ServiceAccount may '$*' (answer: $r $(cat "$OUT/can-i.err")), more than the operator needs"
+  pass "may not $*"
+}
+# What the operator does (src/run.rs, src/certs): watch SidecarSets and namespaces, patch pods,
+# write status, events, its Secret, caBundle of its two configurations, Leases, revisions.
+for v in get list watch patch update; do can "$v" sidecarsets.apps.kruise.io; done
+for v in get patch update; do can "$v" sidecarsets.apps.kruise.io --subresource=status; done
+for v in get list watch; do can "$v" namespaces; done
+for v in get list watch patch update; do can "$v" pods --all-namespaces; done
+for v in get patch update; do can "$v" pods --subresource=status --all-namespaces; done
+can create events -n default
+can create events.events.k8s.io -n default
+for v in get list watch; do can "$v" mutatingwebhookconfigurations; can "$v" validatingwebhookconfigurations; done
+for v in patch update; do
+  can "$v" "mutatingwebhookconfigurations/$CFG"
+  can "$v" "validatingwebhookconfigurations/$CFG"
+done
+can create secrets -n "$NS"
+for v in get list watch update patch; do can "$v" "secrets/$SECRET" -n "$NS"; done
+for v in get list watch create; do can "$v" leases.coordination.k8s.io -n "$NS"; done
+for v in update patch; do can "$v" "leases.coordination.k8s.io/$LEASE" -n "$NS"; done
+for v in get list watch create update patch delete; do can "$v" controllerrevisions.apps -n "$NS"; done
+# What it must not do.
+cannot patch mutatingwebhookconfigurations/some-other-webhook
+cannot update validatingwebhookconfigurations/some-other-webhook
+cannot create mutatingwebhookconfigurations
+cannot delete "mutatingwebhookconfigurations/$CFG"
+cannot get secrets -n kube-system
+cannot list secrets -n default
+cannot list secrets -n "$NS"
+cannot get secrets/some-other-secret -n "$NS"
+cannot delete "secrets/$SECRET" -n "$NS"
+cannot delete namespaces
+cannot create pods -n default
+cannot delete pods -n default
+cannot create sidecarsets.apps.kruise.io
+cannot delete sidecarsets.apps.kruise.io
+cannot create customresourcedefinitions.apiextensions.k8s.io
+cannot create clusterrolebindings.rbac.authorization.k8s.io
+cannot update leases.coordination.k8s.io/some-other-lease -n "$NS"
+cannot create controllerrevisions.apps -n default
+cannot '*' '*'
+
+# Real requests with the token, not only can-i.
+ksa get sidecarsets >/dev/null 2>&1 || die "as the ServiceAccount: kubectl get sidecarsets failed"
+ksa get namespaces >/dev/null || die "as the ServiceAccount: kubectl get namespaces failed"
+ksa get pods -A >/dev/null || die "as the ServiceAccount: kubectl get pods -A failed"
+out=$(ksa -n "$NS" get secret "$SECRET" 2>&1) && die "secret $NS/$SECRET exists, but no operator ran"
+grep -q NotFound <<<"$out" || die "as the ServiceAccount, get secret $NS/$SECRET: expected NotFound (allowed, absent), got: $out"
+out=$(ksa -n kube-system get secrets 2>&1) && die "as the ServiceAccount, kubectl get secrets -n kube-system succeeded"
+grep -q Forbidden <<<"$out" || die "expected Forbidden, got: $out"
+pass "requests with the token: SidecarSets, namespaces, pods listed; its Secret reachable; kube-system Secrets Forbidden"
+
+# Simulate the operator's caBundle write: server-side apply of only caBundle, with its field
+# manager and its identity.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj "/CN=chart-test-ca" \
+  -keyout "$OUT/ca.key" -out "$OUT/ca.crt" 2>/dev/null || die "openssl could not make a CA"
+CA_B64=$(base64 -w0 <"$OUT/ca.crt")
+rm -f "$OUT/ca.key"
+cat >"$OUT/cabundle.yaml" <<EOF
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: $CFG
+webhooks:
+  - name: mpod.sidecarset-operator.io
+    clientConfig:
+      caBundle: $CA_B64
+  - name: msidecarset.sidecarset-operator.io
+    clientConfig:
+      caBundle: $CA_B64
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: $CFG
+webhooks:
+  - name: vsidecarset.sidecarset-operator.io
+    clientConfig:
+      caBundle: $CA_B64
+EOF
+out=$(ksa apply --server-side --field-manager="$FIELD_MANAGER" -f "$OUT/cabundle.yaml" 2>&1) \
+  || die "as the ServiceAccount, server-side apply of caBundle failed: $out"
+ca_all() {
+  printf '%s %s' "$(jpath mutatingwebhookconfiguration "$CFG" '{.webhooks[*].clientConfig.caBundle}')" \
+    "$(jpath validatingwebhookconfiguration "$CFG" '{.webhooks[*].clientConfig.caBundle}')"
+}
+expect_eq "caBundle written by server-side apply as the ServiceAccount (field manager $FIELD_MANAGER)" "$(ca_all)" "$CA_B64 $CA_B64 $CA_B64"
+
+# The same write on a configuration that is not the chart's is refused.
+k apply -f - >/dev/null <<EOF
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: $FOREIGN_VWC
+webhooks: []
+EOF
+out=$(printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: %s\n  labels:\n    hijacked: "true"\n' "$FOREIGN_VWC" \
+  | ksa apply --server-side --field-manager="$FIELD_MANAGER" -f - 2>&1) && die "as the ServiceAccount, patching $FOREIGN_VWC succeeded"
+grep -q Forbidden <<<"$out" || die "expected Forbidden when patching $FOREIGN_VWC, got: $out"
+k delete validatingwebhookconfiguration "$FOREIGN_VWC" >/dev/null
+pass "server-side apply on another webhook configuration: Forbidden"
+
+# A rule removed breaks something specific: without the namespaces rule, the operator can no
+# longer list namespaces (its namespaceSelector index would stay empty).
+rule_json=$(k get clusterrole "$FULLNAME" -o json | python3 -c '
+import json, sys
+rules = json.load(sys.stdin)["rules"]
+i = [i for i, r in enumerate(rules) if r.get("resources") == ["namespaces"]][0]
+print(i, json.dumps(rules[i]))')
+idx=${rule_json%% *}
+rule=${rule_json#* }
+k patch clusterrole "$FULLNAME" --type=json -p "[{\"op\":\"remove\",\"path\":\"/rules/$idx\"}]" >/dev/null
+sa_may_list_namespaces() { [ "$(ksa auth can-i list namespaces 2>/dev/null)" = "$1" ]; }
+wait_until 15 "RBAC to deny listing namespaces" sa_may_list_namespaces no
+out=$(ksa get namespaces 2>&1) && die "without the namespaces rule, the ServiceAccount still lists namespaces"
+grep -q Forbidden <<<"$out" || die "expected Forbidden, got: $out"
+pass "ClusterRole without its namespaces rule: list namespaces flips to Forbidden"
+# Put it back as it was (same value at the same place: no field conflict for Helm 4's
+# server-side apply later).
+k patch clusterrole "$FULLNAME" --type=json -p "[{\"op\":\"add\",\"path\":\"/rules/$idx\",\"value\":$rule}]" >/dev/null
+wait_until 15 "RBAC to allow listing namespaces again" sa_may_list_namespaces yes
+ksa get namespaces >/dev/null || die "with the namespaces rule back, the ServiceAccount still cannot list namespaces"
+pass "namespaces rule restored: list namespaces allowed again"
+
+# ---------------------------------------------------------------------------------------------
+section "5. helm upgrade keeps the operator's caBundle"
+
+before=$(ca_all)
+upgrade_out=$("$HELM" upgrade "$RELEASE" "$CHART" -n "$NS" --set webhook.timeoutSeconds=4 \
+  -f "$CHART/ci/failure-policy-ignore-values.yaml" -f "$CHART/ci/extra-namespaces-values.yaml" \
+  --wait --timeout "${TIMEOUT}s" 2>&1) || { printf '%s\n' "$upgrade_out" >&2; die "helm upgrade failed"; }
+expect_eq "helm upgrade: revision 2 deployed" \
+  "$("$HELM" status "$RELEASE" -n "$NS" -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["version"], d["info"]["status"])')" "2 deployed"
+expect_eq "upgrade applied: pod webhook failurePolicy Ignore, timeout 4" \
+  "$(jpath mutatingwebhookconfiguration "$CFG" '{.webhooks[0].failurePolicy} {.webhooks[0].timeoutSeconds}')" "Ignore 4"
+expect_eq "upgrade applied: namespaceSelector has the extra namespaces" \
+  "$(jpath mutatingwebhookconfiguration "$CFG" '{.webhooks[0].namespaceSelector.matchExpressions[0].values}')" \
+  "[\"$NS\",\"kube-system\",\"kube-node-lease\",\"monitoring\"]"
+grep -qF -- '"--skip-namespaces=kube-system,kube-node-lease,monitoring"' <<<"$(jpath deployment "$FULLNAME" '{.spec.template.spec.containers[0].args}' -n "$NS")" \
+  || die "upgrade did not reach the Deployment's --skip-namespaces"
+pass "upgrade applied: Deployment --skip-namespaces=kube-system,kube-node-lease,monitoring"
+expect_eq "caBundle of all three webhooks unchanged by helm upgrade" "$(ca_all)" "$before"
+k get mutatingwebhookconfiguration "$CFG" -o json --show-managed-fields >"$OUT/mwc.json"
+owner=$(python3 -c '
+import json, sys
+mf = json.load(open(sys.argv[1]))["metadata"]["managedFields"]
+print(",".join(sorted(m["manager"] for m in mf if "caBundle" in json.dumps(m.get("fieldsV1", {})))))' "$OUT/mwc.json")
+managers=$(python3 -c '
+import json, sys
+mf = json.load(open(sys.argv[1]))["metadata"]["managedFields"]
+print(", ".join("%s (%s)" % (m["manager"], m["operation"]) for m in mf))' "$OUT/mwc.json")
+expect_eq "caBundle still owned by field manager $FIELD_MANAGER only (managers: $managers)" "$owner" "$FIELD_MANAGER"
+out=$(probe_pod default sso-probe) || die "with failurePolicy Ignore, a pod in default should be admitted although no operator answers: $out"
+pass "admission after upgrade: failurePolicy Ignore admits pods while no operator answers"
+
+# The CRD upgrade story (README): Helm never upgrades crds/, the user applies it server-side.
+# --force-conflicts is needed because Helm created the CRD (its fields belong to manager "helm").
+python3 -c '
+import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+s = d["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+s["description"] = s.get("description", "") + " (chart-test)"
+yaml.safe_dump(d, open(sys.argv[2], "w"), sort_keys=False)' "$CHART/crds/$CRD_NAME.yaml" "$OUT/crd-newer.yaml"
+crd_desc() { jpath crd "$CRD_NAME" '{.spec.versions[0].schema.openAPIV3Schema.description}'; }
+out=$(k apply --server-side --force-conflicts -f "$OUT/crd-newer.yaml" 2>&1) || die "the documented CRD upgrade (kubectl apply --server-side --force-conflicts) failed: $out"
+[[ $(crd_desc) == *"(chart-test)" ]] || die "the CRD upgrade did not change the CRD"
+out=$(k apply --server-side --force-conflicts -f "$CHART/crds/" 2>&1) || die "re-applying the chart's CRD failed: $out"
+[[ $(crd_desc) != *"(chart-test)" ]] || die "re-applying the chart's CRD did not restore it"
+pass "CRD upgrade as documented: kubectl apply --server-side --force-conflicts -f crds/ changes the installed CRD"
+
+# ---------------------------------------------------------------------------------------------
+section "6. helm uninstall removes everything but the CRD"
+
+"$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout "${TIMEOUT}s" >/dev/null || die "helm uninstall failed"
+INSTALLED=0
+sel="app.kubernetes.io/instance=$RELEASE"
+left=$(k -n "$NS" get deployment,replicaset,service,serviceaccount,role,rolebinding,poddisruptionbudget,secret,configmap -l "$sel" -o name 2>&1)
+left+=$(k get clusterrole,clusterrolebinding,mutatingwebhookconfiguration,validatingwebhookconfiguration -l "$sel" -o name 2>&1)
+for obj in "mutatingwebhookconfiguration/$CFG" "validatingwebhookconfiguration/$CFG" "clusterrole/$FULLNAME" "clusterrolebinding/$FULLNAME"; do
+  if k get "$obj" >/dev/null 2>&1; then left+=" $obj"; fi
+done
+for obj in "deployment/$FULLNAME" "serviceaccount/$SA" "role/$FULLNAME" "service/$FULLNAME-webhook" "poddisruptionbudget/$FULLNAME"; do
+  if k -n "$NS" get "$obj" >/dev/null 2>&1; then left+=" $obj"; fi
+done
+[ -z "$(tr -d ' ' <<<"$left")" ] || die "helm uninstall left objects behind: $left"
+pass "helm uninstall: no Deployment, Service, ServiceAccount, RBAC, PDB or webhook configuration left"
+no_operator_pods() { [ -z "$(k -n "$NS" get pods -l "$sel" -o name 2>/dev/null)" ]; }
+wait_until 60 "the operator pods to go away" no_operator_pods
+pass "helm uninstall: operator pods gone"
+k get crd "$CRD_NAME" >/dev/null 2>&1 || die "helm uninstall removed the CRD $CRD_NAME (it must stay, with every SidecarSet)"
+pass "helm uninstall: CRD $CRD_NAME kept (documented in the chart README)"
+
+# ---------------------------------------------------------------------------------------------
+DONE=1
+CURRENT=
+printf '%s\n' "${PASSED[@]}" >"$OUT/checks.txt"
+printf '\n[chart-test] ==== summary: %d checks passed (list: %s)\n' "${#PASSED[@]}" "$OUT/checks.txt" >&2
+for s in "${SECTIONS[@]}"; do printf '  %4d  %s\n' "${SECTION_CHECKS[$s]}" "$s" >&2; done
+if [ ${#SKIPPED_KINDS[@]} -gt 0 ]; then
+  printf '\n[chart-test] left out of the dry runs (their CRDs are not installed on this cluster):\n' >&2
+  printf '  %s\n' "${SKIPPED_KINDS[@]}" >&2
+fi
+printf '\n[chart-test] PASSED: chart %s, release %s in %s\n' "$(sed -n 's/^version: //p' "$CHART/Chart.yaml")" "$RELEASE" "$NS" >&2
