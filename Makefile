@@ -17,7 +17,7 @@ build: ## Build the operator (debug)
 	cargo build --bin sidecarset-operator
 
 .PHONY: test
-test: lint check-manifests unit e2e-local ## Every test: lint, manifest drift, unit + webhook tests, e2e on a local cluster
+test: lint check-manifests unit helm-lint bundle-validate e2e-local chart-test-local ## Every test: lint, generated-file drift, unit + webhook tests, chart and bundle checks, e2e on local clusters
 
 .PHONY: unit
 unit: ## Unit, fixture and webhook (TLS) tests

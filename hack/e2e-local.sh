@@ -32,7 +32,18 @@ cargo build --bin sidecarset-operator
 cargo build -p sidecarset-e2e --tests
 hack/cluster.sh up
 eval "$(hack/cluster.sh env)"
-KUBECTL=$WORK/bin/kubectl hack/run-local.sh --background
+eval "$(hack/tools.sh helm)"
+
+# The operator runs as a local process under the Helm chart's ServiceAccount: the chart is
+# installed with its webhooks pointing at 127.0.0.1 and no in-cluster replicas, so the whole
+# suite proves that the chart's RBAC is enough (a missing permission fails a test).
+log "installing the chart (webhooks by URL, 0 replicas) and running the operator as its ServiceAccount"
+"$HELM_BIN/helm" upgrade --install sidecarset-operator charts/sidecarset-operator -n sidecarset-system \
+  --create-namespace --set webhook.url=https://127.0.0.1:9443 --set replicaCount=0 \
+  --set webhook.failurePolicy="$SSO_FAILURE_POLICY" --wait --timeout 2m >/dev/null
+hack/chart-test.sh sa-kubeconfig "$WORK/sa.kubeconfig" 2h
+SSO_OPERATOR_KUBECONFIG=$WORK/sa.kubeconfig SSO_MANAGE_WEBHOOKS=false KUBECTL=$WORK/bin/kubectl \
+  hack/run-local.sh --background
 
 log "running the e2e suite with the operator up"
 cargo test -p sidecarset-e2e -- --test-threads=4
@@ -43,6 +54,6 @@ rm -f "$WORK/operator.pid"
 sleep 1
 cargo test -p sidecarset-e2e --test operator_down -- --ignored
 
-log "removing its webhook configurations; tests that start their own operators (fresh start, rotation, files mode)"
-"$WORK/bin/kubectl" delete mutatingwebhookconfiguration,validatingwebhookconfiguration sidecarset-operator
+log "uninstalling the chart; tests that start their own operators (fresh start, rotation, leader change, files mode)"
+"$HELM_BIN/helm" uninstall sidecarset-operator -n sidecarset-system --wait >/dev/null
 cargo test -p sidecarset-e2e --test local_process -- --ignored --nocapture

@@ -5,7 +5,11 @@
 #   hack/run-local.sh [--background]     (foreground by default; --background writes a pid file)
 #
 # Env: SSO_WORK (default .local), SSO_PORT (default 9443), SSO_FAILURE_POLICY (Fail|Ignore),
-#      SSO_BIN (operator binary; default target/debug/sidecarset-operator, built if missing).
+#      SSO_BIN (operator binary; default target/debug/sidecarset-operator, built if missing),
+#      SSO_OPERATOR_KUBECONFIG (the operator's identity, e.g. the Helm chart's ServiceAccount
+#      from `hack/chart-test.sh sa-kubeconfig`; default KUBECONFIG), SSO_MANAGE_WEBHOOKS
+#      (true: the operator creates its webhook configurations; false: a Helm release installed
+#      with webhook.url owns them and the operator only writes caBundle).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${SSO_WORK:-$REPO/.local}
@@ -48,16 +52,19 @@ done
 # keeps them in the Secret sidecarset-system/sidecarset-operator-webhook-certs and writes the
 # caBundle. Other settings come from the environment (SSO_CERT_VALIDITY, SSO_CA_OVERLAP, ...).
 args=(run --listen "127.0.0.1:$PORT" --namespace sidecarset-system
-  --manage-webhooks --webhook-url "https://127.0.0.1:$PORT"
-  --failure-policy "${SSO_FAILURE_POLICY:-Fail}")
+  --webhook-url "https://127.0.0.1:$PORT" --failure-policy "${SSO_FAILURE_POLICY:-Fail}")
+if [ "${SSO_MANAGE_WEBHOOKS:-true}" = true ]; then
+  args+=(--manage-webhooks)
+fi
+OPERATOR_KUBECONFIG=${SSO_OPERATOR_KUBECONFIG:-${KUBECONFIG:-$HOME/.kube/config}}
 
 if [ "${1:-}" != "--background" ]; then
   log "starting the operator on 127.0.0.1:$PORT (Ctrl-C stops it)"
-  exec "$BIN" "${args[@]}"
+  KUBECONFIG=$OPERATOR_KUBECONFIG exec "$BIN" "${args[@]}"
 fi
 
 log "starting the operator in the background on 127.0.0.1:$PORT (log: $LOG)"
-nohup "$BIN" "${args[@]}" >"$LOG" 2>&1 &
+KUBECONFIG=$OPERATOR_KUBECONFIG nohup "$BIN" "${args[@]}" >"$LOG" 2>&1 &
 echo $! >"$PIDFILE"
 for _ in $(seq 1 60); do
   if curl -skf --max-time 2 "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; then

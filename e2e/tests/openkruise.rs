@@ -38,10 +38,17 @@ async fn refuses_to_start_next_to_openkruise() -> anyhow::Result<()> {
     let empty_dir = std::env::temp_dir().join(format!("sso-e2e-nocerts-{}", suffix()));
     let run = |extra: &[&str]| {
         let mut cmd = Command::new(operator_bin());
-        cmd.args(["run", "--listen", "127.0.0.1:0", "--cert-dir"])
-            .arg(&empty_dir)
-            .args(extra);
-        cmd.output()
+        cmd.args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--cert-mode",
+            "files",
+            "--cert-dir",
+        ])
+        .arg(&empty_dir)
+        .args(extra);
+        output_within(cmd, std::time::Duration::from_secs(30))
     };
     let refused = run(&[]);
     let allowed = run(&["--allow-openkruise"]);
@@ -70,4 +77,28 @@ async fn refuses_to_start_next_to_openkruise() -> anyhow::Result<()> {
         "{err}"
     );
     Ok(())
+}
+
+/// Runs a command to its end, killing it (and failing) when it takes longer than `limit`.
+fn output_within(
+    mut cmd: Command,
+    limit: std::time::Duration,
+) -> std::io::Result<std::process::Output> {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let start = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output()?;
+            return Err(std::io::Error::other(format!(
+                "the operator was still running after {limit:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.wait_with_output()
 }
