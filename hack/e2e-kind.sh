@@ -115,7 +115,12 @@ log "installing chart $CHART into $NAMESPACE"
 "$HELM" upgrade --install "$RELEASE" "$CHART" --kubeconfig "$KCFG" \
   -n "$NAMESPACE" --create-namespace \
   --set "image.repository=$IMG_REPO,image.tag=$IMG_TAG,image.pullPolicy=Never" \
-  --wait --timeout 5m
+  --set metrics.enabled=true --wait --timeout 5m
+
+# The metrics test scrapes the operator through a port-forward to its metrics Service.
+kubectl --kubeconfig "$KCFG" -n "$NAMESPACE" port-forward "svc/$RELEASE-metrics" 19090:8080 >/dev/null 2>&1 &
+PORT_FORWARD_PID=$!
+export SSO_E2E_METRICS_URL=http://127.0.0.1:19090/metrics
 
 # ---- tests -------------------------------------------------------------------------------------
 log "running the e2e tests"
@@ -123,3 +128,4 @@ cargo build --bin sidecarset-operator  # the e2e suite also runs the binary (Ope
 # shellcheck disable=SC2086 # E2E_TEST_ARGS is a list of words on purpose
 KUBECONFIG=$KCFG SSO_E2E_OPERATOR=external cargo test -p sidecarset-e2e -- --test-threads=1 ${E2E_TEST_ARGS:-}
 log "e2e tests passed"
+kill "$PORT_FORWARD_PID" 2>/dev/null || true

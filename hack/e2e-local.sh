@@ -9,6 +9,8 @@ WORK=${SSO_WORK:-$REPO/.local}
 export SSO_WORK=$WORK
 export SSO_FAILURE_POLICY=${SSO_FAILURE_POLICY:-Fail}
 export SSO_E2E_FAILURE_POLICY=$SSO_FAILURE_POLICY
+export SSO_METRICS_PORT=${SSO_METRICS_PORT:-9090}
+export SSO_E2E_METRICS_URL=http://127.0.0.1:$SSO_METRICS_PORT/metrics
 
 log() { printf '[e2e-local] %s\n' "$*" >&2; }
 

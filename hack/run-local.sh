@@ -52,6 +52,7 @@ done
 # keeps them in the Secret sidecarset-system/sidecarset-operator-webhook-certs and writes the
 # caBundle. Other settings come from the environment (SSO_CERT_VALIDITY, SSO_CA_OVERLAP, ...).
 args=(run --listen "127.0.0.1:$PORT" --namespace sidecarset-system
+  --metrics-listen "127.0.0.1:${SSO_METRICS_PORT:-9090}"
   --webhook-url "https://127.0.0.1:$PORT" --failure-policy "${SSO_FAILURE_POLICY:-Fail}")
 if [ "${SSO_MANAGE_WEBHOOKS:-true}" = true ]; then
   args+=(--manage-webhooks)

@@ -12,4 +12,5 @@ pub mod inject;
 pub mod rollout;
 pub mod run;
 pub mod select;
+pub mod telemetry;
 pub mod webhook;

@@ -128,6 +128,9 @@ pub struct RunArgs {
     /// Start even when OpenKruise's webhooks are installed (pods would be injected twice).
     #[arg(long, env = "SSO_ALLOW_OPENKRUISE", default_value_t = false)]
     pub allow_openkruise: bool,
+    /// Serve Prometheus metrics on this address (`/metrics`, plain HTTP); off when unset.
+    #[arg(long, env = "SSO_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Run the SidecarSet controller (status, revisions, in-place upgrades) in this process.
     #[arg(long, env = "SSO_CONTROLLER", default_value_t = true, action = clap::ArgAction::Set)]
     pub controller: bool,
@@ -153,43 +156,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     skip.push(args.namespace.clone());
     let state = Arc::new(State::new(skip.into_iter().filter(|s| !s.is_empty())));
 
-    let rustls = if args.cert_mode == "self" {
-        state.require_ca_trust();
-        let owned = args
-            .manage_webhooks
-            .then(|| webhook_configurations(&args, None));
-        let manager = certs::manager::Manager::new(
-            client.clone(),
-            cert_settings(&args)?,
-            owned,
-            state.clone(),
-        );
-        info!(secret = %format!("{}/{}", args.namespace, args.cert_secret_name), "self-managed certificates");
-        let rustls = manager.initial().await;
-        tokio::spawn(manager.run());
-        rustls
-    } else {
-        let (tls, expires) = certs::manager::load_files(&args.cert_dir).with_context(|| {
-            format!(
-                "no usable serving certificate in {}: provide tls.crt and tls.key",
-                args.cert_dir.display()
-            )
-        })?;
-        state.mark_tls_loaded(true);
-        state.set_cert_expiry(expires);
-        info!(dir = %args.cert_dir.display(), expires = %certs::ts(expires), "serving certificate from files");
-        if args.manage_webhooks {
-            apply_webhook_configurations(&client, &args).await?;
-        }
-        let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
-        tokio::spawn(certs::manager::watch_files(
-            args.cert_dir.clone(),
-            rustls.clone(),
-            state.clone(),
-        ));
-        rustls
-    };
-
+    if let Some(addr) = args.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot serve metrics on {addr}"))?;
+        info!(listen = %addr, "serving metrics on /metrics");
+        tokio::spawn(async move {
+            let app = axum::Router::new().route(
+                "/metrics",
+                axum::routing::get(|| async {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        crate::telemetry::encode(),
+                    )
+                }),
+            );
+            if let Err(e) = axum::serve(listener, app).await {
+                warn!(error = %e, "metrics server stopped");
+            }
+        });
+    }
     tokio::spawn(watch_sidecarsets(client.clone(), state.clone()));
     tokio::spawn(watch_namespaces(client.clone(), state.clone()));
     tokio::spawn(watch_revisions(
@@ -228,6 +217,45 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             identity,
         ));
     }
+
+    // Certificates last: the watchers, the controller and leader election start meanwhile.
+    let rustls = if args.cert_mode == "self" {
+        state.require_ca_trust();
+        let owned = args
+            .manage_webhooks
+            .then(|| webhook_configurations(&args, None));
+        let manager = certs::manager::Manager::new(
+            client.clone(),
+            cert_settings(&args)?,
+            owned,
+            state.clone(),
+        );
+        info!(secret = %format!("{}/{}", args.namespace, args.cert_secret_name), "self-managed certificates");
+        let rustls = manager.initial().await;
+        tokio::spawn(manager.run());
+        rustls
+    } else {
+        let (tls, expires) = certs::manager::load_files(&args.cert_dir).with_context(|| {
+            format!(
+                "no usable serving certificate in {}: provide tls.crt and tls.key",
+                args.cert_dir.display()
+            )
+        })?;
+        state.mark_tls_loaded(true);
+        state.set_cert_expiry(expires);
+        crate::telemetry::metrics().cert_expiry.set(expires);
+        info!(dir = %args.cert_dir.display(), expires = %certs::ts(expires), "serving certificate from files");
+        if args.manage_webhooks {
+            apply_webhook_configurations(&client, &args).await?;
+        }
+        let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
+        tokio::spawn(certs::manager::watch_files(
+            args.cert_dir.clone(),
+            rustls.clone(),
+            state.clone(),
+        ));
+        rustls
+    };
 
     let handle = axum_server::Handle::new();
     let h2 = handle.clone();

@@ -239,6 +239,18 @@ impl Manager {
             .map(|i| ts(i.not_after))
             .unwrap_or_default();
         let secret = self.key();
+        let kind = match action {
+            Action::Keep => "keep",
+            Action::Generate(_) => "generated",
+            Action::RenewLeaf(_) => "leaf_renewed",
+            Action::StartCaRotation => "ca_rotation_started",
+            Action::PromoteCa => "ca_promoted",
+            Action::FinishCaRotation => "ca_rotation_finished",
+        };
+        crate::telemetry::metrics()
+            .cert_changes
+            .get_or_create(&crate::telemetry::reason(kind))
+            .inc();
         match action {
             Action::Keep => {}
             Action::Generate(why) => {
@@ -348,6 +360,7 @@ impl Manager {
             .map(|i| i.not_after)
             .unwrap_or(0);
         self.state.set_cert_expiry(expires);
+        crate::telemetry::metrics().cert_expiry.set(expires);
         if same {
             return Ok(());
         }
@@ -462,6 +475,7 @@ impl Manager {
             }
         }
         info!(name = %name, cas = super::bundle_ders(bundle.as_bytes()).len(), "caBundle written to the webhook configurations");
+        crate::telemetry::metrics().ca_bundle_writes.inc();
         self.state.mark_ca_trusted(true);
         Ok(())
     }
@@ -510,6 +524,7 @@ pub async fn watch_files(dir: std::path::PathBuf, config: RustlsConfig, state: A
                     info!(dir = %dir.display(), expires = %ts(expires), "serving certificate reloaded from files");
                 }
                 state.set_cert_expiry(expires);
+                crate::telemetry::metrics().cert_expiry.set(expires);
                 state.mark_tls_loaded(true);
             }
             Err(e) => {

@@ -152,7 +152,7 @@ pub async fn run(client: Client, namespace: String, leader: Arc<AtomicBool>, ide
             .collect::<Vec<_>>()
     })
     .shutdown_on_signal()
-    .run(reconcile, error_policy, ctx)
+    .run(measured_reconcile, error_policy, ctx)
     .for_each(|_| async {})
     .await;
 }
@@ -160,6 +160,20 @@ pub async fn run(client: Client, namespace: String, leader: Arc<AtomicBool>, ide
 fn error_policy(ss: Arc<SidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Action {
     warn!(sidecarset = %ss.name_any(), error = %err, "reconcile failed; retrying in 5 s");
     Action::requeue(Duration::from_secs(5))
+}
+
+async fn measured_reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let start = std::time::Instant::now();
+    let res = reconcile(ss, ctx).await;
+    let m = crate::telemetry::metrics();
+    m.reconcile_seconds.observe(start.elapsed().as_secs_f64());
+    let result = if res.is_ok() { "ok" } else { "error" };
+    m.reconciles
+        .get_or_create(&crate::telemetry::ResultLabel {
+            result: result.into(),
+        })
+        .inc();
+    res
 }
 
 async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -191,6 +205,20 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         latest_revision: Some(latest_revision),
         collision_count: Some(collision_count).filter(|c| *c > 0),
     };
+    let m = crate::telemetry::metrics();
+    for (state, n) in [
+        ("matched", st.matched),
+        ("updated", st.updated),
+        ("ready", st.ready),
+        ("updated_ready", st.updated_ready),
+    ] {
+        m.pods
+            .get_or_create(&crate::telemetry::PodsLabels {
+                sidecarset: name.clone(),
+                state: state.into(),
+            })
+            .set(i64::from(n));
+    }
     if ss.status.as_ref() != Some(&status) {
         let api: Api<SidecarSet> = Api::all(ctx.client.clone());
         api.patch_status(
@@ -246,6 +274,9 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         {
             Ok(_) => {
                 info!(sidecarset = %name, pod = %key, "sidecar images upgraded in place");
+                m.pods_upgraded
+                    .get_or_create(&crate::telemetry::label(&name))
+                    .inc();
                 upgraded.push(key.clone());
             }
             Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
@@ -254,6 +285,9 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             Err(e) => return Err(e.into()),
         }
     }
+    m.rollout_in_progress
+        .get_or_create(&crate::telemetry::label(&name))
+        .set(i64::from(!plan.done));
     if !upgraded.is_empty() {
         let note = format!(
             "upgrading sidecars in place in {} pod(s): {}",

@@ -211,15 +211,46 @@ fn json(status: StatusCode, body: Vec<u8>) -> HttpResponse {
 
 /// Runs a handler on a decoded request; a body that is not an AdmissionReview gets HTTP 400
 /// with a JSON error.
-fn handle(body: &[u8], f: impl FnOnce(&Request) -> Response) -> HttpResponse {
-    match review::decode(body) {
-        Ok(req) => json(StatusCode::OK, f(&req).encode()),
+fn handle(webhook: &str, body: &[u8], f: impl FnOnce(&Request) -> Response) -> HttpResponse {
+    let start = std::time::Instant::now();
+    let (operation, result, response) = match review::decode(body) {
+        Ok(req) => {
+            let resp = f(&req);
+            let result = match (resp.allowed, resp.patch.is_some()) {
+                (false, _) => "denied",
+                (true, true) => "patched",
+                (true, false) => "allowed",
+            };
+            (
+                req.operation.clone(),
+                result,
+                json(StatusCode::OK, resp.encode()),
+            )
+        }
         Err(e) => {
             warn!(error = %e, "malformed admission request");
             let body = serde_json::json!({ "error": e.to_string() });
-            json(StatusCode::BAD_REQUEST, body.to_string().into_bytes())
+            (
+                "unknown".to_string(),
+                "malformed",
+                json(StatusCode::BAD_REQUEST, body.to_string().into_bytes()),
+            )
         }
-    }
+    };
+    let m = crate::telemetry::metrics();
+    m.admissions
+        .get_or_create(&crate::telemetry::AdmissionLabels {
+            webhook: webhook.to_string(),
+            operation,
+            result: result.to_string(),
+        })
+        .inc();
+    m.admission_seconds
+        .get_or_create(&crate::telemetry::WebhookLabel {
+            webhook: webhook.to_string(),
+        })
+        .observe(start.elapsed().as_secs_f64());
+    response
 }
 
 fn decode_object<T: serde::de::DeserializeOwned>(
@@ -243,7 +274,9 @@ fn now_rfc3339() -> String {
 }
 
 async fn mutate_pod(AxState(state): AxState<Arc<State>>, body: Bytes) -> HttpResponse {
-    handle(&body, |req| admit_pod(&state, req, &now_rfc3339()))
+    handle("mutate-pod", &body, |req| {
+        admit_pod(&state, req, &now_rfc3339())
+    })
 }
 
 /// The pod mutation: CREATE injects, UPDATE keeps the injection annotations, the rest passes.
@@ -281,7 +314,13 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
         .filter(|n| !n.is_empty())
         .or_else(|| req.namespace.clone().filter(|n| !n.is_empty()))
         .unwrap_or_else(|| "default".into());
+    let m = crate::telemetry::metrics();
     if state.skip_namespaces.contains(&namespace) {
+        if req.operation == "CREATE" {
+            m.injections_skipped
+                .get_or_create(&crate::telemetry::reason("namespace_excluded"))
+                .inc();
+        }
         return Response::allow(&req.uid);
     }
     match req.operation.as_str() {
@@ -290,7 +329,16 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
             let index = state.index();
             let injection =
                 inject::for_pod_pinned(&index, &pod, &ns_labels, now, &|e| state.pinned(e));
-            if !injection.injected.is_empty() {
+            for ss in &injection.injected {
+                m.injections
+                    .get_or_create(&crate::telemetry::label(ss))
+                    .inc();
+            }
+            if injection.injected.is_empty() {
+                m.injections_skipped
+                    .get_or_create(&crate::telemetry::reason("no_sidecarset_to_inject"))
+                    .inc();
+            } else {
                 let name = pod
                     .metadata
                     .name
@@ -352,7 +400,7 @@ fn sidecarset_of(
 }
 
 async fn mutate_sidecarset(body: Bytes) -> HttpResponse {
-    handle(&body, admit_sidecarset_defaults)
+    handle("mutate-sidecarset", &body, admit_sidecarset_defaults)
 }
 
 /// Defaults a SidecarSet and records its hashes in its annotations (as OpenKruise does).
@@ -386,17 +434,29 @@ pub fn admit_sidecarset_defaults(req: &Request) -> Response {
 }
 
 async fn validate_sidecarset(AxState(state): AxState<Arc<State>>, body: Bytes) -> HttpResponse {
-    handle(&body, |req| admit_sidecarset_validation(&state, req))
+    handle("validate-sidecarset", &body, |req| {
+        admit_sidecarset_validation(&state, req)
+    })
 }
 
 /// Validates a SidecarSet on its own and against every other SidecarSet in the index.
 pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
+    let denial = |reason: &str| {
+        crate::telemetry::metrics()
+            .validation_denials
+            .get_or_create(&crate::telemetry::reason(reason))
+            .inc()
+    };
     let ss = match sidecarset_of(req) {
         Ok(Some((ss, _))) => ss,
         Ok(None) => return Response::allow(&req.uid),
-        Err(denied) => return denied,
+        Err(denied) => {
+            denial("malformed");
+            return denied;
+        }
     };
     if let Err(e) = validate(&ss) {
+        denial("invalid");
         debug!(sidecarset = ss.name(), error = %e, "SidecarSet rejected");
         return Response::deny(
             &req.uid,
@@ -406,6 +466,7 @@ pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
     }
     let index = state.index();
     if let Err(e) = conflicts(&ss, index.iter().map(|s| s.as_ref())) {
+        denial("conflict");
         return Response::deny(
             &req.uid,
             409,
