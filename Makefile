@@ -78,6 +78,10 @@ bench: ## Benchmarks: injection core (criterion) and a webhook load run over TLS
 	cargo bench --bench inject
 	cargo bench --bench webhook_load
 
+.PHONY: bench-controller
+bench-controller: ## Controller load run on a local kwok cluster: PODS matched pods (default 5000)
+	hack/bench-controller.sh
+
 .PHONY: docker-build
 docker-build: ## Build the operator image (needs Docker)
 	docker build -t $(IMG) .

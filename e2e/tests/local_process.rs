@@ -1,7 +1,8 @@
 //! Tests that start their own operator processes next to the cluster (webhooks by URL on
 //! 127.0.0.1), so they only run where the API server can reach this machine's loopback: the
 //! local cluster. `hack/e2e-local.sh` runs them with `--ignored` after the main operator and its
-//! webhook configurations are gone.
+//! webhook configurations are gone, one at a time (`--test-threads=1`): each test's operator
+//! intercepts pods of every namespace while it runs.
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, PostParams};

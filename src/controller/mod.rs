@@ -247,43 +247,65 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
     let mut upgraded = Vec::new();
-    for key in &plan.upgrade {
-        let Some(pod) = by_key.get(key) else { continue };
-        let Some(mut patch) = rollout::upgrade_patch(pod, &entry, &now) else {
-            continue;
-        };
-        // Only if the pod is still what we planned on (a stale cache or another leader).
-        if let Some(rv) = pod.resource_version() {
-            patch.0.insert(
-                0,
-                json_patch::PatchOperation::Test(json_patch::TestOperation {
-                    path: jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
-                    value: rv.into(),
-                }),
-            );
-        }
-        let api: Api<Pod> =
-            Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
-        match api
-            .patch(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::<()>::Json(patch),
-            )
-            .await
-        {
+    // The pods of one step are patched concurrently (the API server is the limit, not us).
+    let patches: Vec<(String, Arc<Pod>, json_patch::Patch)> = plan
+        .upgrade
+        .iter()
+        .filter_map(|key| {
+            let pod = by_key.get(key)?;
+            let mut patch = rollout::upgrade_patch(pod, &entry, &now)?;
+            // Only if the pod is still what we planned on (a stale cache or another leader).
+            if let Some(rv) = pod.resource_version() {
+                patch.0.insert(
+                    0,
+                    json_patch::PatchOperation::Test(json_patch::TestOperation {
+                        path: jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+                        value: rv.into(),
+                    }),
+                );
+            }
+            Some((key.clone(), (*pod).clone(), patch))
+        })
+        .collect();
+    let results: Vec<(String, Result<Pod, kube::Error>)> = futures::stream::iter(patches)
+        .map(|(key, pod, patch)| {
+            let client = ctx.client.clone();
+            async move {
+                let api: Api<Pod> = Api::namespaced(client, &pod.namespace().unwrap_or_default());
+                let r = api
+                    .patch(
+                        &pod.name_any(),
+                        &PatchParams::default(),
+                        &Patch::<()>::Json(patch),
+                    )
+                    .await;
+                (key, r)
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let mut first_error = None;
+    for (key, r) in results {
+        match r {
             Ok(_) => {
                 info!(sidecarset = %name, pod = %key, "sidecar images upgraded in place");
                 m.pods_upgraded
                     .get_or_create(&crate::telemetry::label(&name))
                     .inc();
-                upgraded.push(key.clone());
+                upgraded.push(key);
             }
             Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
                 info!(sidecarset = %name, pod = %key, reason = %e.message, "pod changed meanwhile; replanning");
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                warn!(sidecarset = %name, pod = %key, error = %e, "in-place upgrade failed");
+                first_error.get_or_insert(e);
+            }
         }
+    }
+    if let Some(e) = first_error {
+        return Err(e.into());
     }
     m.rollout_in_progress
         .get_or_create(&crate::telemetry::label(&name))
