@@ -354,6 +354,22 @@ impl SidecarSet {
         self.metadata.name.as_deref().unwrap_or("")
     }
 
+    /// The names recorded in the hash annotation's `sidecarList` (the sidecars that run and can
+    /// be upgraded): containers, then native-sidecar init containers.
+    pub fn sidecar_list(&self) -> Vec<String> {
+        self.spec
+            .containers
+            .iter()
+            .chain(
+                self.spec
+                    .init_containers
+                    .iter()
+                    .filter(|c| c.is_native_sidecar()),
+            )
+            .map(|c| c.name().to_string())
+            .collect()
+    }
+
     /// Every sidecar name this SidecarSet injects: containers, then init containers.
     pub fn sidecar_names(&self) -> Vec<String> {
         self.spec

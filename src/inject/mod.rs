@@ -119,7 +119,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
             update_timestamp: now.to_string(),
             hash: e.hash.to_string(),
             sidecar_set_name: ss.name().to_string(),
-            sidecar_list: sidecar_list(ss),
+            sidecar_list: ss.sidecar_list(),
             controller_revision: ss
                 .status
                 .as_ref()
@@ -235,21 +235,6 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         patch: Patch(ops),
         injected: todo.iter().map(|e| e.ss.name().to_string()).collect(),
     }
-}
-
-/// Names recorded in the annotation's `sidecarList`: containers and native sidecars.
-fn sidecar_list(ss: &SidecarSet) -> Vec<String> {
-    ss.spec
-        .containers
-        .iter()
-        .chain(
-            ss.spec
-                .init_containers
-                .iter()
-                .filter(|c| c.is_native_sidecar()),
-        )
-        .map(|c| c.name().to_string())
-        .collect()
 }
 
 fn patch_metadata(ss: &SidecarSet, ann: &mut BTreeMap<String, String>) {

@@ -656,21 +656,6 @@ pub fn plan(strategy: &SidecarSetUpdateStrategy, views: &[PodView]) -> Result<Pl
     Ok(plan)
 }
 
-/// Names recorded in the hash annotation's `sidecarList`: containers and native sidecars.
-fn sidecar_list(ss: &SidecarSet) -> Vec<String> {
-    ss.spec
-        .containers
-        .iter()
-        .chain(
-            ss.spec
-                .init_containers
-                .iter()
-                .filter(|c| c.is_native_sidecar()),
-        )
-        .map(|c| c.name().to_string())
-        .collect()
-}
-
 fn ptr(tokens: &[&str]) -> PointerBuf {
     PointerBuf::from_tokens(tokens.iter().copied())
 }
@@ -763,7 +748,7 @@ pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str) -> Option<Patch> {
             update_timestamp: now.to_string(),
             hash: entry.hash.to_string(),
             sidecar_set_name: name.to_string(),
-            sidecar_list: sidecar_list(ss),
+            sidecar_list: ss.sidecar_list(),
             controller_revision: old.map(|o| o.controller_revision).unwrap_or_default(),
         },
     );
