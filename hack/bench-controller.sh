@@ -11,6 +11,9 @@ export SSO_WORK=${SSO_WORK:-/tmp/sidecarset-bench}
 export SSO_CLUSTER_NAME=${SSO_CLUSTER_NAME:-sidecarset-bench}
 export SSO_PORT=${SSO_PORT:-9543}
 export SSO_METRICS_PORT=${SSO_METRICS_PORT:-9591}
+PODS=${PODS:-5000}
+# Fake nodes take 110 pods each: enough of them for every pod.
+export SSO_NODES=${SSO_NODES:-$((PODS / 100 + 2))}
 
 cleanup() {
   if [ -f "$SSO_WORK/operator.pid" ]; then
@@ -26,4 +29,4 @@ cargo build --release -p sidecarset-e2e --example controller_bench
 hack/cluster.sh up
 eval "$(hack/cluster.sh env)"
 SSO_BIN=$REPO/target/release/sidecarset-operator KUBECTL=$SSO_WORK/bin/kubectl hack/run-local.sh --background
-OPERATOR_PID=$(cat "$SSO_WORK/operator.pid") PODS=${PODS:-5000} "$REPO/target/release/examples/controller_bench"
+OPERATOR_PID=$(cat "$SSO_WORK/operator.pid") PODS=$PODS "$REPO/target/release/examples/controller_bench"
