@@ -398,6 +398,20 @@ pub struct SidecarSetUpgradeSpec {
     pub controller_revision: String,
 }
 
+/// The SidecarSets named in a pod's `kruise.io/sidecarset-injected-list` annotation.
+pub fn injected_list(annotations: &BTreeMap<String, String>) -> std::collections::BTreeSet<String> {
+    annotations
+        .get(ANNOTATION_INJECTED_LIST)
+        .map(|l| {
+            l.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Parses a pod's hash annotation. Accepts OpenKruise's current JSON object shape and its older
 /// `{"name": "hash"}` shape. Returns `None` when the value is not JSON of either shape.
 pub fn parse_hash_annotation(value: &str) -> Option<BTreeMap<String, SidecarSetUpgradeSpec>> {

@@ -432,32 +432,33 @@ impl Manager {
             }
             None => {
                 let b64 = ByteString(bundle.clone().into_bytes());
-                let mnames: Vec<String> = match mapi.get_opt(name).await? {
-                    Some(c) => c
-                        .webhooks
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|w| w.name)
-                        .collect(),
-                    None => {
+                let mnames = webhook_names(
+                    mapi.get_opt(name).await?.map(|c| {
+                        c.webhooks
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|w| w.name)
+                            .collect()
+                    }),
+                    "MutatingWebhookConfiguration",
+                    name,
+                );
+                let vnames = webhook_names(
+                    vapi.get_opt(name).await?.map(|c| {
+                        c.webhooks
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|w| w.name)
+                            .collect()
+                    }),
+                    "ValidatingWebhookConfiguration",
+                    name,
+                );
+                let (mnames, vnames) = match (mnames, vnames) {
+                    (Ok(m), Ok(v)) => (m, v),
+                    (Err(e), _) | (_, Err(e)) => {
                         self.state.mark_ca_trusted(false);
-                        anyhow::bail!(
-                            "MutatingWebhookConfiguration {name} does not exist: install it (the Helm chart does) or run with --manage-webhooks"
-                        );
-                    }
-                };
-                let vnames: Vec<String> = match vapi.get_opt(name).await? {
-                    Some(c) => c
-                        .webhooks
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|w| w.name)
-                        .collect(),
-                    None => {
-                        self.state.mark_ca_trusted(false);
-                        anyhow::bail!(
-                            "ValidatingWebhookConfiguration {name} does not exist: install it (the Helm chart does) or run with --manage-webhooks"
-                        );
+                        return Err(e);
                     }
                 };
                 let entries = |names: &[String]| -> Vec<serde_json::Value> {
@@ -479,6 +480,17 @@ impl Manager {
         self.state.mark_ca_trusted(true);
         Ok(())
     }
+}
+
+/// The webhook names of a configuration, or an error saying it must be installed.
+fn webhook_names(
+    names: Option<Vec<String>>,
+    kind: &str,
+    name: &str,
+) -> anyhow::Result<Vec<String>> {
+    names.ok_or_else(|| {
+        anyhow::anyhow!("{kind} {name} does not exist: install it (the Helm chart does) or run with --manage-webhooks")
+    })
 }
 
 #[derive(Debug)]

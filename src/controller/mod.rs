@@ -107,16 +107,8 @@ pub fn trim_pod(p: &mut Pod) {
     }
 }
 
-fn injected_into(p: &Pod) -> Vec<String> {
-    p.annotations()
-        .get(ANNOTATION_INJECTED_LIST)
-        .map(|l| {
-            l.split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default()
+fn injected_into(p: &Pod) -> std::collections::BTreeSet<String> {
+    crate::api::injected_list(p.annotations())
 }
 
 /// Runs the controller until the process ends.

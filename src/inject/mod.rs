@@ -103,16 +103,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         .get(ANNOTATION_HASH_WITHOUT_IMAGE)
         .and_then(|v| parse_hash_annotation(v))
         .unwrap_or_default();
-    let mut list: BTreeSet<String> = annotations
-        .get(ANNOTATION_INJECTED_LIST)
-        .map(|l| {
-            l.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut list = crate::api::injected_list(&annotations);
     for e in &todo {
         let ss = &e.ss;
         let entry = SidecarSetUpgradeSpec {

@@ -153,7 +153,7 @@ impl<'a> Classifier<'a> {
                 meta.name.as_deref().unwrap_or("")
             ),
             active: crate::inject::pod_is_active(pod),
-            injected: hash.is_some() || injected_list(annotations).contains(name),
+            injected: hash.is_some() || crate::api::injected_list(annotations).contains(name),
             updated: hash.is_some_and(|h| h.hash == *self.entry.hash),
             upgradable: hash_wo.is_some_and(|h| h.hash == *self.entry.hash_without_image),
             consistent: pod_consistent(pod, ss),
@@ -208,19 +208,6 @@ fn hash_entry(
     name: &str,
 ) -> Option<SidecarSetUpgradeSpec> {
     parse_hash_annotation(annotations.get(key)?)?.remove(name)
-}
-
-fn injected_list(annotations: &BTreeMap<String, String>) -> BTreeSet<String> {
-    annotations
-        .get(ANNOTATION_INJECTED_LIST)
-        .map(|l| {
-            l.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// True when the kubelet reports what the pod spec asks for, as far as this SidecarSet's
@@ -710,7 +697,7 @@ pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str) -> Option<Patch> {
         .get(ANNOTATION_HASH)
         .and_then(|v| parse_hash_annotation(v))
         .unwrap_or_default();
-    let mut list = injected_list(annotations);
+    let mut list = crate::api::injected_list(annotations);
     let old = hashes.get(name).cloned();
     if old.is_none() && !list.contains(name) {
         return None;
