@@ -3,7 +3,9 @@
 # current KUBECONFIG (the local kwok cluster in `make test`):
 #
 #   1. lint      helm lint --strict with the default values and with every ci/*.yaml; the values
-#                schema rejects a bad value; no rendering ever contains caBundle
+#                schema rejects a bad value; no rendering ever contains caBundle; tracing: no
+#                OTEL_* variable by default, the OTLP endpoint, protocol, sampler, resource
+#                attributes and headers Secret of ci/tracing-values.yaml otherwise
 #   2. dry-run   helm template of each values file, then a server-side dry run of the result (and of
 #                the CRD); kinds whose CRDs the cluster does not serve (cert-manager's Certificate
 #                and Issuer, prometheus-operator's ServiceMonitor) are left out and listed
@@ -187,6 +189,46 @@ render() {
   "$HELM" "${args[@]}" >"$out" || die "helm template failed with $(label_of "$f")"
 }
 
+# env_names RENDERED: the env names of the operator container of the Deployment in RENDERED, in
+# order, space-separated.
+env_names() {
+  python3 -c '
+import sys, yaml
+d = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Deployment"][0]
+print(" ".join(e["name"] for e in d["spec"]["template"]["spec"]["containers"][0].get("env") or []))' "$1"
+}
+
+# env_of RENDERED NAME: how the operator container of the Deployment in RENDERED sets NAME: its
+# value, fieldRef:PATH, secretKeyRef:SECRET/KEY, or <unset>. Prints <error: ...> when NAME is set
+# twice or its value refers to a $(VAR) that is not set before it (Kubernetes expands only those).
+env_of() {
+  python3 -c '
+import json, re, sys, yaml
+d = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Deployment"][0]
+env = d["spec"]["template"]["spec"]["containers"][0].get("env") or []
+names = [e["name"] for e in env]
+want = sys.argv[2]
+if names.count(want) > 1:
+    print("<error: %s is set %d times>" % (want, names.count(want)))
+elif want not in names:
+    print("<unset>")
+else:
+    i = names.index(want)
+    e = env[i]
+    vf = e.get("valueFrom") or {}
+    late = [r for r in re.findall(r"[$][(]([A-Za-z_][A-Za-z0-9_]*)[)]", e.get("value") or "") if r not in names[:i]]
+    if late:
+        print("<error: %s refers to the variable %s, not set before it>" % (want, late[0]))
+    elif "value" in e:
+        print(e["value"])
+    elif "fieldRef" in vf:
+        print("fieldRef:" + vf["fieldRef"]["fieldPath"])
+    elif "secretKeyRef" in vf:
+        print("secretKeyRef:%s/%s" % (vf["secretKeyRef"]["name"], vf["secretKeyRef"]["key"]))
+    else:
+        print("valueFrom:" + json.dumps(vf, sort_keys=True))' "$1" "$2"
+}
+
 # Step 1, offline: lint, the schema, and no caBundle in any rendering.
 lint_phase() {
   local f i=0 lint_args lint_out bad
@@ -221,6 +263,42 @@ lint_phase() {
     fi
   done
   pass "helm template: no caBundle in any of the ${#VALUES_FILES[@]} renderings"
+
+  # Tracing (tracing.*): the operator exports traces only when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+  local r=$OUT/tracing-default.yaml names
+  render "$r"
+  expect_eq "default values: env POD_NAME from the downward API (the operator's identity)" "$(env_of "$r" POD_NAME)" fieldRef:metadata.name
+  expect_eq "default values: no OTEL_EXPORTER_OTLP_ENDPOINT (tracing off)" "$(env_of "$r" OTEL_EXPORTER_OTLP_ENDPOINT)" "<unset>"
+  names=$(env_names "$r")
+  [[ " $names " != *" OTEL_"* ]] || die "default values: the Deployment sets OTEL_* variables although tracing is off: $names"
+  pass "default values: no OTEL_* variable at all ($names)"
+  f=$CHART/ci/tracing-values.yaml
+  r=$OUT/tracing.yaml
+  render "$r" "$f"
+  expect_eq "$(label_of "$f"): OTEL_EXPORTER_OTLP_ENDPOINT" "$(env_of "$r" OTEL_EXPORTER_OTLP_ENDPOINT)" http://otel-collector.observability:4318
+  expect_eq "$(label_of "$f"): OTEL_EXPORTER_OTLP_PROTOCOL" "$(env_of "$r" OTEL_EXPORTER_OTLP_PROTOCOL)" http/protobuf
+  expect_eq "$(label_of "$f"): OTEL_TRACES_SAMPLER and _ARG" \
+    "$(env_of "$r" OTEL_TRACES_SAMPLER) $(env_of "$r" OTEL_TRACES_SAMPLER_ARG)" "parentbased_traceidratio 1.0"
+  # env_of also proves that POD_NAME and POD_NAMESPACE come before it (else no expansion).
+  expect_eq "$(label_of "$f"): OTEL_RESOURCE_ATTRIBUTES with the pod, its namespace and the extra attribute" \
+    "$(env_of "$r" OTEL_RESOURCE_ATTRIBUTES)" "k8s.pod.name=\$(POD_NAME),k8s.namespace.name=\$(POD_NAMESPACE),deployment.environment.name=ci"
+  expect_eq "$(label_of "$f"): OTEL_EXPORTER_OTLP_HEADERS from the Secret" \
+    "$(env_of "$r" OTEL_EXPORTER_OTLP_HEADERS)" secretKeyRef:otel-collector-auth/headers
+  printf 'tracing:\n  otlpEndpoint: http://otel-collector.observability:4318\n  protocol: carrier-pigeon\n' >"$OUT/tracing-bad-protocol.yaml"
+  if bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" -f "$OUT/tracing-bad-protocol.yaml" 2>&1); then
+    die "values.schema.json accepted tracing.protocol: carrier-pigeon"
+  fi
+  grep -q "protocol" <<<"$bad" || die "the schema error does not name tracing.protocol: $bad"
+  if "$HELM" template "$RELEASE" "$CHART" -n "$NS" --set tracing.sampler=sometimes >/dev/null 2>&1; then
+    die "values.schema.json accepted tracing.sampler=sometimes"
+  fi
+  pass "values.schema.json refuses tracing.protocol: carrier-pigeon (values file) and an unknown tracing.sampler"
+  if bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" --set tracing.otlpEndpoint=http://c:4317 \
+      --set tracing.headersSecret.name=otel-auth 2>&1); then
+    die "tracing.headersSecret.name without .key was rendered"
+  fi
+  grep -q "tracing.headersSecret.key is required" <<<"$bad" || die "tracing.headersSecret without key: unexpected error: $bad"
+  pass "tracing.headersSecret.name without .key: helm template fails and says so"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -420,6 +498,8 @@ done
 pass "Deployment args: --webhook-config-name=$CFG --cert-mode=self --webhook-service=$FULLNAME-webhook --leader-elect=true"
 expect_eq "Deployment env POD_NAMESPACE from the downward API" \
   "$(jpath deployment "$FULLNAME" '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAMESPACE")].valueFrom.fieldRef.fieldPath}' -n "$NS")" metadata.namespace
+expect_eq "Deployment env POD_NAME from the downward API" \
+  "$(jpath deployment "$FULLNAME" '{.spec.template.spec.containers[0].env[?(@.name=="POD_NAME")].valueFrom.fieldRef.fieldPath}' -n "$NS")" metadata.name
 expect_eq "probes: HTTPS /healthz and /readyz" \
   "$(jpath deployment "$FULLNAME" '{.spec.template.spec.containers[0].livenessProbe.httpGet.scheme} {.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.path}' -n "$NS")" \
   "HTTPS /healthz /readyz"
