@@ -1,4 +1,5 @@
 use clap::{Parser, Subcommand};
+use sidecarset_operator::telemetry::otel as telemetry;
 use sidecarset_operator::{api, cli, run};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,6 +17,10 @@ struct Cli {
     /// Log format: text (for people) or json (for log collectors).
     #[arg(long, global = true, env = "SSO_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// Export traces over OTLP to this collector URL (e.g. http://otel-collector:4318). Without it,
+    /// traces go where OTEL_EXPORTER_OTLP_ENDPOINT says, or nowhere when that is unset.
+    #[arg(long, global = true, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -38,22 +43,6 @@ enum Command {
         #[arg(long, default_value = "")]
         namespace_labels: String,
     },
-}
-
-fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,kube=warn,hyper=warn,rustls=warn")
-    });
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }
 
 fn main() -> ExitCode {
@@ -104,7 +93,6 @@ fn main() -> ExitCode {
             }
         }
         Command::Run(args) => {
-            init_logging(&cli.log_format);
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -115,13 +103,31 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match rt.block_on(run::run(*args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!("{e:#}");
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
+            // The OTLP exporters use the crypto provider and (gRPC) the runtime.
+            sidecarset_operator::webhook::server::install_crypto_provider();
+            let telemetry = {
+                let _in_runtime = rt.enter();
+                match telemetry::init(&cli.log_format, cli.otlp_endpoint.as_deref()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
                 }
+            };
+            let result = rt.block_on(run::run(*args));
+            if let Err(e) = &result {
+                tracing::error!("{e:#}");
+                eprintln!("error: {e:#}");
+            }
+            {
+                let _in_runtime = rt.enter();
+                telemetry.shutdown();
+            }
+            if result.is_ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
             }
         }
     }

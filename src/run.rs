@@ -155,6 +155,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut skip: Vec<String> = args.skip_namespaces.clone();
     skip.push(args.namespace.clone());
     let state = Arc::new(State::new(skip.into_iter().filter(|s| !s.is_empty())));
+    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into()),
+            std::process::id()
+        )
+    });
+    let (skip_tx, skip_rx) = webhook::events::queue();
+    state.set_skip_events(skip_tx);
+    tokio::spawn(webhook::events::record(
+        client.clone(),
+        skip_rx,
+        identity.clone(),
+    ));
 
     if let Some(addr) = args.metrics_listen {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -187,13 +201,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         state.clone(),
     ));
 
-    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
-        format!(
-            "{}-{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into()),
-            std::process::id()
-        )
-    });
     let leader = Arc::new(std::sync::atomic::AtomicBool::new(!args.leader_elect));
     let lease = crate::controller::leader::Settings {
         namespace: args.namespace.clone(),

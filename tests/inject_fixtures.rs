@@ -21,6 +21,8 @@ struct Case {
     pod: Value,
     sidecarsets: Vec<SidecarSet>,
     expected: Value,
+    /// `SIDECARSET: REASON` of the matching SidecarSets left out.
+    expected_skipped: BTreeMap<String, String>,
 }
 
 fn load(path: &Path) -> Case {
@@ -45,6 +47,7 @@ fn load(path: &Path) -> Case {
         pod: v["pod"].clone(),
         sidecarsets,
         expected: v["expected"].clone(),
+        expected_skipped: serde_json::from_value(v["expectedSkipped"].clone()).unwrap_or_default(),
     }
 }
 
@@ -75,6 +78,17 @@ fn run(case: &Case, raw: &Value) -> (Value, inject::Injection) {
 fn fixtures_inject_as_expected() {
     for case in cases() {
         let (mut out, injection) = run(&case, &case.pod);
+        let skipped: BTreeMap<String, String> = injection
+            .skipped
+            .iter()
+            .map(|s| (s.sidecarset.clone(), s.reason.label().to_string()))
+            .collect();
+        assert_eq!(skipped, case.expected_skipped, "{}: skipped", case.name);
+        assert!(
+            injection.skipped.iter().all(|s| !s.detail.is_empty()),
+            "{}: a skip without a reason for people",
+            case.name
+        );
         if injection.injected.is_empty() {
             assert!(
                 injection.patch.0.is_empty(),
@@ -206,6 +220,7 @@ fn clone_case(c: &Case) -> Case {
         pod: c.pod.clone(),
         sidecarsets: c.sidecarsets.clone(),
         expected: c.expected.clone(),
+        expected_skipped: c.expected_skipped.clone(),
     }
 }
 

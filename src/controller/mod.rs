@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 /// Shared by reconciles.
 pub struct Ctx {
@@ -155,11 +155,33 @@ fn error_policy(ss: Arc<SidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Action {
 }
 
 async fn measured_reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    if !ctx.leader.load(Ordering::SeqCst) {
+        // Followers keep their caches warm and wait.
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     let start = std::time::Instant::now();
-    let res = reconcile(ss, ctx).await;
+    let span = tracing::info_span!(
+        "reconcile",
+        otel.name = "reconcile SidecarSet",
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        sidecarset = %ss.name_any(),
+        generation = ss.metadata.generation.unwrap_or_default(),
+        matched = tracing::field::Empty,
+        updated = tracing::field::Empty,
+        ready = tracing::field::Empty,
+        upgrading = tracing::field::Empty,
+        result = tracing::field::Empty,
+    );
+    let res = reconcile(ss, ctx).instrument(span.clone()).await;
     let m = crate::telemetry::metrics();
     m.reconcile_seconds.observe(start.elapsed().as_secs_f64());
     let result = if res.is_ok() { "ok" } else { "error" };
+    span.record("result", result);
+    if let Err(e) = &res {
+        span.record("otel.status_code", "error");
+        span.record("otel.status_description", e.to_string().as_str());
+    }
     m.reconciles
         .get_or_create(&crate::telemetry::ResultLabel {
             result: result.into(),
@@ -169,10 +191,6 @@ async fn measured_reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action
 }
 
 async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    if !ctx.leader.load(Ordering::SeqCst) {
-        // Followers keep their caches warm and wait.
-        return Ok(Action::requeue(Duration::from_secs(5)));
-    }
     let name = ss.name_any();
     let mut defaulted = (*ss).clone();
     default_sidecarset(&mut defaulted);
@@ -188,6 +206,10 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
 
     let (latest_revision, collision_count) = revisions::register(&ctx, &entry, &pods).await?;
     let st = rollout::status(&views);
+    let span = tracing::Span::current();
+    span.record("matched", st.matched);
+    span.record("updated", st.updated);
+    span.record("ready", st.ready);
     let status = SidecarSetStatus {
         observed_generation: ss.metadata.generation,
         matched_pods: st.matched,
@@ -259,11 +281,19 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             Some((key.clone(), (*pod).clone(), patch))
         })
         .collect();
+    span.record("upgrading", patches.len());
     let results: Vec<(String, Result<Pod, kube::Error>)> = futures::stream::iter(patches)
         .map(|(key, pod, patch)| {
             let client = ctx.client.clone();
+            let ns = pod.namespace().unwrap_or_default();
+            let span = tracing::info_span!(
+                "upgrade pod",
+                namespace = %ns,
+                pod = %pod.name_any(),
+                error = tracing::field::Empty,
+            );
             async move {
-                let api: Api<Pod> = Api::namespaced(client, &pod.namespace().unwrap_or_default());
+                let api: Api<Pod> = Api::namespaced(client, &ns);
                 let r = api
                     .patch(
                         &pod.name_any(),
@@ -271,8 +301,12 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
                         &Patch::<()>::Json(patch),
                     )
                     .await;
+                if let Err(e) = &r {
+                    tracing::Span::current().record("error", e.to_string().as_str());
+                }
                 (key, r)
             }
+            .instrument(span)
         })
         .buffer_unordered(16)
         .collect()

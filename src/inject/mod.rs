@@ -21,6 +21,39 @@ pub struct Injection {
     pub patch: Patch,
     /// SidecarSets injected by this call (not those the pod already had).
     pub injected: Vec<String>,
+    /// SidecarSets that match the pod but were not injected, and why.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Why a SidecarSet that matches a pod was not injected into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SkipReason {
+    /// `injectionStrategy.paused` is true.
+    Paused,
+    /// One of its containers has the name of a container another SidecarSet injects.
+    Conflict,
+    /// The pod's namespace is excluded from injection.
+    NamespaceExcluded,
+}
+
+impl SkipReason {
+    /// The reason as a metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            SkipReason::Paused => "paused",
+            SkipReason::Conflict => "conflict",
+            SkipReason::NamespaceExcluded => "namespace_excluded",
+        }
+    }
+}
+
+/// A matching SidecarSet left out of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub sidecarset: String,
+    pub reason: SkipReason,
+    /// What happened and what to do, for people (an Event's note).
+    pub detail: String,
 }
 
 /// A pod metadata field a transferEnv may take the source container's name from.
@@ -81,13 +114,58 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         .get(ANNOTATION_HASH)
         .and_then(|v| parse_hash_annotation(v))
         .unwrap_or_default();
-    let todo: Vec<&Entry> = sidecarsets
+    if !pod_is_active(pod) {
+        return Injection::default();
+    }
+    // Container names are claimed by the SidecarSets already in the pod, then in order by those
+    // injected now; a SidecarSet that would inject a claimed name is left out whole (two
+    // containers of one name make the pod invalid, and replacing would take another's sidecar).
+    let mut claimed: BTreeMap<String, String> = recorded
+        .values()
+        .flat_map(|e| {
+            e.sidecar_list
+                .iter()
+                .map(|c| (c.clone(), e.sidecar_set_name.clone()))
+        })
+        .collect();
+    let mut todo: Vec<&Entry> = Vec::new();
+    let mut skipped = Vec::new();
+    for e in sidecarsets
         .iter()
         .copied()
         .filter(|e| !recorded.contains_key(e.ss.name()))
-        .collect();
-    if todo.is_empty() || !pod_is_active(pod) {
-        return Injection::default();
+    {
+        let names: Vec<&str> =
+            e.ss.spec
+                .containers
+                .iter()
+                .chain(e.ss.spec.init_containers.iter())
+                .map(|c| c.name())
+                .collect();
+        if let Some((c, other)) = names
+            .iter()
+            .find_map(|n| claimed.get(*n).map(|other| (*n, other)))
+        {
+            skipped.push(Skipped {
+                sidecarset: e.ss.name().to_string(),
+                reason: SkipReason::Conflict,
+                detail: format!(
+                    "container {c:?} is also injected by SidecarSet {other:?}, which was injected instead; \
+                     rename the container in one of them, or make their selectors disjoint"
+                ),
+            });
+            continue;
+        }
+        for n in names {
+            claimed.insert(n.to_string(), e.ss.name().to_string());
+        }
+        todo.push(e);
+    }
+    if todo.is_empty() {
+        return Injection {
+            skipped,
+            ..Default::default()
+        };
     }
     let empty_spec = Default::default();
     let spec = pod.spec.as_ref().unwrap_or(&empty_spec);
@@ -225,6 +303,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
     Injection {
         patch: Patch(ops),
         injected: todo.iter().map(|e| e.ss.name().to_string()).collect(),
+        skipped,
     }
 }
 
@@ -470,18 +549,40 @@ pub fn for_pod_pinned(
 ) -> Injection {
     let empty = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    let matched = index.matching_for_injection(labels, ns_labels);
-    if matched
+    let (matched, paused) = index.matching_split(labels, ns_labels);
+    let mut injection = if matched
         .iter()
         .all(|e| e.ss.spec.injection_strategy.revision.is_none())
     {
-        return inject(pod, &matched, now);
+        inject(pod, &matched, now)
+    } else {
+        let owned: Vec<Entry> = matched
+            .iter()
+            .map(|e| pinned(e).unwrap_or_else(|| (*e).clone()))
+            .collect();
+        inject(pod, &owned.iter().collect::<Vec<_>>(), now)
+    };
+    if !paused.is_empty() && pod_is_active(pod) {
+        let recorded =
+            crate::api::injected_list(pod.metadata.annotations.as_ref().unwrap_or(&empty));
+        injection.skipped.extend(
+            paused
+                .iter()
+                .filter(|e| !recorded.contains(e.ss.name()))
+                .map(|e| Skipped {
+                    sidecarset: e.ss.name().to_string(),
+                    reason: SkipReason::Paused,
+                    detail:
+                        "its injectionStrategy.paused is true; set it to false to inject new pods \
+                             (pods that exist are not changed)"
+                            .into(),
+                }),
+        );
+        injection
+            .skipped
+            .sort_by(|a, b| a.sidecarset.cmp(&b.sidecarset));
     }
-    let owned: Vec<Entry> = matched
-        .iter()
-        .map(|e| pinned(e).unwrap_or_else(|| (*e).clone()))
-        .collect();
-    inject(pod, &owned.iter().collect::<Vec<_>>(), now)
+    injection
 }
 
 /// The SidecarSet as a recorded revision made it: the revision's `spec` (containers, init

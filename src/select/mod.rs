@@ -118,6 +118,21 @@ impl Index {
     }
 }
 
+impl Index {
+    /// [`Index::matching_for_injection`] and, apart, the matching SidecarSets whose injection is
+    /// paused; one pass over the index.
+    pub fn matching_split<'a>(
+        &'a self,
+        pod_labels: &BTreeMap<String, String>,
+        ns_labels: &BTreeMap<String, String>,
+    ) -> (Vec<&'a Entry>, Vec<&'a Entry>) {
+        self.entries
+            .values()
+            .filter(|e| e.scope.matches(pod_labels, ns_labels))
+            .partition(|e| !e.ss.spec.injection_strategy.paused)
+    }
+}
+
 /// Namespace labels as the API server sets them, for a namespace known only by name.
 pub fn namespace_labels(name: &str, labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut l = labels.clone();

@@ -1,6 +1,8 @@
-//! Prometheus metrics (text format on `--metrics-listen`, `/metrics`). One registry for the
-//! process; the counters are cheap enough for the admission path (an atomic add and, for labelled
-//! ones, a read-locked map lookup).
+//! Telemetry. This module: Prometheus metrics (text format on `--metrics-listen`, `/metrics`).
+//! One registry for the process; the counters are cheap enough for the admission path (an atomic
+//! add and, for labelled ones, a read-locked map lookup). [`otel`]: logs and OpenTelemetry traces.
+
+pub mod otel;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -51,6 +53,7 @@ pub struct Metrics {
     pub admission_seconds: Family<WebhookLabel, Histogram>,
     pub injections: Family<SidecarSetLabel, Counter>,
     pub injections_skipped: Family<ReasonLabel, Counter>,
+    pub events_dropped: Counter,
     pub validation_denials: Family<ReasonLabel, Counter>,
     pub reconciles: Family<ResultLabel, Counter>,
     pub reconcile_seconds: Histogram,
@@ -75,6 +78,7 @@ fn build() -> Metrics {
         admission_seconds,
         injections: Family::default(),
         injections_skipped: Family::default(),
+        events_dropped: Counter::default(),
         validation_denials: Family::default(),
         reconciles: Family::default(),
         reconcile_seconds,
@@ -103,8 +107,13 @@ fn build() -> Metrics {
     );
     registry.register(
         "injections_skipped",
-        "Pod admissions that injected nothing, by reason",
+        "Pod creations where a matching SidecarSet was not injected, or none matched, by reason (once per pod and reason)",
         m.injections_skipped.clone(),
+    );
+    registry.register(
+        "skip_events_dropped",
+        "Events about skipped injections dropped because their queue was full",
+        m.events_dropped.clone(),
     );
     registry.register(
         "validation_denials",

@@ -2,6 +2,7 @@
 //! `/healthz` and `/readyz`. A thin shell: decode, ask the pure core, encode. Matching uses the
 //! in-memory [`State`] kept current by watchers; no API call is made per admission.
 
+pub mod events;
 pub mod review;
 pub mod server;
 
@@ -44,6 +45,8 @@ pub struct State {
     revisions: RwLock<Arc<HashMap<String, KnownRevision>>>,
     /// Expiry of the served certificate (unix seconds; 0 when unknown).
     cert_expiry: std::sync::atomic::AtomicI64,
+    /// Where notices of skipped injections go (see [`events`]); none: not recorded.
+    skip_events: std::sync::OnceLock<events::Sender>,
 }
 
 impl State {
@@ -147,6 +150,20 @@ impl State {
     pub fn mark_ca_trusted(&self, trusted: bool) {
         self.ca_trusted.store(trusted, Ordering::SeqCst);
     }
+    /// Sends notices of skipped injections to this queue (see [`events::record`]).
+    pub fn set_skip_events(&self, tx: events::Sender) {
+        let _ = self.skip_events.set(tx);
+    }
+
+    /// Queues a notice without waiting; a full queue drops it (and counts it).
+    fn notify_skipped(&self, notice: events::SkipNotice) {
+        if let Some(tx) = self.skip_events.get()
+            && tx.try_send(notice).is_err()
+        {
+            crate::telemetry::metrics().events_dropped.inc();
+        }
+    }
+
     pub fn set_cert_expiry(&self, unix_seconds: i64) {
         self.cert_expiry.store(unix_seconds, Ordering::SeqCst);
     }
@@ -213,22 +230,50 @@ fn json(status: StatusCode, body: Vec<u8>) -> HttpResponse {
 /// with a JSON error.
 fn handle(webhook: &str, body: &[u8], f: impl FnOnce(&Request) -> Response) -> HttpResponse {
     let start = std::time::Instant::now();
+    // One span per admission; handlers record what they learn into it (Span::current()).
+    let span = tracing::info_span!(
+        "admission",
+        otel.name = webhook,
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        webhook,
+        uid = tracing::field::Empty,
+        operation = tracing::field::Empty,
+        kind = tracing::field::Empty,
+        dry_run = tracing::field::Empty,
+        namespace = tracing::field::Empty,
+        pod = tracing::field::Empty,
+        sidecarset = tracing::field::Empty,
+        sidecarsets = tracing::field::Empty,
+        skipped = tracing::field::Empty,
+        result = tracing::field::Empty,
+        patch_operations = tracing::field::Empty,
+        response_bytes = tracing::field::Empty,
+    );
+    let _entered = span.enter();
     let (operation, result, response) = match review::decode(body) {
         Ok(req) => {
+            span.record("uid", req.uid.as_str());
+            span.record("operation", req.operation.as_str());
+            span.record("kind", req.kind.kind.as_str());
+            span.record("dry_run", req.dry_run.unwrap_or(false));
             let resp = f(&req);
             let result = match (resp.allowed, resp.patch.is_some()) {
                 (false, _) => "denied",
                 (true, true) => "patched",
                 (true, false) => "allowed",
             };
-            (
-                req.operation.clone(),
-                result,
-                json(StatusCode::OK, resp.encode()),
-            )
+            span.record(
+                "patch_operations",
+                resp.patch.as_ref().map_or(0, |p| p.0.len()),
+            );
+            let encoded = resp.encode();
+            span.record("response_bytes", encoded.len());
+            (req.operation.clone(), result, json(StatusCode::OK, encoded))
         }
         Err(e) => {
             warn!(error = %e, "malformed admission request");
+            span.record("otel.status_code", "error");
             let body = serde_json::json!({ "error": e.to_string() });
             (
                 "unknown".to_string(),
@@ -237,6 +282,7 @@ fn handle(webhook: &str, body: &[u8], f: impl FnOnce(&Request) -> Response) -> H
             )
         }
     };
+    span.record("result", result);
     let m = crate::telemetry::metrics();
     m.admissions
         .get_or_create(&crate::telemetry::AdmissionLabels {
@@ -314,12 +360,43 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
         .filter(|n| !n.is_empty())
         .or_else(|| req.namespace.clone().filter(|n| !n.is_empty()))
         .unwrap_or_else(|| "default".into());
+    let name = pod
+        .metadata
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .or(pod.metadata.generate_name.as_deref())
+        .unwrap_or("");
+    let span = tracing::Span::current();
+    span.record("namespace", namespace.as_str());
+    span.record("pod", name);
     let m = crate::telemetry::metrics();
+    let create = req.operation == "CREATE";
+    let dry_run = req.dry_run.unwrap_or(false);
     if state.skip_namespaces.contains(&namespace) {
-        if req.operation == "CREATE" {
-            m.injections_skipped
-                .get_or_create(&crate::telemetry::reason("namespace_excluded"))
-                .inc();
+        if create {
+            // Worth an Event only when a SidecarSet asks for this pod.
+            let index = state.index();
+            let empty = BTreeMap::new();
+            let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+            let (wanted, _) = index.matching_split(labels, &state.namespace_labels(&namespace));
+            let skipped: Vec<inject::Skipped> = wanted
+                .iter()
+                .map(|e| inject::Skipped {
+                    sidecarset: e.ss.name().to_string(),
+                    reason: inject::SkipReason::NamespaceExcluded,
+                    detail: format!(
+                        "namespace {namespace} is excluded from injection (the operator's namespace and --skip-namespaces); \
+                         run the pod in another namespace, or remove the namespace from the exclusions"
+                    ),
+                })
+                .collect();
+            if skipped.is_empty() {
+                m.injections_skipped
+                    .get_or_create(&crate::telemetry::reason("namespace_excluded"))
+                    .inc();
+            }
+            report_skipped(state, &pod, &namespace, name, dry_run, skipped);
         }
         return Response::allow(&req.uid);
     }
@@ -334,20 +411,18 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
                     .get_or_create(&crate::telemetry::label(ss))
                     .inc();
             }
-            if injection.injected.is_empty() {
+            if !injection.injected.is_empty() {
+                span.record("sidecarsets", injection.injected.join(",").as_str());
+            }
+            if injection.injected.is_empty() && injection.skipped.is_empty() {
                 m.injections_skipped
                     .get_or_create(&crate::telemetry::reason("no_sidecarset_to_inject"))
                     .inc();
-            } else {
-                let name = pod
-                    .metadata
-                    .name
-                    .as_deref()
-                    .or(pod.metadata.generate_name.as_deref())
-                    .unwrap_or("");
+            } else if !injection.injected.is_empty() {
                 info!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarsets = ?injection.injected,
-                      dry_run = req.dry_run.unwrap_or(false), "injecting sidecars");
+                      dry_run, "injecting sidecars");
             }
+            report_skipped(state, &pod, &namespace, name, dry_run, injection.skipped);
             Response::allow(&req.uid).with_patch(injection.patch)
         }
         "UPDATE" => {
@@ -361,6 +436,54 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
             }
         }
         _ => Response::allow(&req.uid),
+    }
+}
+
+/// Counts, logs and (unless dry-run) queues an Event for SidecarSets that match a pod being
+/// created but were not injected.
+fn report_skipped(
+    state: &State,
+    pod: &Pod,
+    namespace: &str,
+    name: &str,
+    dry_run: bool,
+    skipped: Vec<inject::Skipped>,
+) {
+    if skipped.is_empty() {
+        return;
+    }
+    let m = crate::telemetry::metrics();
+    let reasons: BTreeSet<inject::SkipReason> = skipped.iter().map(|s| s.reason).collect();
+    for r in reasons {
+        m.injections_skipped
+            .get_or_create(&crate::telemetry::reason(r.label()))
+            .inc();
+    }
+    for s in &skipped {
+        info!(pod = %format!("{namespace}/{name}"), sidecarset = %s.sidecarset, reason = s.reason.label(),
+              detail = %s.detail, dry_run, "SidecarSet matches but was not injected");
+    }
+    tracing::Span::current().record(
+        "skipped",
+        skipped
+            .iter()
+            .map(|s| format!("{}:{}", s.sidecarset, s.reason.label()))
+            .collect::<Vec<_>>()
+            .join(",")
+            .as_str(),
+    );
+    if dry_run {
+        return;
+    }
+    match events::regarding(pod, namespace) {
+        Some(regarding) => state.notify_skipped(events::SkipNotice {
+            regarding,
+            pod: format!("{namespace}/{name}"),
+            skipped,
+        }),
+        None => {
+            debug!(pod = %format!("{namespace}/{name}"), "no Event for a skipped injection: the pod has no name and no controller")
+        }
     }
 }
 
@@ -389,8 +512,11 @@ fn sidecarset_of(
             "request.object is missing: expected the SidecarSet",
         ));
     };
-    match decode_object(raw) {
-        Ok(ss) => Ok(Some((ss, raw))),
+    match decode_object::<SidecarSet>(raw) {
+        Ok(ss) => {
+            tracing::Span::current().record("sidecarset", ss.name());
+            Ok(Some((ss, raw)))
+        }
         Err(e) => Err(Response::deny(
             &req.uid,
             422,

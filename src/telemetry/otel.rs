@@ -1,0 +1,281 @@
+//! Logs and traces. Logs go to stderr (text for people, JSON for collectors; levels from
+//! `RUST_LOG`). Traces are exported over OTLP when an endpoint is configured (the `--otlp-endpoint`
+//! flag, or the standard `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) and
+//! are off otherwise. The other standard variables are honoured: `OTEL_EXPORTER_OTLP_PROTOCOL`
+//! (`grpc` or `http/protobuf`, the default), `…_HEADERS`, `…_TIMEOUT`, `…_COMPRESSION`,
+//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER(_ARG)`, `OTEL_BSP_*`,
+//! `OTEL_SDK_DISABLED` and `OTEL_TRACES_EXPORTER=none`.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// The default log levels when `RUST_LOG` is not set.
+pub const DEFAULT_LOG_FILTER: &str = "info,kube=warn,hyper=warn,rustls=warn";
+
+/// What is exported to OpenTelemetry: the operator's own spans, never the HTTP and gRPC clients'
+/// (the exporter's requests would otherwise trace themselves).
+const TRACE_FILTER: &str = "info,kube=warn,hyper=off,hyper_util=off,h2=off,tonic=off,tower=off,\
+                            reqwest=off,rustls=off,opentelemetry=off,opentelemetry_sdk=off,\
+                            opentelemetry_otlp=off";
+
+/// OTLP transports this build speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Grpc,
+    HttpProtobuf,
+}
+
+/// Where and how traces are exported, when they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Export {
+    pub protocol: Protocol,
+    /// The full endpoint from `--otlp-endpoint` (the exporter reads the environment otherwise).
+    pub endpoint: Option<String>,
+}
+
+/// Decides from the flag and the environment (passed as a function, for tests) whether traces
+/// are exported. `Ok(None)`: off. `Err`: a setting this build cannot honour, named.
+pub fn export_settings(
+    flag: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<Export>, String> {
+    let set = |k: &str| {
+        env(k)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    if set("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return Ok(None);
+    }
+    match set("OTEL_TRACES_EXPORTER").map(|v| v.to_ascii_lowercase()) {
+        None => {}
+        Some(v) if v == "otlp" => {}
+        Some(v) if v == "none" => return Ok(None),
+        Some(v) => {
+            return Err(format!(
+                "OTEL_TRACES_EXPORTER={v} is not supported: use otlp (or none to turn traces off)"
+            ));
+        }
+    }
+    let flag = flag.map(str::trim).filter(|f| !f.is_empty());
+    if flag.is_none()
+        && set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_none()
+        && set("OTEL_EXPORTER_OTLP_ENDPOINT").is_none()
+    {
+        return Ok(None);
+    }
+    let (var, value) = match set("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") {
+        Some(v) => ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v),
+        None => (
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            set("OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_or_else(|| "http/protobuf".into()),
+        ),
+    };
+    let protocol = match value.to_ascii_lowercase().as_str() {
+        "grpc" => Protocol::Grpc,
+        "http/protobuf" => Protocol::HttpProtobuf,
+        other => {
+            return Err(format!(
+                "{var}={other} is not supported: use grpc or http/protobuf"
+            ));
+        }
+    };
+    let endpoint = match flag {
+        None => None,
+        Some(f) => {
+            if !(f.starts_with("http://") || f.starts_with("https://")) {
+                return Err(format!(
+                    "--otlp-endpoint {f:?} is not a URL: give http(s)://host:port, e.g. http://otel-collector:4318"
+                ));
+            }
+            Some(match protocol {
+                Protocol::Grpc => f.to_string(),
+                // Like OTEL_EXPORTER_OTLP_ENDPOINT: a base URL gets the traces path.
+                Protocol::HttpProtobuf => {
+                    let without_scheme = f.split_once("://").map(|x| x.1).unwrap_or(f);
+                    if without_scheme.trim_end_matches('/').contains('/') {
+                        f.to_string()
+                    } else {
+                        format!("{}/v1/traces", f.trim_end_matches('/'))
+                    }
+                }
+            })
+        }
+    };
+    Ok(Some(Export { protocol, endpoint }))
+}
+
+/// Flushes and stops trace export when the process ends (see [`Telemetry::shutdown`]).
+#[must_use = "call shutdown() before the process exits, or spans still queued are lost"]
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// True when spans are exported.
+    pub fn exporting(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// Exports the spans still queued and stops the exporter. Call it inside the Tokio runtime
+    /// that was current at [`init`] (the gRPC transport runs on it).
+    pub fn shutdown(self) {
+        if let Some(p) = self.provider
+            && let Err(e) = p.shutdown()
+        {
+            eprintln!("warning: could not flush the last traces: {e}");
+        }
+    }
+}
+
+fn resource() -> Resource {
+    let env_names_service = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.is_empty())
+        || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| {
+            v.split(',')
+                .any(|kv| kv.trim().starts_with("service.name="))
+        });
+    let mut b = Resource::builder().with_attribute(opentelemetry::KeyValue::new(
+        "service.version",
+        env!("CARGO_PKG_VERSION"),
+    ));
+    if !env_names_service {
+        b = b.with_service_name("sidecarset-operator");
+    }
+    b.build()
+}
+
+fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
+    let exporter = match export.protocol {
+        Protocol::Grpc => {
+            let mut b = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_protocol(opentelemetry_otlp::Protocol::Grpc);
+            if let Some(e) = &export.endpoint {
+                b = b.with_endpoint(e.clone());
+            }
+            if export
+                .endpoint
+                .as_deref()
+                .is_some_and(|e| e.starts_with("https://"))
+            {
+                b = b.with_tls_config(
+                    opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
+                        .with_native_roots(),
+                );
+            }
+            b.build()
+        }
+        Protocol::HttpProtobuf => {
+            let mut b = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
+            if let Some(e) = &export.endpoint {
+                b = b.with_endpoint(e.clone());
+            }
+            b.build()
+        }
+    }
+    .map_err(|e| format!("cannot set up the OTLP trace exporter: {e}"))?;
+    Ok(SdkTracerProvider::builder()
+        .with_resource(resource())
+        .with_batch_exporter(exporter)
+        .build())
+}
+
+/// Installs the global subscriber: logs in `format` ("text" or "json") filtered by `RUST_LOG`,
+/// and, when configured, the OpenTelemetry layer. Call it inside the Tokio runtime.
+pub fn init(format: &str, otlp_endpoint: Option<&str>) -> Result<Telemetry, String> {
+    let export = export_settings(otlp_endpoint, |k| std::env::var(k).ok())?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+    use std::io::IsTerminal;
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let logs = if format == "json" {
+        fmt.json().with_filter(filter).boxed()
+    } else {
+        fmt.with_filter(filter).boxed()
+    };
+    let provider = export.as_ref().map(provider).transpose()?;
+    let traces = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer("sidecarset-operator"))
+            .with_filter(tracing_subscriber::EnvFilter::new(TRACE_FILTER))
+    });
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
+        .try_init()
+        .map_err(|e| format!("cannot install the log subscriber: {e}"))?;
+    if let Some(e) = &export {
+        tracing::info!(protocol = ?e.protocol, endpoint = e.endpoint.as_deref().unwrap_or("from OTEL_* environment"),
+                       "exporting traces over OTLP");
+    }
+    Ok(Telemetry { provider })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(flag: Option<&str>, vars: &[(&str, &str)]) -> Result<Option<Export>, String> {
+        let env: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        export_settings(flag, |k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn export_decisions() {
+        let http = |endpoint: Option<&str>| {
+            Ok(Some(Export {
+                protocol: Protocol::HttpProtobuf,
+                endpoint: endpoint.map(str::to_string),
+            }))
+        };
+        let grpc = |endpoint: Option<&str>| {
+            Ok(Some(Export {
+                protocol: Protocol::Grpc,
+                endpoint: endpoint.map(str::to_string),
+            }))
+        };
+        type Case<'a> = (
+            &'a str,
+            Option<&'a str>,
+            Vec<(&'a str, &'a str)>,
+            Result<Option<Export>, String>,
+        );
+        let cases: Vec<Case> = vec![
+            ("nothing set: off", None, vec![], Ok(None)),
+            ("empty endpoint: off", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", " ")], Ok(None)),
+            ("env endpoint: http/protobuf by default", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")], http(None)),
+            ("traces endpoint alone", None, vec![("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/v1/traces")], http(None)),
+            ("grpc from env", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")], grpc(None)),
+            ("traces protocol wins", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"), ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")], http(None)),
+            ("flag base URL gets the traces path", Some("http://c:4318"), vec![], http(Some("http://c:4318/v1/traces"))),
+            ("flag with a slash", Some("https://c:4318/"), vec![], http(Some("https://c:4318/v1/traces"))),
+            ("flag with a path is kept", Some("http://c/otlp/v1/traces"), vec![], http(Some("http://c/otlp/v1/traces"))),
+            ("flag with grpc kept as is", Some("http://c:4317"), vec![("OTEL_EXPORTER_OTLP_PROTOCOL", "GRPC")], grpc(Some("http://c:4317"))),
+            ("sdk disabled", Some("http://c:4318"), vec![("OTEL_SDK_DISABLED", "TRUE")], Ok(None)),
+            ("exporter none", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c"), ("OTEL_TRACES_EXPORTER", "none")], Ok(None)),
+            ("exporter otlp", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_TRACES_EXPORTER", "otlp")], http(None)),
+            ("exporter zipkin refused", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c"), ("OTEL_TRACES_EXPORTER", "zipkin")],
+             Err("OTEL_TRACES_EXPORTER=zipkin is not supported: use otlp (or none to turn traces off)".into())),
+            ("http/json refused, naming the variable", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
+             Err("OTEL_EXPORTER_OTLP_PROTOCOL=http/json is not supported: use grpc or http/protobuf".into())),
+            ("flag that is not a URL", Some("collector:4317"), vec![],
+             Err("--otlp-endpoint \"collector:4317\" is not a URL: give http(s)://host:port, e.g. http://otel-collector:4318".into())),
+        ];
+        for (what, flag, vars, want) in cases {
+            assert_eq!(settings(flag, &vars), want, "{what}");
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! Events for pods that a matching SidecarSet was not injected into (paused, conflict, namespace
+//! excluded). The webhook never waits for them: it hands a [`SkipNotice`] to a bounded queue and
+//! a background task records the Events, at most one per object, reason and SidecarSet in
+//! [`REPEAT_AFTER`]. Events go on the pod's controller (the ReplicaSet, Job, …), since the pod
+//! may not exist yet when it is admitted, or on the pod when it has no controller.
+
+use crate::inject::{SkipReason, Skipped};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+/// The same Event (object, reason, SidecarSet) is recorded again only after this long.
+pub const REPEAT_AFTER: Duration = Duration::from_secs(600);
+
+/// Notices waiting to be recorded; when full, new ones are dropped (and counted).
+pub const QUEUE: usize = 1024;
+
+/// The SidecarSets skipped for one admitted pod, and where to record it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkipNotice {
+    /// The pod's controller, or the pod.
+    pub regarding: ObjectReference,
+    /// `namespace/name` of the pod (its generateName when it has no name yet).
+    pub pod: String,
+    pub skipped: Vec<Skipped>,
+}
+
+/// Where the Events of a pod being created go: its controller when it has one, else the pod when
+/// it has a name. None for a pod with neither (nothing could show the Event).
+pub fn regarding(pod: &Pod, namespace: &str) -> Option<ObjectReference> {
+    let owner = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    if let Some(o) = owner {
+        return Some(ObjectReference {
+            api_version: Some(o.api_version.clone()),
+            kind: Some(o.kind.clone()),
+            name: Some(o.name.clone()),
+            namespace: Some(namespace.to_string()),
+            uid: Some(o.uid.clone()),
+            ..Default::default()
+        });
+    }
+    let name = pod.metadata.name.as_deref().filter(|n| !n.is_empty())?;
+    Some(ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        uid: pod.metadata.uid.clone().filter(|u| !u.is_empty()),
+        ..Default::default()
+    })
+}
+
+fn reason(r: SkipReason) -> (&'static str, &'static str) {
+    match r {
+        SkipReason::Paused => ("SidecarSetPaused", "Normal"),
+        SkipReason::Conflict => ("SidecarSetConflict", "Warning"),
+        SkipReason::NamespaceExcluded => ("SidecarSetNamespaceExcluded", "Normal"),
+    }
+}
+
+/// The Event for one skipped SidecarSet.
+pub fn event(notice: &SkipNotice, s: &Skipped, instance: &str, now: jiff::Timestamp) -> Event {
+    let (reason, type_) = reason(s.reason);
+    let base = notice
+        .regarding
+        .name
+        .as_deref()
+        .unwrap_or("pod")
+        .to_lowercase();
+    let mut note = format!(
+        "SidecarSet {:?} matches pod {} but was not injected: {}",
+        s.sidecarset, notice.pod, s.detail
+    );
+    // The API server refuses notes over 1 KiB.
+    if note.len() > 1024 {
+        let mut cut = 1021;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{base}.{:x}", now.as_nanosecond())),
+            namespace: notice.regarding.namespace.clone(),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(now)),
+        action: Some("Inject".into()),
+        reason: Some(reason.into()),
+        note: Some(note),
+        type_: Some(type_.into()),
+        regarding: Some(notice.regarding.clone()),
+        related: Some(ObjectReference {
+            api_version: Some(format!("{}/{}", crate::api::GROUP, crate::api::VERSION)),
+            kind: Some("SidecarSet".into()),
+            name: Some(s.sidecarset.clone()),
+            ..Default::default()
+        }),
+        reporting_controller: Some(format!("{}/webhook", crate::run::FIELD_MANAGER)),
+        reporting_instance: Some(instance.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Remembers which Events were recorded lately, so a Deployment of 500 pods gets one Event per
+/// reason and SidecarSet, not 500.
+#[derive(Default)]
+pub struct Dedupe {
+    seen: HashMap<(String, String, String, SkipReason, String), Instant>,
+}
+
+impl Dedupe {
+    /// True when this Event should be recorded now (and remembers it).
+    pub fn admit(&mut self, regarding: &ObjectReference, s: &Skipped, now: Instant) -> bool {
+        let key = (
+            regarding.namespace.clone().unwrap_or_default(),
+            regarding.kind.clone().unwrap_or_default(),
+            regarding.name.clone().unwrap_or_default(),
+            s.reason,
+            s.sidecarset.clone(),
+        );
+        if self
+            .seen
+            .get(&key)
+            .is_some_and(|t| now.saturating_duration_since(*t) < REPEAT_AFTER)
+        {
+            return false;
+        }
+        if self.seen.len() >= 10_000 {
+            self.seen
+                .retain(|_, t| now.saturating_duration_since(*t) < REPEAT_AFTER);
+        }
+        self.seen.insert(key, now);
+        true
+    }
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
+/// The sending side, kept by the webhook [`super::State`].
+pub type Sender = mpsc::Sender<SkipNotice>;
+
+/// A queue for notices and its receiving end, for [`record`].
+pub fn queue() -> (Sender, mpsc::Receiver<SkipNotice>) {
+    mpsc::channel(QUEUE)
+}
+
+/// Records the Events of the notices until the queue closes.
+pub async fn record(client: kube::Client, mut rx: mpsc::Receiver<SkipNotice>, instance: String) {
+    let mut dedupe = Dedupe::default();
+    while let Some(notice) = rx.recv().await {
+        for s in &notice.skipped {
+            if !dedupe.admit(&notice.regarding, s, Instant::now()) {
+                continue;
+            }
+            let ev = event(&notice, s, &instance, jiff::Timestamp::now());
+            let ns = notice.regarding.namespace.clone().unwrap_or_default();
+            let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+            match api.create(&PostParams::default(), &ev).await {
+                Ok(_) => {
+                    debug!(pod = %notice.pod, sidecarset = %s.sidecarset, reason = s.reason.label(), "Event recorded")
+                }
+                Err(e) => {
+                    warn!(pod = %notice.pod, sidecarset = %s.sidecarset, error = %e, "cannot record an Event")
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn skipped(ss: &str, reason: SkipReason) -> Skipped {
+        Skipped {
+            sidecarset: ss.into(),
+            reason,
+            detail: "why".into(),
+        }
+    }
+
+    #[test]
+    fn events_go_on_the_controller_else_the_named_pod() {
+        let owned = pod(
+            json!({"metadata": {"generateName": "web-", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Secret", "name": "not-controller", "uid": "u0"},
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9", "uid": "u1", "controller": true}]}}),
+        );
+        let r = regarding(&owned, "shop").unwrap();
+        assert_eq!(
+            (
+                r.kind.as_deref(),
+                r.name.as_deref(),
+                r.namespace.as_deref(),
+                r.uid.as_deref(),
+                r.api_version.as_deref()
+            ),
+            (
+                Some("ReplicaSet"),
+                Some("web-7d9"),
+                Some("shop"),
+                Some("u1"),
+                Some("apps/v1")
+            )
+        );
+        let named = pod(json!({"metadata": {"name": "solo", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Secret", "name": "x", "uid": "u0"}]}}));
+        let r = regarding(&named, "shop").unwrap();
+        assert_eq!(
+            (r.kind.as_deref(), r.name.as_deref(), r.uid),
+            (Some("Pod"), Some("solo"), None)
+        );
+        assert_eq!(
+            regarding(&pod(json!({"metadata": {"generateName": "x-"}})), "shop"),
+            None
+        );
+        assert_eq!(
+            regarding(&pod(json!({"metadata": {"name": ""}})), "shop"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_event_names_the_sidecarset_the_pod_and_what_to_do() {
+        let notice = SkipNotice {
+            regarding: regarding(&pod(json!({"metadata": {"name": "Solo"}})), "shop").unwrap(),
+            pod: "shop/Solo".into(),
+            skipped: vec![],
+        };
+        let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        for (r, reason, type_) in [
+            (SkipReason::Paused, "SidecarSetPaused", "Normal"),
+            (SkipReason::Conflict, "SidecarSetConflict", "Warning"),
+            (
+                SkipReason::NamespaceExcluded,
+                "SidecarSetNamespaceExcluded",
+                "Normal",
+            ),
+        ] {
+            let e = event(&notice, &skipped("mesh", r), "op-1", now);
+            assert_eq!(e.reason.as_deref(), Some(reason));
+            assert_eq!(e.type_.as_deref(), Some(type_));
+            assert_eq!(
+                e.note.as_deref(),
+                Some("SidecarSet \"mesh\" matches pod shop/Solo but was not injected: why")
+            );
+            assert_eq!(e.metadata.namespace.as_deref(), Some("shop"));
+            assert!(e.metadata.name.as_deref().unwrap().starts_with("solo."));
+            assert_eq!(
+                e.related.as_ref().unwrap().kind.as_deref(),
+                Some("SidecarSet")
+            );
+            assert_eq!(e.related.as_ref().unwrap().name.as_deref(), Some("mesh"));
+            assert_eq!(e.reporting_instance.as_deref(), Some("op-1"));
+        }
+        let long = Skipped {
+            detail: "é".repeat(900),
+            ..skipped("mesh", SkipReason::Conflict)
+        };
+        let note = event(&notice, &long, "op-1", now).note.unwrap();
+        assert!(
+            note.len() <= 1024 && note.ends_with("..."),
+            "{}",
+            note.len()
+        );
+    }
+
+    #[test]
+    fn dedupe_records_once_per_object_reason_and_sidecarset_per_window() {
+        let rs = regarding(
+            &pod(json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": true}]}})),
+            "shop",
+        )
+        .unwrap();
+        let other = ObjectReference {
+            name: Some("api".into()),
+            ..rs.clone()
+        };
+        let t0 = Instant::now();
+        let mut d = Dedupe::default();
+        let cases = [
+            (&rs, "mesh", SkipReason::Paused, 0, true),
+            (&rs, "mesh", SkipReason::Paused, 1, false),
+            (&rs, "mesh", SkipReason::Conflict, 2, true),
+            (&rs, "logs", SkipReason::Paused, 3, true),
+            (&other, "mesh", SkipReason::Paused, 4, true),
+            (&rs, "mesh", SkipReason::Paused, 599, false),
+            (&rs, "mesh", SkipReason::Paused, 601, true),
+            (&rs, "mesh", SkipReason::Paused, 700, false),
+        ];
+        for (i, (r, ss, reason, secs, want)) in cases.into_iter().enumerate() {
+            let now = t0 + Duration::from_secs(secs);
+            assert_eq!(d.admit(r, &skipped(ss, reason), now), want, "case {i}");
+        }
+        assert_eq!(d.len(), 4);
+    }
+}
