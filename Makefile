@@ -78,6 +78,11 @@ bench: ## Benchmarks: injection core (criterion) and a webhook load run over TLS
 	cargo bench --bench inject
 	cargo bench --bench webhook_load
 
+.PHONY: bench-tracing
+bench-tracing: ## Webhook load run three times: telemetry off, logs only, logs + OTLP traces
+	cargo bench --no-run --bench webhook_load
+	for mode in off logs otlp; do SSO_BENCH_TRACING=$$mode cargo bench -q --bench webhook_load 2>/dev/null; done
+
 .PHONY: bench-controller
 bench-controller: ## Controller load run on a local kwok cluster: PODS matched pods (default 5000)
 	hack/bench-controller.sh

@@ -1,6 +1,11 @@
 //! Load run of the pod webhook over keep-alive TLS on 127.0.0.1: CONNECTIONS clients each send
 //! REQUESTS AdmissionReviews (10-container pod, 100 SidecarSets, 3 match); prints throughput and
 //! latency percentiles. Bounded in count; loopback only.
+//!
+//! SSO_BENCH_TRACING picks what the operator's telemetry does meanwhile: `off` (no subscriber),
+//! `logs` (the operator's log subscriber, JSON at info, to stderr) or `otlp` (logs plus a span per
+//! admission exported over OTLP/HTTP to a receiver in this process, which counts what arrives).
+//! Run it with stderr sent to /dev/null for `logs` and `otlp` (see `make bench-tracing`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +29,25 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let mode = std::env::var("SSO_BENCH_TRACING").unwrap_or_else(|_| "off".into());
+    let (telemetry, received) = {
+        let _in_runtime = rt.enter();
+        match mode.as_str() {
+            "off" => (None, None),
+            "logs" => (
+                Some(sidecarset_operator::telemetry::otel::init("json", None).unwrap()),
+                None,
+            ),
+            "otlp" => {
+                let (endpoint, received) = rt.block_on(receiver());
+                let t =
+                    sidecarset_operator::telemetry::otel::init("json", Some(&endpoint)).unwrap();
+                assert!(t.exporting());
+                (Some(t), Some(received))
+            }
+            other => panic!("SSO_BENCH_TRACING={other}: use off, logs or otlp"),
+        }
+    };
     rt.block_on(async move {
         let state = Arc::new(sidecarset_operator::webhook::State::new(Vec::<String>::new()));
         state.set_index(fixture::index());
@@ -65,7 +89,7 @@ fn main() {
         all.sort();
         let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
         println!(
-            "webhook load: {} admissions over {} keep-alive TLS connections in {:.2?}: {:.0} admissions/s; \
+            "webhook load (telemetry {mode}): {} admissions over {} keep-alive TLS connections in {:.2?}: {:.0} admissions/s; \
              latency p50 {:.2?} p90 {:.2?} p99 {:.2?} max {:.2?}",
             all.len(),
             connections,
@@ -77,4 +101,50 @@ fn main() {
             all[all.len() - 1]
         );
     });
+    if let Some(t) = telemetry {
+        let _in_runtime = rt.enter();
+        t.shutdown();
+    }
+    if let Some(r) = received {
+        let (requests, spans, bytes) = *r.lock().unwrap();
+        println!("otlp receiver: {requests} export requests, {spans} spans, {bytes} bytes");
+        assert!(spans > 0, "no span was exported");
+    }
+}
+
+type Received = Arc<std::sync::Mutex<(usize, usize, usize)>>;
+
+/// An OTLP/HTTP receiver on 127.0.0.1 that counts export requests, spans and bytes.
+async fn receiver() -> (String, Received) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let got: Received = Default::default();
+    let store = got.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let store = store.clone();
+            async move {
+                let len = body.len();
+                let spans = ExportTraceServiceRequest::decode(body)
+                    .map(|r| {
+                        r.resource_spans
+                            .iter()
+                            .flat_map(|rs| &rs.scope_spans)
+                            .map(|ss| ss.spans.len())
+                            .sum::<usize>()
+                    })
+                    .unwrap_or(0);
+                let mut g = store.lock().unwrap();
+                g.0 += 1;
+                g.1 += spans;
+                g.2 += len;
+                ""
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), got)
 }

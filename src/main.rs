@@ -103,8 +103,6 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            // The OTLP exporters use the crypto provider and (gRPC) the runtime.
-            sidecarset_operator::webhook::server::install_crypto_provider();
             let telemetry = {
                 let _in_runtime = rt.enter();
                 match telemetry::init(&cli.log_format, cli.otlp_endpoint.as_deref()) {

@@ -235,6 +235,16 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(args: &[&str], port: u16, log: &str) -> anyhow::Result<Operator> {
+        Self::start_with_env(args, &[], port, log)
+    }
+
+    /// [`Operator::start`] with more environment variables.
+    pub fn start_with_env(
+        args: &[&str],
+        env: &[(&str, &str)],
+        port: u16,
+        log: &str,
+    ) -> anyhow::Result<Operator> {
         let bin = std::env::var_os("SSO_E2E_BIN")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| {
@@ -251,6 +261,7 @@ impl Operator {
             .arg("run")
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(logf.try_clone()?)
             .stderr(logf)
             .spawn()?;
@@ -259,6 +270,25 @@ impl Operator {
 
     pub fn addr(&self) -> std::net::SocketAddr {
         std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Sends SIGTERM (what Kubernetes sends) and waits up to `secs` for the process to exit.
+    pub fn terminate(&mut self, secs: u64) -> anyhow::Result<std::process::ExitStatus> {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()?;
+        anyhow::ensure!(sent.success(), "kill -TERM {pid} failed");
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!("the operator did not exit within {secs} s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 

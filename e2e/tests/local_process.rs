@@ -479,3 +479,260 @@ async fn a_new_leader_finishes_a_half_done_rollout_within_max_unavailable() -> a
         )
     })
 }
+
+type Received = std::sync::Arc<
+    std::sync::Mutex<
+        Vec<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest>,
+    >,
+>;
+
+/// A small OTLP/HTTP receiver on 127.0.0.1: keeps every decoded export request.
+async fn otlp_receiver() -> anyhow::Result<(u16, Received)> {
+    use axum::http::{StatusCode, header};
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let got: Received = Default::default();
+    let store = got.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let store = store.clone();
+            async move {
+                match ExportTraceServiceRequest::decode(body) {
+                    Ok(r) => {
+                        store.lock().unwrap().push(r);
+                        (
+                            StatusCode::OK,
+                            [(header::CONTENT_TYPE, "application/x-protobuf")],
+                            Vec::new(),
+                        )
+                    }
+                    Err(e) => (
+                        StatusCode::BAD_REQUEST,
+                        [(header::CONTENT_TYPE, "text/plain")],
+                        e.to_string().into_bytes(),
+                    ),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((port, got))
+}
+
+/// A small OTLP/gRPC receiver on 127.0.0.1: keeps every export request.
+async fn otlp_grpc_receiver() -> anyhow::Result<(u16, Received)> {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+        TraceService, TraceServiceServer,
+    };
+    use opentelemetry_proto::tonic::collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+    };
+    struct Keep(Received);
+    #[tonic::async_trait]
+    impl TraceService for Keep {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+            self.0.lock().unwrap().push(request.into_inner());
+            Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+        }
+    }
+    let got: Received = Default::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let service = TraceServiceServer::new(Keep(got.clone()));
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await
+    });
+    Ok((port, got))
+}
+
+/// A received span: its name, its attributes and its resource's, as strings.
+#[derive(Debug)]
+struct Span {
+    name: String,
+    attrs: std::collections::BTreeMap<String, String>,
+    resource: std::collections::BTreeMap<String, String>,
+}
+
+fn spans(got: &Received) -> Vec<Span> {
+    use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value::Value};
+    let map = |kvs: &[KeyValue]| {
+        kvs.iter()
+            .map(|kv| {
+                let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(Value::StringValue(s)) => s.clone(),
+                    Some(Value::IntValue(i)) => i.to_string(),
+                    Some(Value::BoolValue(b)) => b.to_string(),
+                    Some(Value::DoubleValue(d)) => d.to_string(),
+                    other => format!("{other:?}"),
+                };
+                (kv.key.clone(), v)
+            })
+            .collect()
+    };
+    let mut out = Vec::new();
+    for req in got.lock().unwrap().iter() {
+        for rs in &req.resource_spans {
+            let resource = rs
+                .resource
+                .as_ref()
+                .map(|r| map(&r.attributes))
+                .unwrap_or_default();
+            for ss in &rs.scope_spans {
+                for s in &ss.spans {
+                    out.push(Span {
+                        name: s.name.clone(),
+                        attrs: map(&s.attributes),
+                        resource: std::collections::BTreeMap::clone(&resource),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+// Multi-threaded: the receiver keeps answering while the test waits for the process to exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn traces_of_admissions_and_reconciles_reach_an_otlp_http_receiver_at_shutdown()
+-> anyhow::Result<()> {
+    traces_reach_a_receiver_at_shutdown("http/protobuf").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn traces_of_admissions_and_reconciles_reach_an_otlp_grpc_receiver_at_shutdown()
+-> anyhow::Result<()> {
+    traces_reach_a_receiver_at_shutdown("grpc").await
+}
+
+async fn traces_reach_a_receiver_at_shutdown(protocol: &str) -> anyhow::Result<()> {
+    let c = client().await;
+    let s = suffix();
+    let (ns, name) = (format!("e2e-otlp-{s}"), format!("e2e-otlp-{s}"));
+    create_namespace(&c, &ns, json!({})).await?;
+    let (otlp_port, got) = if protocol == "grpc" {
+        otlp_grpc_receiver().await?
+    } else {
+        otlp_receiver().await?
+    };
+    let port = free_port();
+    let log = log_path(&name);
+    // A minute between exports: what arrives before the process ends can only come from the
+    // flush at shutdown.
+    let mut op = Operator::start_with_env(
+        &[
+            "--namespace",
+            &ns,
+            "--cert-secret-name",
+            &name,
+            "--webhook-config-name",
+            &name,
+            "--manage-webhooks",
+            "--webhook-url",
+            &format!("https://127.0.0.1:{port}"),
+            "--failure-policy",
+            "Fail",
+        ],
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                &format!("http://127.0.0.1:{otlp_port}"),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
+            ("OTEL_BSP_SCHEDULE_DELAY", "60000"),
+        ],
+        port,
+        &log,
+    )?;
+    let ss = format!("e2e-traced-{s}");
+    let pod_name = format!("traced-{s}");
+    let result = async {
+        let label = format!("traced-{s}");
+        eventually(15, "the operator's certificates and webhooks", || {
+            let (c, name) = (c.clone(), name.clone());
+            async move {
+                let bundles = ca_bundles(&c, &name).await.unwrap_or_default();
+                Ok((!bundles.is_empty() && bundles.iter().all(|b| !b.is_empty())).then_some(()))
+            }
+        })
+        .await?;
+        create_sidecarset(&c, json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
+            "spec": {"selector": {"matchLabels": {"e2e-app": label}}, "containers": [{"name": "traced", "image": "registry.local/t:1"}]}
+        })).await?;
+        wait_injectable(&c, TARGET_NS, &pod("p", json!({"e2e-app": label})), "traced", true).await?;
+        let created = Api::<Pod>::namespaced(c.clone(), TARGET_NS)
+            .create(&PostParams::default(), &pod(&pod_name, json!({"e2e-app": label})))
+            .await?;
+        anyhow::ensure!(container_names(&created).contains(&"traced".to_string()));
+        // The controller has seen the pod once the status counts it.
+        eventually(20, "the SidecarSet's status to count the pod", || {
+            let (c, ss) = (c.clone(), ss.clone());
+            async move {
+                let got = Api::<sidecarset_operator::api::SidecarSet>::all(c).get(&ss).await?;
+                Ok((got.status.map(|s| s.matched_pods) == Some(1)).then_some(()))
+            }
+        })
+        .await?;
+        let before = spans(&got).len();
+        delete_sidecarset(&c, &ss).await;
+        let t = Instant::now();
+        let status = op.terminate(40)?;
+        println!("operator exited {status} {:?} after SIGTERM", t.elapsed());
+        anyhow::ensure!(status.success(), "the operator exited with {status}");
+        anyhow::ensure!(before == 0, "{before} spans arrived before shutdown despite the 60 s export delay");
+        let all = spans(&got);
+        println!("{} spans received at shutdown", all.len());
+        let admission = all
+            .iter()
+            .find(|sp| sp.name == "mutate-pod" && sp.attrs.get("pod") == Some(&pod_name))
+            .ok_or_else(|| anyhow::anyhow!("no mutate-pod span for {pod_name}; names: {:?}",
+                all.iter().map(|s| &s.name).collect::<std::collections::BTreeSet<_>>()))?;
+        let a = &admission.attrs;
+        anyhow::ensure!(
+            a.get("namespace").map(String::as_str) == Some(TARGET_NS)
+                && a.get("operation").map(String::as_str) == Some("CREATE")
+                && a.get("kind").map(String::as_str) == Some("Pod")
+                && a.get("dry_run").map(String::as_str) == Some("false")
+                && a.get("result").map(String::as_str) == Some("patched")
+                && a.get("sidecarsets") == Some(&ss)
+                && a.get("uid").is_some_and(|u| !u.is_empty())
+                && a.get("patch_operations").is_some_and(|n| n != "0"),
+            "admission span attributes: {a:?}"
+        );
+        anyhow::ensure!(
+            admission.resource.get("service.name").map(String::as_str) == Some("sidecarset-operator"),
+            "resource: {:?}",
+            admission.resource
+        );
+        anyhow::ensure!(
+            all.iter().any(|sp| sp.name == "validate-sidecarset" && sp.attrs.get("sidecarset") == Some(&ss)),
+            "no validate-sidecarset span for {ss}"
+        );
+        anyhow::ensure!(
+            all.iter().any(|sp| sp.name == "reconcile SidecarSet"
+                && sp.attrs.get("sidecarset") == Some(&ss)
+                && sp.attrs.get("matched").map(String::as_str) == Some("1")),
+            "no reconcile span for {ss} counting the pod"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    drop(op);
+    delete_sidecarset(&c, &ss).await;
+    let _ = Api::<Pod>::namespaced(c.clone(), TARGET_NS)
+        .delete(&pod_name, &DeleteParams::default())
+        .await;
+    cleanup(&c, &name, &ns).await;
+    result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
+}

@@ -36,6 +36,8 @@ pub struct Export {
     pub protocol: Protocol,
     /// The full endpoint from `--otlp-endpoint` (the exporter reads the environment otherwise).
     pub endpoint: Option<String>,
+    /// The endpoint is https: gRPC then verifies the collector with the system's trust roots.
+    pub tls: bool,
 }
 
 /// Decides from the flag and the environment (passed as a function, for tests) whether traces
@@ -63,12 +65,14 @@ pub fn export_settings(
         }
     }
     let flag = flag.map(str::trim).filter(|f| !f.is_empty());
-    if flag.is_none()
-        && set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_none()
-        && set("OTEL_EXPORTER_OTLP_ENDPOINT").is_none()
-    {
+    let Some(effective) = flag
+        .map(str::to_string)
+        .or_else(|| set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+        .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    else {
         return Ok(None);
-    }
+    };
+    let tls = effective.to_ascii_lowercase().starts_with("https://");
     let (var, value) = match set("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") {
         Some(v) => ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v),
         None => (
@@ -107,7 +111,11 @@ pub fn export_settings(
             })
         }
     };
-    Ok(Some(Export { protocol, endpoint }))
+    Ok(Some(Export {
+        protocol,
+        endpoint,
+        tls,
+    }))
 }
 
 /// Flushes and stops trace export when the process ends (see [`Telemetry::shutdown`]).
@@ -158,11 +166,7 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
             if let Some(e) = &export.endpoint {
                 b = b.with_endpoint(e.clone());
             }
-            if export
-                .endpoint
-                .as_deref()
-                .is_some_and(|e| e.starts_with("https://"))
-            {
+            if export.tls {
                 b = b.with_tls_config(
                     opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
                         .with_native_roots(),
@@ -202,6 +206,8 @@ pub fn init(format: &str, otlp_endpoint: Option<&str>) -> Result<Telemetry, Stri
     } else {
         fmt.with_filter(filter).boxed()
     };
+    // The HTTP exporter's TLS uses the process's crypto provider.
+    crate::webhook::server::install_crypto_provider();
     let provider = export.as_ref().map(provider).transpose()?;
     let traces = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
@@ -239,14 +245,21 @@ mod tests {
             Ok(Some(Export {
                 protocol: Protocol::HttpProtobuf,
                 endpoint: endpoint.map(str::to_string),
+                tls: endpoint.is_some_and(|e| e.starts_with("https")),
             }))
         };
         let grpc = |endpoint: Option<&str>| {
             Ok(Some(Export {
                 protocol: Protocol::Grpc,
                 endpoint: endpoint.map(str::to_string),
+                tls: false,
             }))
         };
+        let grpc_tls = Ok(Some(Export {
+            protocol: Protocol::Grpc,
+            endpoint: None,
+            tls: true,
+        }));
         type Case<'a> = (
             &'a str,
             Option<&'a str>,
@@ -258,6 +271,8 @@ mod tests {
             ("empty endpoint: off", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", " ")], Ok(None)),
             ("env endpoint: http/protobuf by default", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")], http(None)),
             ("traces endpoint alone", None, vec![("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/v1/traces")], http(None)),
+            ("grpc over https from env: system roots", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "HTTPS://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")], grpc_tls.clone()),
+            ("the traces endpoint decides tls", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"), ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")], grpc_tls),
             ("grpc from env", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")], grpc(None)),
             ("traces protocol wins", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"), ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")], http(None)),
             ("flag base URL gets the traces path", Some("http://c:4318"), vec![], http(Some("http://c:4318/v1/traces"))),

@@ -1,0 +1,140 @@
+//! Events for pods a matching SidecarSet was not injected into: on the pod's controller (or the
+//! pod), once per object, reason and SidecarSet, never for a dry run.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use sidecarset_e2e::*;
+use sidecarset_operator::api::SidecarSet;
+
+async fn events(c: &kube::Client, ns: &str, reason: &str) -> anyhow::Result<Vec<Event>> {
+    let l = Api::<Event>::namespaced(c.clone(), ns)
+        .list(&ListParams::default())
+        .await?;
+    Ok(l.items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect())
+}
+
+fn regarding(e: &Event) -> (String, String) {
+    let r = e.regarding.clone().unwrap_or_default();
+    (r.kind.unwrap_or_default(), r.name.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn paused_injection_is_reported_on_the_pod_and_once_on_the_replicaset() -> anyhow::Result<()>
+{
+    let c = client().await;
+    let s = suffix();
+    let ns = format!("e2e-events-{s}");
+    create_namespace(&c, &ns, json!({})).await?;
+    let ss = format!("e2e-paused-{s}");
+    let label = format!("paused-{s}");
+    create_sidecarset(
+        &c,
+        json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
+            "spec": {"selector": {"matchLabels": {"e2e-app": label}},
+                     "containers": [{"name": "mesh", "image": "registry.local/mesh:1"}]}
+        }),
+    )
+    .await?;
+    let probe = pod("probe", json!({"e2e-app": label}));
+    // Known to the operator first, then paused: its pods are matched but not injected.
+    wait_injectable(&c, &ns, &probe, "mesh", true).await?;
+    Api::<SidecarSet>::all(c.clone())
+        .patch(
+            &ss,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"injectionStrategy": {"paused": true}}})),
+        )
+        .await?;
+    wait_injectable(&c, &ns, &probe, "mesh", false).await?;
+
+    // A dry run: no Event may name it.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.clone(), &ns);
+    dry_run(&c, &ns, &pod("dry", json!({"e2e-app": label}))).await?;
+    // A bare pod: the Event is on the pod.
+    pods.create(
+        &PostParams::default(),
+        &pod("solo", json!({"e2e-app": label})),
+    )
+    .await?;
+    // A Deployment of 3: one Event, on its ReplicaSet.
+    let deploy: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"e2e-app": label}},
+                 "template": {"metadata": {"labels": {"e2e-app": label}},
+                              "spec": {"containers": [{"name": "app", "image": "registry.local/web:1"}]}}}
+    }))?;
+    Api::<Deployment>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &deploy)
+        .await?;
+    eventually(60, "3 pods of the Deployment", || {
+        let pods = pods.clone();
+        let lp = ListParams::default().labels(&format!("e2e-app={label}"));
+        async move {
+            let l = pods.list(&lp).await?;
+            Ok((l.items.iter().filter(|p| name_of(*p) != "solo").count() == 3).then_some(()))
+        }
+    })
+    .await?;
+    let found = eventually(
+        20,
+        "SidecarSetPaused Events on the pod and the ReplicaSet",
+        || {
+            let (c, ns) = (c.clone(), ns.clone());
+            async move {
+                let ev = events(&c, &ns, "SidecarSetPaused").await?;
+                let on_pod = ev
+                    .iter()
+                    .any(|e| regarding(e) == ("Pod".into(), "solo".into()));
+                let on_rs = ev.iter().any(|e| regarding(e).0 == "ReplicaSet");
+                Ok((on_pod && on_rs).then_some(ev))
+            }
+        },
+    )
+    .await?;
+    // The queue is drained in order: anything about the dry run would be there by now.
+    let rs_events: Vec<&Event> = found
+        .iter()
+        .filter(|e| regarding(e).0 == "ReplicaSet")
+        .collect();
+    assert_eq!(rs_events.len(), 1, "one Event for 3 pods: {rs_events:#?}");
+    assert!(
+        rs_events[0]
+            .regarding
+            .as_ref()
+            .unwrap()
+            .name
+            .as_deref()
+            .unwrap()
+            .starts_with("web-")
+    );
+    assert!(
+        found.iter().all(|e| regarding(e).1 != "dry"),
+        "an Event for a dry run: {found:#?}"
+    );
+    assert_eq!(found.len(), 2, "{found:#?}");
+    let solo = found.iter().find(|e| regarding(e).1 == "solo").unwrap();
+    let note = solo.note.clone().unwrap_or_default();
+    assert!(
+        note.contains(&format!("SidecarSet {ss:?} matches pod {ns}/solo"))
+            && note.contains("injectionStrategy.paused"),
+        "{note}"
+    );
+    assert_eq!(solo.type_.as_deref(), Some("Normal"));
+    assert_eq!(
+        solo.related.as_ref().and_then(|r| r.name.clone()),
+        Some(ss.clone())
+    );
+    assert_eq!(
+        solo.reporting_controller.as_deref(),
+        Some("sidecarset-operator/webhook")
+    );
+    delete_sidecarset(&c, &ss).await;
+    delete_namespace(&c, &ns).await;
+    Ok(())
+}
