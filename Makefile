@@ -79,9 +79,10 @@ bench: ## Benchmarks: injection core (criterion) and a webhook load run over TLS
 	cargo bench --bench webhook_load
 
 .PHONY: bench-tracing
-bench-tracing: ## Webhook load run three times: telemetry off, logs only, logs + OTLP traces
+bench-tracing: ## Webhook load runs, 3 rounds of: telemetry off, logs only, logs + OTLP traces
 	cargo bench --no-run --bench webhook_load
-	for mode in off logs otlp; do SSO_BENCH_TRACING=$$mode cargo bench -q --bench webhook_load 2>/dev/null; done
+	for round in 1 2 3; do for mode in off logs otlp; do \
+	  SSO_BENCH_TRACING=$$mode cargo bench -q --bench webhook_load 2>/dev/null; done; done
 
 .PHONY: bench-controller
 bench-controller: ## Controller load run on a local kwok cluster: PODS matched pods (default 5000)

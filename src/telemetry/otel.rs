@@ -118,6 +118,32 @@ pub fn export_settings(
     }))
 }
 
+/// W3C trace-context headers of a request, for the propagator.
+struct Headers<'a>(&'a axum::http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// Makes `span` a child of the trace a request carries in its `traceparent` header (the API
+/// server sends one to webhooks when its own tracing is on). Call before entering the span.
+/// Nothing happens without the header or without trace export.
+pub fn continue_trace(span: &tracing::Span, headers: &axum::http::HeaderMap) {
+    use opentelemetry::propagation::TextMapPropagator;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if !headers.contains_key("traceparent") {
+        return;
+    }
+    let cx =
+        opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&Headers(headers));
+    let _ = span.set_parent(cx);
+}
+
 /// Flushes and stops trace export when the process ends (see [`Telemetry::shutdown`]).
 #[must_use = "call shutdown() before the process exits, or spans still queued are lost"]
 pub struct Telemetry {
@@ -202,7 +228,8 @@ pub fn init(format: &str, otlp_endpoint: Option<&str>) -> Result<Telemetry, Stri
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let logs = if format == "json" {
-        fmt.json().with_filter(filter).boxed()
+        // The current span's fields (uid, pod, SidecarSet) without the list of its parents.
+        fmt.json().with_span_list(false).with_filter(filter).boxed()
     } else {
         fmt.with_filter(filter).boxed()
     };
@@ -230,6 +257,49 @@ pub fn init(format: &str, otlp_endpoint: Option<&str>) -> Result<Telemetry, Stri
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn an_admission_span_continues_the_api_servers_trace() {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let dispatch = tracing::Dispatch::new(
+            tracing_subscriber::registry()
+                .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test"))),
+        );
+        let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let parent = "00f067aa0ba902b7";
+        let cases = [
+            (Some(format!("00-{trace_id}-{parent}-01")), true),
+            (Some("garbage".to_string()), false),
+            (None, false),
+        ];
+        for (header, continued) in cases {
+            let mut headers = axum::http::HeaderMap::new();
+            if let Some(h) = &header {
+                headers.insert("traceparent", h.parse().unwrap());
+            }
+            tracing::dispatcher::with_default(&dispatch, || {
+                let span = tracing::info_span!("admission");
+                continue_trace(&span, &headers);
+                let _in = span.enter();
+                let id = span.context().span().span_context().trace_id().to_string();
+                assert_eq!(id == trace_id, continued, "{header:?}: trace {id}");
+            });
+        }
+        provider.force_flush().unwrap();
+        let spans = exporter.get_finished_spans().unwrap();
+        assert_eq!(spans.len(), 3);
+        let continued: Vec<_> = spans
+            .iter()
+            .filter(|s| s.span_context.trace_id().to_string() == trace_id)
+            .collect();
+        assert_eq!(continued.len(), 1);
+        assert_eq!(continued[0].parent_span_id.to_string(), parent);
+    }
 
     fn settings(flag: Option<&str>, vars: &[(&str, &str)]) -> Result<Option<Export>, String> {
         let env: HashMap<String, String> = vars

@@ -15,7 +15,7 @@ use crate::select::{Index, namespace_labels};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State as AxState};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
 use k8s_openapi::api::core::v1::Pod;
@@ -228,7 +228,12 @@ fn json(status: StatusCode, body: Vec<u8>) -> HttpResponse {
 
 /// Runs a handler on a decoded request; a body that is not an AdmissionReview gets HTTP 400
 /// with a JSON error.
-fn handle(webhook: &str, body: &[u8], f: impl FnOnce(&Request) -> Response) -> HttpResponse {
+fn handle(
+    webhook: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    f: impl FnOnce(&Request) -> Response,
+) -> HttpResponse {
     let start = std::time::Instant::now();
     // One span per admission; handlers record what they learn into it (Span::current()).
     let span = tracing::info_span!(
@@ -250,6 +255,8 @@ fn handle(webhook: &str, body: &[u8], f: impl FnOnce(&Request) -> Response) -> H
         patch_operations = tracing::field::Empty,
         response_bytes = tracing::field::Empty,
     );
+    // A child of the API server's trace when it sends one (kube-apiserver's tracing).
+    crate::telemetry::otel::continue_trace(&span, headers);
     let _entered = span.enter();
     let (operation, result, response) = match review::decode(body) {
         Ok(req) => {
@@ -319,8 +326,12 @@ fn now_rfc3339() -> String {
         .to_string()
 }
 
-async fn mutate_pod(AxState(state): AxState<Arc<State>>, body: Bytes) -> HttpResponse {
-    handle("mutate-pod", &body, |req| {
+async fn mutate_pod(
+    AxState(state): AxState<Arc<State>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> HttpResponse {
+    handle("mutate-pod", &headers, &body, |req| {
         admit_pod(&state, req, &now_rfc3339())
     })
 }
@@ -419,7 +430,9 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
                     .get_or_create(&crate::telemetry::reason("no_sidecarset_to_inject"))
                     .inc();
             } else if !injection.injected.is_empty() {
-                info!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarsets = ?injection.injected,
+                // Per pod at debug: the admission span, the metrics and the pod's annotations
+                // already say it, and info would be a line per pod created in the cluster.
+                debug!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarsets = ?injection.injected,
                       dry_run, "injecting sidecars");
             }
             report_skipped(state, &pod, &namespace, name, dry_run, injection.skipped);
@@ -525,8 +538,13 @@ fn sidecarset_of(
     }
 }
 
-async fn mutate_sidecarset(body: Bytes) -> HttpResponse {
-    handle("mutate-sidecarset", &body, admit_sidecarset_defaults)
+async fn mutate_sidecarset(headers: HeaderMap, body: Bytes) -> HttpResponse {
+    handle(
+        "mutate-sidecarset",
+        &headers,
+        &body,
+        admit_sidecarset_defaults,
+    )
 }
 
 /// Defaults a SidecarSet and records its hashes in its annotations (as OpenKruise does).
@@ -559,8 +577,12 @@ pub fn admit_sidecarset_defaults(req: &Request) -> Response {
     Response::allow(&req.uid).with_patch(json_patch::Patch(ops))
 }
 
-async fn validate_sidecarset(AxState(state): AxState<Arc<State>>, body: Bytes) -> HttpResponse {
-    handle("validate-sidecarset", &body, |req| {
+async fn validate_sidecarset(
+    AxState(state): AxState<Arc<State>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> HttpResponse {
+    handle("validate-sidecarset", &headers, &body, |req| {
         admit_sidecarset_validation(&state, req)
     })
 }
