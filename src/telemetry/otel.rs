@@ -17,9 +17,10 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// The default log levels when `RUST_LOG` is not set.
 pub const DEFAULT_LOG_FILTER: &str = "info,kube=warn,hyper=warn,rustls=warn";
 
-/// What is exported to OpenTelemetry: the operator's own spans, never the HTTP and gRPC clients'
-/// (the exporter's requests would otherwise trace themselves).
-const TRACE_FILTER: &str = "info,kube=warn,hyper=off,hyper_util=off,h2=off,tonic=off,tower=off,\
+/// What is exported to OpenTelemetry: the operator's own spans (the admission spans are at debug
+/// level, so that logs at info do not pay for them), never the HTTP and gRPC clients' (the
+/// exporter's requests would otherwise trace themselves).
+const TRACE_FILTER: &str = "info,sidecarset_operator=debug,kube=warn,hyper=off,hyper_util=off,h2=off,tonic=off,tower=off,\
                             reqwest=off,rustls=off,opentelemetry=off,opentelemetry_sdk=off,\
                             opentelemetry_otlp=off";
 
@@ -239,7 +240,13 @@ pub fn init(format: &str, otlp_endpoint: Option<&str>) -> Result<Telemetry, Stri
     let traces = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("sidecarset-operator"))
-            .with_filter(tracing_subscriber::EnvFilter::new(TRACE_FILTER))
+            .with_filter(tracing_subscriber::filter::FilterExt::and(
+                tracing_subscriber::EnvFilter::new(TRACE_FILTER),
+                // Debug lines are not copied into spans as span events; info and above are.
+                tracing_subscriber::filter::filter_fn(|m| {
+                    m.is_span() || *m.level() <= tracing::Level::INFO
+                }),
+            ))
     });
     tracing_subscriber::registry()
         .with(logs)

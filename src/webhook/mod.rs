@@ -235,8 +235,10 @@ fn handle(
     f: impl FnOnce(&Request) -> Response,
 ) -> HttpResponse {
     let start = std::time::Instant::now();
-    // One span per admission; handlers record what they learn into it (Span::current()).
-    let span = tracing::info_span!(
+    // One span per admission; handlers record what they learn into it (Span::current()). At
+    // debug level: exported whenever traces are on (see telemetry::otel), in logs only with
+    // RUST_LOG at debug, so the default logs cost nothing per admission.
+    let span = tracing::debug_span!(
         "admission",
         otel.name = webhook,
         otel.kind = "server",
