@@ -222,6 +222,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.namespace.clone(),
             leader.clone(),
             identity,
+            state.clone(),
         ));
     }
 

@@ -18,6 +18,19 @@ async fn events(c: &kube::Client, ns: &str, reason: &str) -> anyhow::Result<Vec<
         .collect())
 }
 
+/// A SidecarSet injecting a container "mesh" into pods labelled `e2e-app: label`.
+async fn create_mesh(c: &kube::Client, name: &str, label: &str) -> kube::Result<SidecarSet> {
+    create_sidecarset(
+        c,
+        json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"e2e-app": label}},
+                     "containers": [{"name": "mesh", "image": "registry.local/mesh:1"}]}
+        }),
+    )
+    .await
+}
+
 fn regarding(e: &Event) -> (String, String) {
     let r = e.regarding.clone().unwrap_or_default();
     (r.kind.unwrap_or_default(), r.name.unwrap_or_default())
@@ -32,15 +45,7 @@ async fn paused_injection_is_reported_on_the_pod_and_once_on_the_replicaset() ->
     create_namespace(&c, &ns, json!({})).await?;
     let ss = format!("e2e-paused-{s}");
     let label = format!("paused-{s}");
-    create_sidecarset(
-        &c,
-        json!({
-            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
-            "spec": {"selector": {"matchLabels": {"e2e-app": label}},
-                     "containers": [{"name": "mesh", "image": "registry.local/mesh:1"}]}
-        }),
-    )
-    .await?;
+    create_mesh(&c, &ss, &label).await?;
     let probe = pod("probe", json!({"e2e-app": label}));
     // Known to the operator first, then paused: its pods are matched but not injected.
     wait_injectable(&c, &ns, &probe, "mesh", true).await?;
@@ -137,4 +142,62 @@ async fn paused_injection_is_reported_on_the_pod_and_once_on_the_replicaset() ->
     delete_sidecarset(&c, &ss).await;
     delete_namespace(&c, &ns).await;
     Ok(())
+}
+
+#[tokio::test]
+async fn a_sidecarset_selecting_a_pod_in_an_excluded_namespace_is_reported() -> anyhow::Result<()> {
+    let c = client().await;
+    let s = suffix();
+    // The operator's own namespace is excluded: the webhooks never see its pods, the controller
+    // does.
+    let excluded = operator_namespace();
+    let ss = format!("e2e-excl-{s}");
+    let label = format!("excl-{s}");
+    create_mesh(&c, &ss, &label).await?;
+    wait_injectable(
+        &c,
+        "default",
+        &pod("probe", json!({"e2e-app": label})),
+        "mesh",
+        true,
+    )
+    .await?;
+    let name = format!("excluded-{s}");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.clone(), &excluded);
+    let created = pods
+        .create(
+            &PostParams::default(),
+            &pod(&name, json!({"e2e-app": label})),
+        )
+        .await?;
+    let result = async {
+        anyhow::ensure!(
+            !container_names(&created).contains(&"mesh".to_string()),
+            "a pod in the excluded namespace {excluded} was injected"
+        );
+        let ev = eventually(20, "a SidecarSetNamespaceExcluded Event on the pod", || {
+            let (c, excluded, name) = (c.clone(), excluded.clone(), name.clone());
+            async move {
+                let ev = events(&c, &excluded, "SidecarSetNamespaceExcluded").await?;
+                Ok(ev
+                    .into_iter()
+                    .find(|e| regarding(e) == ("Pod".into(), name.clone())))
+            }
+        })
+        .await?;
+        let note = ev.note.clone().unwrap_or_default();
+        anyhow::ensure!(
+            note.contains(&format!("SidecarSet {ss:?} matches pod {excluded}/{name}"))
+                && note.contains(&format!("namespace {excluded} is excluded")),
+            "{note}"
+        );
+        anyhow::ensure!(ev.related.as_ref().and_then(|r| r.name.clone()) == Some(ss.clone()));
+        anyhow::Ok(())
+    }
+    .await;
+    let _ = pods
+        .delete(&name, &kube::api::DeleteParams::default())
+        .await;
+    delete_sidecarset(&c, &ss).await;
+    result
 }

@@ -26,6 +26,42 @@ async fn cleanup(c: &kube::Client, config: &str, ns: &str) {
     delete_namespace(c, ns).await;
 }
 
+/// Arguments that give an operator its own namespace, certificate Secret and webhook
+/// configuration names, so that it does not touch another's.
+fn instance_args(ns: &str, name: &str) -> Vec<String> {
+    [
+        "--namespace",
+        ns,
+        "--cert-secret-name",
+        name,
+        "--webhook-config-name",
+        name,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// [`instance_args`] plus webhook configurations it writes itself, by URL on 127.0.0.1:`port`,
+/// failing closed.
+fn standalone_args(ns: &str, name: &str, port: u16) -> Vec<String> {
+    let mut v = instance_args(ns, name);
+    v.extend(
+        [
+            "--manage-webhooks",
+            "--webhook-url",
+            &format!("https://127.0.0.1:{port}"),
+            "--failure-policy",
+            "Fail",
+        ]
+        .map(String::from),
+    );
+    v
+}
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 fn log_path(name: &str) -> String {
     std::env::temp_dir()
         .join(format!("{name}.log"))
@@ -55,23 +91,7 @@ async fn fresh_start_without_secret_is_ready_and_injects_within_15_seconds() -> 
     let port = free_port();
     let log = log_path(&name);
     let t0 = Instant::now();
-    let op = Operator::start(
-        &[
-            "--namespace",
-            &ns,
-            "--cert-secret-name",
-            &name,
-            "--webhook-config-name",
-            &name,
-            "--manage-webhooks",
-            "--webhook-url",
-            &format!("https://127.0.0.1:{port}"),
-            "--failure-policy",
-            "Fail",
-        ],
-        port,
-        &log,
-    )?;
+    let op = Operator::start(&as_strs(&standalone_args(&ns, &name, port)), port, &log)?;
     let result = async {
         let ss = format!("e2e-fresh-{s}");
         let label = format!("fresh-{s}");
@@ -117,30 +137,26 @@ async fn rotations_with_two_replicas_fail_no_admission() -> anyhow::Result<()> {
         .unwrap_or(150);
     let (pa, pb) = (free_port(), free_port());
     let common = |extra: &[&str]| -> Vec<String> {
-        let mut v: Vec<String> = [
-            "--namespace",
-            &ns,
-            "--cert-secret-name",
-            &name,
-            "--webhook-config-name",
-            &name,
-            "--ca-validity",
-            "180s",
-            "--cert-validity",
-            "60s",
-            "--cert-renew-at",
-            "0.5",
-            "--ca-overlap",
-            "8s",
-            "--cert-resync",
-            "1s",
-            "--cert-extra-ips",
-            "127.0.0.1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        v.extend(extra.iter().map(|s| s.to_string()));
+        let mut v = instance_args(&ns, &name);
+        v.extend(
+            [
+                "--ca-validity",
+                "180s",
+                "--cert-validity",
+                "60s",
+                "--cert-renew-at",
+                "0.5",
+                "--ca-overlap",
+                "8s",
+                "--cert-resync",
+                "1s",
+                "--cert-extra-ips",
+                "127.0.0.1",
+            ]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string()),
+        );
         v
     };
     let a_args = common(&[
@@ -155,16 +171,8 @@ async fn rotations_with_two_replicas_fail_no_admission() -> anyhow::Result<()> {
         log_path(&format!("{name}-a")),
         log_path(&format!("{name}-b")),
     );
-    let a = Operator::start(
-        &a_args.iter().map(String::as_str).collect::<Vec<_>>(),
-        pa,
-        &log_a,
-    )?;
-    let b = Operator::start(
-        &b_args.iter().map(String::as_str).collect::<Vec<_>>(),
-        pb,
-        &log_b,
-    )?;
+    let a = Operator::start(&as_strs(&a_args), pa, &log_a)?;
+    let b = Operator::start(&as_strs(&b_args), pb, &log_b)?;
     let result = async {
         eventually(15, "the replicas' certificates", || {
             let (c, name) = (c.clone(), name.clone());
@@ -355,24 +363,20 @@ async fn a_new_leader_finishes_a_half_done_rollout_within_max_unavailable() -> a
     create_namespace(&c, &pods_ns, json!({})).await?;
     let (pa, pb) = (free_port(), free_port());
     let common = |extra: &[&str]| -> Vec<String> {
-        let mut v: Vec<String> = [
-            "--namespace",
-            &ns,
-            "--cert-secret-name",
-            &name,
-            "--webhook-config-name",
-            &name,
-            "--leader-lease-name",
-            &name,
-            "--leader-lease-duration",
-            "4s",
-            "--cert-extra-ips",
-            "127.0.0.1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        v.extend(extra.iter().map(|s| s.to_string()));
+        let mut v = instance_args(&ns, &name);
+        v.extend(
+            [
+                "--leader-lease-name",
+                &name,
+                "--leader-lease-duration",
+                "4s",
+                "--cert-extra-ips",
+                "127.0.0.1",
+            ]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string()),
+        );
         v
     };
     let (log_a, log_b) = (
@@ -381,11 +385,7 @@ async fn a_new_leader_finishes_a_half_done_rollout_within_max_unavailable() -> a
     );
     let leases: Api<Lease> = Api::namespaced(c.clone(), &ns);
     // B starts first and becomes the leader; A serves the webhooks (URL mode) and waits.
-    let b = Operator::start(
-        &common(&[]).iter().map(String::as_str).collect::<Vec<_>>(),
-        pb,
-        &log_b,
-    )?;
+    let b = Operator::start(&as_strs(&common(&[])), pb, &log_b)?;
     let holder = |l: Option<Lease>| {
         l.and_then(|l| l.spec)
             .and_then(|s| s.holder_identity)
@@ -402,11 +402,7 @@ async fn a_new_leader_finishes_a_half_done_rollout_within_max_unavailable() -> a
         "--webhook-url",
         &format!("https://127.0.0.1:{pa}"),
     ]);
-    let a = Operator::start(
-        &a_args.iter().map(String::as_str).collect::<Vec<_>>(),
-        pa,
-        &log_a,
-    )?;
+    let a = Operator::start(&as_strs(&a_args), pa, &log_a)?;
     let mut b = Some(b);
     let result = async {
         eventually(20, "replica A's webhooks", || {
@@ -630,19 +626,7 @@ async fn traces_reach_a_receiver_at_shutdown(protocol: &str) -> anyhow::Result<(
     // A minute between exports: what arrives before the process ends can only come from the
     // flush at shutdown.
     let mut op = Operator::start_with_env(
-        &[
-            "--namespace",
-            &ns,
-            "--cert-secret-name",
-            &name,
-            "--webhook-config-name",
-            &name,
-            "--manage-webhooks",
-            "--webhook-url",
-            &format!("https://127.0.0.1:{port}"),
-            "--failure-policy",
-            "Fail",
-        ],
+        &as_strs(&standalone_args(&ns, &name, port)),
         &[
             (
                 "OTEL_EXPORTER_OTLP_ENDPOINT",

@@ -37,6 +37,11 @@ pub struct Ctx {
     pub identity: String,
     /// Last Event note per (SidecarSet, reason): the same note is not repeated.
     last_events: Mutex<HashMap<(String, String), String>>,
+    /// The webhooks' view: excluded namespaces, namespace labels, the SidecarSet index, and the
+    /// queue of skipped-injection Events.
+    pub webhook: Arc<crate::webhook::State>,
+    /// `pod uid/SidecarSet` already reported as selected in an excluded namespace.
+    reported_excluded: Mutex<std::collections::HashSet<String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -112,7 +117,13 @@ fn injected_into(p: &Pod) -> std::collections::BTreeSet<String> {
 }
 
 /// Runs the controller until the process ends.
-pub async fn run(client: Client, namespace: String, leader: Arc<AtomicBool>, identity: String) {
+pub async fn run(
+    client: Client,
+    namespace: String,
+    leader: Arc<AtomicBool>,
+    identity: String,
+    webhook: Arc<crate::webhook::State>,
+) {
     let (pods, writer) = reflector::store();
     let pod_stream = reflector::reflector(
         writer,
@@ -132,14 +143,34 @@ pub async fn run(client: Client, namespace: String, leader: Arc<AtomicBool>, ide
         leader,
         identity,
         last_events: Mutex::new(HashMap::new()),
+        webhook: webhook.clone(),
+        reported_excluded: Mutex::new(Default::default()),
     });
     Controller::new(
         Api::<SidecarSet>::all(client),
         watcher::Config::default().any_semantic(),
     )
-    .watches_stream(pod_stream, |pod: Pod| {
-        injected_into(&pod)
+    .watches_stream(pod_stream, move |pod: Pod| {
+        let injected = injected_into(&pod);
+        // A pod in an excluded namespace also wakes the SidecarSets that select it (they report
+        // it with an Event; see `report_excluded`).
+        let mut wake: Vec<String> = Vec::new();
+        if let Some(ns) = pod.metadata.namespace.as_deref()
+            && webhook.skip_namespaces.contains(ns)
+            && crate::inject::pod_is_active(&pod)
+        {
+            let index = webhook.index();
+            let (selecting, _) = index.matching_split(pod.labels(), &webhook.namespace_labels(ns));
+            wake.extend(
+                selecting
+                    .iter()
+                    .map(|e| e.ss.name().to_string())
+                    .filter(|n| !injected.contains(n)),
+            );
+        }
+        injected
             .into_iter()
+            .chain(wake)
             .map(|n| ObjectRef::<SidecarSet>::new(&n))
             .collect::<Vec<_>>()
     })
@@ -242,6 +273,8 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         )
         .await?;
     }
+
+    report_excluded(&ctx, &entry);
 
     let strategy = &entry.ss.spec.update_strategy;
     if strategy.type_ == Some(UpdateStrategyType::NotUpdate) {
@@ -377,6 +410,74 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     })
 }
 
+/// Pods in excluded namespaces that `entry` selects and would have injected: active, created
+/// after the SidecarSet (older pods were never going to be injected) and without it.
+pub fn excluded_but_selected<'a>(
+    entry: &Entry,
+    pods: impl IntoIterator<Item = &'a Pod>,
+    excluded: &std::collections::BTreeSet<String>,
+    ns_labels: &dyn Fn(&str) -> BTreeMap<String, String>,
+) -> Vec<&'a Pod> {
+    let since = entry.ss.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    pods.into_iter()
+        .filter(|p| {
+            let Some(ns) = p.metadata.namespace.as_deref() else {
+                return false;
+            };
+            excluded.contains(ns)
+                && crate::inject::pod_is_active(p)
+                && !injected_into(p).contains(entry.ss.name())
+                && match (since, p.metadata.creation_timestamp.as_ref()) {
+                    (Some(since), Some(created)) => created.0 >= since,
+                    _ => false,
+                }
+                && entry.matches(p.labels(), &ns_labels(ns))
+        })
+        .collect()
+}
+
+/// Queues a `SidecarSetNamespaceExcluded` Event for each pod [`excluded_but_selected`] finds, once
+/// per pod and SidecarSet in this process (the webhook never sees these pods: the webhook
+/// configurations leave excluded namespaces out).
+fn report_excluded(ctx: &Ctx, entry: &Entry) {
+    let w = &ctx.webhook;
+    if w.skip_namespaces.is_empty() {
+        return;
+    }
+    let pods = ctx.pods.state();
+    let found = excluded_but_selected(
+        entry,
+        pods.iter().map(|p| p.as_ref()),
+        &w.skip_namespaces,
+        &|ns| w.namespace_labels(ns),
+    );
+    let Ok(mut reported) = ctx.reported_excluded.lock() else {
+        return;
+    };
+    if reported.len() > 100_000 {
+        reported.clear();
+    }
+    for pod in found {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if !reported.insert(format!("{uid}/{}", entry.ss.name())) {
+            continue;
+        }
+        let ns = pod.namespace().unwrap_or_default();
+        let key = format!("{ns}/{}", pod.name_any());
+        info!(pod = %key, sidecarset = %entry.ss.name(), "SidecarSet selects a pod in an excluded namespace");
+        if let Some(regarding) = crate::webhook::events::regarding(pod, &ns) {
+            w.notify_skipped(crate::webhook::events::SkipNotice {
+                regarding,
+                pod: key,
+                skipped: vec![crate::webhook::excluded_namespace_skip(
+                    entry.ss.name(),
+                    &ns,
+                )],
+            });
+        }
+    }
+}
+
 fn preview(keys: &[String]) -> String {
     let mut s = keys.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
     if keys.len() > 5 {
@@ -463,5 +564,82 @@ async fn mark_not_upgradable(ctx: &Ctx, pod: &Pod, ss: &str) {
         .await
     {
         warn!(pod = %pod.name_any(), error = %e, "cannot set the SidecarSetUpgradable condition");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_selected_in_excluded_namespaces() {
+        let ss: SidecarSet = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": "mesh", "creationTimestamp": "2026-11-30T10:00:00Z"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "containers": [{"name": "proxy", "image": "p:1"}]}
+        }))
+        .unwrap();
+        let entry = Entry::new(Arc::new(ss)).unwrap();
+        let pod =
+            |name: &str, ns: &str, app: &str, created: Option<&str>, extra: serde_json::Value| {
+                let mut v =
+                    json!({"metadata": {"name": name, "namespace": ns, "labels": {"app": app}}});
+                if let Some(t) = created {
+                    v["metadata"]["creationTimestamp"] = json!(t);
+                }
+                if let Some(o) = extra.as_object() {
+                    for (k, x) in o {
+                        if k == "annotations" {
+                            v["metadata"]["annotations"] = x.clone();
+                        } else {
+                            v[k] = x.clone();
+                        }
+                    }
+                }
+                serde_json::from_value::<Pod>(v).unwrap()
+            };
+        let after = Some("2026-11-30T10:05:00Z");
+        let pods = [
+            pod("selected", "kube-system", "web", after, json!({})),
+            pod(
+                "same-second",
+                "kube-system",
+                "web",
+                Some("2026-11-30T10:00:00Z"),
+                json!({}),
+            ),
+            pod(
+                "older-than-the-sidecarset",
+                "kube-system",
+                "web",
+                Some("2026-11-30T09:59:59Z"),
+                json!({}),
+            ),
+            pod("no-creation-time", "kube-system", "web", None, json!({})),
+            pod("not-excluded", "shop", "web", after, json!({})),
+            pod("other-label", "kube-system", "api", after, json!({})),
+            pod(
+                "finished",
+                "kube-system",
+                "web",
+                after,
+                json!({"status": {"phase": "Succeeded"}}),
+            ),
+            pod(
+                "already-injected",
+                "kube-system",
+                "web",
+                after,
+                json!({"annotations": {"kruise.io/sidecarset-injected-list": "mesh"}}),
+            ),
+        ];
+        let excluded: std::collections::BTreeSet<String> = ["kube-system".to_string()].into();
+        let found: Vec<String> = excluded_but_selected(&entry, pods.iter(), &excluded, &|ns| {
+            crate::select::namespace_labels(ns, &BTreeMap::new())
+        })
+        .into_iter()
+        .map(|p| p.name_any())
+        .collect();
+        assert_eq!(found, ["selected", "same-second"]);
     }
 }

@@ -27,6 +27,18 @@ impl Entry {
     }
 }
 
+impl Entry {
+    /// True when the SidecarSet's scope (selector, namespace, namespaceSelector) covers a pod
+    /// with these labels in a namespace with these labels.
+    pub fn matches(
+        &self,
+        pod_labels: &BTreeMap<String, String>,
+        ns_labels: &BTreeMap<String, String>,
+    ) -> bool {
+        self.scope.matches(pod_labels, ns_labels)
+    }
+}
+
 /// SidecarSets by name, with compiled scopes. Cheap to clone (entries are shared).
 #[derive(Clone, Debug, Default)]
 pub struct Index {

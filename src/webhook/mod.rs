@@ -156,7 +156,7 @@ impl State {
     }
 
     /// Queues a notice without waiting; a full queue drops it (and counts it).
-    fn notify_skipped(&self, notice: events::SkipNotice) {
+    pub fn notify_skipped(&self, notice: events::SkipNotice) {
         if let Some(tx) = self.skip_events.get()
             && tx.try_send(notice).is_err()
         {
@@ -395,14 +395,7 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
             let (wanted, _) = index.matching_split(labels, &state.namespace_labels(&namespace));
             let skipped: Vec<inject::Skipped> = wanted
                 .iter()
-                .map(|e| inject::Skipped {
-                    sidecarset: e.ss.name().to_string(),
-                    reason: inject::SkipReason::NamespaceExcluded,
-                    detail: format!(
-                        "namespace {namespace} is excluded from injection (the operator's namespace and --skip-namespaces); \
-                         run the pod in another namespace, or remove the namespace from the exclusions"
-                    ),
-                })
+                .map(|e| excluded_namespace_skip(e.ss.name(), &namespace))
                 .collect();
             if skipped.is_empty() {
                 m.injections_skipped
@@ -451,6 +444,18 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
             }
         }
         _ => Response::allow(&req.uid),
+    }
+}
+
+/// A SidecarSet left out because the pod's namespace is excluded from injection.
+pub fn excluded_namespace_skip(sidecarset: &str, namespace: &str) -> inject::Skipped {
+    inject::Skipped {
+        sidecarset: sidecarset.to_string(),
+        reason: inject::SkipReason::NamespaceExcluded,
+        detail: format!(
+            "namespace {namespace} is excluded from injection (the operator's namespace, kube-system and \
+             --skip-namespaces); run the pod in another namespace, or remove the namespace from the exclusions"
+        ),
     }
 }
 
