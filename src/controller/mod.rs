@@ -4,15 +4,13 @@
 
 pub mod leader;
 pub mod revisions;
+pub mod slim;
 
-use crate::api::{
-    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, SidecarSet,
-    SidecarSetStatus, UpdateStrategyType, default_sidecarset,
-};
+use crate::api::{SidecarSet, SidecarSetStatus, UpdateStrategyType, default_sidecarset};
 use crate::rollout::{self, Classifier};
 use crate::select::Entry;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -20,6 +18,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
+use slim::SlimPod;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,7 +28,7 @@ use tracing::{Instrument, info, warn};
 /// Shared by reconciles.
 pub struct Ctx {
     pub client: Client,
-    pub pods: Store<Pod>,
+    pub pods: Store<SlimPod>,
     /// Namespace of the operator: ControllerRevisions live there.
     pub namespace: String,
     pub leader: Arc<AtomicBool>,
@@ -52,67 +51,7 @@ pub enum Error {
     Invalid(String),
 }
 
-/// What of a pod the controller keeps in memory: labels, the injection annotations, owner,
-/// container names and images, statuses and readiness. Everything else is dropped.
-pub fn trim_pod(p: &mut Pod) {
-    let m = &mut p.metadata;
-    m.managed_fields = None;
-    if let Some(a) = m.annotations.as_mut() {
-        a.retain(|k, _| {
-            k == ANNOTATION_HASH
-                || k == ANNOTATION_HASH_WITHOUT_IMAGE
-                || k == ANNOTATION_INJECTED_LIST
-        });
-    }
-    let slim = |c: &Container| Container {
-        name: c.name.clone(),
-        image: c.image.clone(),
-        restart_policy: c.restart_policy.clone(),
-        ..Default::default()
-    };
-    if let Some(s) = p.spec.as_ref() {
-        p.spec = Some(PodSpec {
-            containers: s.containers.iter().map(slim).collect(),
-            init_containers: s
-                .init_containers
-                .as_ref()
-                .map(|l| l.iter().map(slim).collect()),
-            node_name: s.node_name.clone(),
-            ..Default::default()
-        });
-    }
-    if let Some(s) = p.status.as_ref() {
-        let slim_status = |c: &ContainerStatus| ContainerStatus {
-            name: c.name.clone(),
-            image: c.image.clone(),
-            image_id: c.image_id.clone(),
-            ready: c.ready,
-            restart_count: c.restart_count,
-            started: c.started,
-            ..Default::default()
-        };
-        p.status = Some(PodStatus {
-            phase: s.phase.clone(),
-            conditions: s.conditions.as_ref().map(|c| {
-                c.iter()
-                    .filter(|c| c.type_ == "Ready" || c.type_ == "SidecarSetUpgradable")
-                    .cloned()
-                    .collect()
-            }),
-            container_statuses: s
-                .container_statuses
-                .as_ref()
-                .map(|l| l.iter().map(slim_status).collect()),
-            init_container_statuses: s
-                .init_container_statuses
-                .as_ref()
-                .map(|l| l.iter().map(slim_status).collect()),
-            ..Default::default()
-        });
-    }
-}
-
-fn injected_into(p: &Pod) -> std::collections::BTreeSet<String> {
+fn injected_into<K: ResourceExt + ?Sized>(p: &K) -> std::collections::BTreeSet<String> {
     crate::api::injected_list(p.annotations())
 }
 
@@ -128,11 +67,11 @@ pub async fn run(
     let pod_stream = reflector::reflector(
         writer,
         watcher::watcher(
-            Api::<Pod>::all(client.clone()),
+            Api::<SlimPod>::all(client.clone()),
             watcher::Config::default().any_semantic(),
         )
         .default_backoff()
-        .modify(trim_pod),
+        .modify(SlimPod::trim),
     )
     .touched_objects();
 
@@ -150,14 +89,14 @@ pub async fn run(
         Api::<SidecarSet>::all(client),
         watcher::Config::default().any_semantic(),
     )
-    .watches_stream(pod_stream, move |pod: Pod| {
+    .watches_stream(pod_stream, move |pod: SlimPod| {
         let injected = injected_into(&pod);
         // A pod in an excluded namespace also wakes the SidecarSets that select it (they report
         // it with an Event; see `report_excluded`).
         let mut wake: Vec<String> = Vec::new();
         if let Some(ns) = pod.metadata.namespace.as_deref()
             && webhook.skip_namespaces.contains(ns)
-            && crate::inject::pod_is_active(&pod)
+            && pod.is_active()
         {
             let index = webhook.index();
             let (selecting, _) = index.matching_split(pod.labels(), &webhook.namespace_labels(ns));
@@ -227,13 +166,14 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     default_sidecarset(&mut defaulted);
     let entry = Entry::new(Arc::new(defaulted)).map_err(|e| Error::Invalid(e.to_string()))?;
     let classifier = Classifier::new(&entry).map_err(Error::Invalid)?;
-    let pods: Vec<Arc<Pod>> = ctx
+    let pods: Vec<Arc<SlimPod>> = ctx
         .pods
         .state()
         .into_iter()
-        .filter(|p| injected_into(p).contains(&name))
+        .filter(|p| injected_into(p.as_ref()).contains(&name))
         .collect();
-    let views: Vec<rollout::PodView> = pods.iter().map(|p| classifier.view(p)).collect();
+    // One full Pod at a time, dropped after its view is taken.
+    let views: Vec<rollout::PodView> = pods.iter().map(|p| classifier.view(&p.to_pod())).collect();
 
     let (latest_revision, collision_count) = revisions::register(&ctx, &entry, &pods).await?;
     let st = rollout::status(&views);
@@ -281,7 +221,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         return Ok(Action::requeue(Duration::from_secs(300)));
     }
     let plan = rollout::plan(strategy, &views).map_err(Error::Invalid)?;
-    let by_key: BTreeMap<String, &Arc<Pod>> = pods
+    let by_key: BTreeMap<String, &Arc<SlimPod>> = pods
         .iter()
         .map(|p| {
             (
@@ -295,12 +235,12 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         .to_string();
     let mut upgraded = Vec::new();
     // The pods of one step are patched concurrently (the API server is the limit, not us).
-    let patches: Vec<(String, Arc<Pod>, json_patch::Patch)> = plan
+    let patches: Vec<(String, Pod, json_patch::Patch)> = plan
         .upgrade
         .iter()
         .filter_map(|key| {
-            let pod = by_key.get(key)?;
-            let mut patch = rollout::upgrade_patch(pod, &entry, &now)?;
+            let pod = by_key.get(key)?.to_pod();
+            let mut patch = rollout::upgrade_patch(&pod, &entry, &now)?;
             // Only if the pod is still what we planned on (a stale cache or another leader).
             if let Some(rv) = pod.resource_version() {
                 patch.0.insert(
@@ -311,7 +251,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
                     }),
                 );
             }
-            Some((key.clone(), (*pod).clone(), patch))
+            Some((key.clone(), pod, patch))
         })
         .collect();
     span.record("upgrading", patches.len());
@@ -386,7 +326,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         event(&ctx, &ss, EventType::Normal, "NotUpgradablePods", note).await;
         for key in &plan.not_upgradable {
             if let Some(pod) = by_key.get(key) {
-                mark_not_upgradable(&ctx, pod, &name).await;
+                mark_not_upgradable(&ctx, &pod.to_pod(), &name).await;
             }
         }
     }
@@ -426,7 +366,7 @@ pub fn excluded_but_selected<'a>(
             };
             excluded.contains(ns)
                 && crate::inject::pod_is_active(p)
-                && !injected_into(p).contains(entry.ss.name())
+                && !injected_into(*p).contains(entry.ss.name())
                 && match (since, p.metadata.creation_timestamp.as_ref()) {
                     (Some(since), Some(created)) => created.0 >= since,
                     _ => false,
@@ -444,13 +384,22 @@ fn report_excluded(ctx: &Ctx, entry: &Entry) {
     if w.skip_namespaces.is_empty() {
         return;
     }
-    let pods = ctx.pods.state();
-    let found = excluded_but_selected(
-        entry,
-        pods.iter().map(|p| p.as_ref()),
-        &w.skip_namespaces,
-        &|ns| w.namespace_labels(ns),
-    );
+    // Full Pods only for those in excluded namespaces (few).
+    let pods: Vec<Pod> = ctx
+        .pods
+        .state()
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| w.skip_namespaces.contains(ns))
+        })
+        .map(|p| p.to_pod())
+        .collect();
+    let found = excluded_but_selected(entry, pods.iter(), &w.skip_namespaces, &|ns| {
+        w.namespace_labels(ns)
+    });
     let Ok(mut reported) = ctx.reported_excluded.lock() else {
         return;
     };

@@ -7,7 +7,6 @@ use super::{Ctx, Error};
 use crate::api::{ANNOTATION_HASH, parse_hash_annotation, safe_encode};
 use crate::select::Entry;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -45,7 +44,11 @@ pub fn revision_name(ss: &str, data: &serde_json::Value, collision: i32) -> Stri
 }
 
 /// Makes sure the current spec has a revision; returns (latest revision name, collision count).
-pub async fn register(ctx: &Ctx, entry: &Entry, pods: &[Arc<Pod>]) -> Result<(String, i32), Error> {
+pub async fn register(
+    ctx: &Ctx,
+    entry: &Entry,
+    pods: &[Arc<super::slim::SlimPod>],
+) -> Result<(String, i32), Error> {
     let ss = entry.ss.name().to_string();
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let mut existing = api
@@ -124,7 +127,7 @@ async fn truncate(
     entry: &Entry,
     revisions: &[ControllerRevision],
     latest: &str,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<super::slim::SlimPod>],
 ) -> Result<(), Error> {
     let limit = entry.ss.spec.revision_history_limit.unwrap_or(10).max(1) as usize;
     if revisions.len() <= limit {
