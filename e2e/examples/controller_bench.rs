@@ -138,8 +138,16 @@ async fn main() -> anyhow::Result<()> {
         n as f64 / created.as_secs_f64()
     );
     println!("  status converged {converge:.1?} after the last pod was created");
+    let mib = |v: Option<f64>| {
+        v.map_or("unknown (set OPERATOR_PID)".to_string(), |m| {
+            format!("{m:.1} MiB")
+        })
+    };
     println!(
-        "  operator RSS: idle {rss_idle:?} MiB, {n} pods {rss_loaded:?} MiB, after the rollout {rss_after:?} MiB"
+        "  operator RSS: idle {}, {n} pods {}, after the rollout {}",
+        mib(rss_idle),
+        mib(rss_loaded),
+        mib(rss_after)
     );
     println!(
         "  rollout of an image change, maxUnavailable 10%: {rollout:.1?} ({:.0} pods/s)",

@@ -1,5 +1,5 @@
 //! The SidecarSet controller: status, revision history and in-place rolling upgrades. The
-//! decisions are in the pure [`crate::rollout`]; this shell reads pods from a trimmed cache,
+//! decisions are in the pure [`crate::rollout`]; this shell reads pods from a slim cache,
 //! writes status and revisions, patches pods, and records Events. Only the leader writes.
 
 pub mod leader;
