@@ -62,6 +62,26 @@ fn as_strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
+/// Waits until the operator at `addr` serves the leaf certificate `want` (trusting `bundle`).
+async fn wait_served(
+    addr: std::net::SocketAddr,
+    bundle: &str,
+    want: Vec<u8>,
+    what: &str,
+) -> anyhow::Result<()> {
+    eventually(10, what, || {
+        let want = want.clone();
+        async move {
+            Ok(served_leaf(addr, bundle.as_bytes())
+                .await
+                .ok()
+                .filter(|l| *l == want)
+                .map(|_| ()))
+        }
+    })
+    .await
+}
+
 fn log_path(name: &str) -> String {
     std::env::temp_dir()
         .join(format!("{name}.log"))
@@ -305,29 +325,15 @@ async fn files_mode_switches_certificates_without_restart_and_writes_nothing() -
         let both = format!("{}{}", first.ca_cert, second.ca_cert);
         let leaf = |m: &certs::Material| certs::bundle_ders(m.tls_cert.as_bytes()).remove(0);
         let addr = op.addr();
-        eventually(10, "the first certificate served", || {
-            let (both, want) = (both.clone(), leaf(&first));
-            async move {
-                Ok(served_leaf(addr, both.as_bytes())
-                    .await
-                    .ok()
-                    .filter(|l| *l == want)
-                    .map(|_| ()))
-            }
-        })
-        .await?;
+        wait_served(addr, &both, leaf(&first), "the first certificate served").await?;
         write(&second)?;
         let t = Instant::now();
-        eventually(10, "the replaced certificate served", || {
-            let (both, want) = (both.clone(), leaf(&second));
-            async move {
-                Ok(served_leaf(addr, both.as_bytes())
-                    .await
-                    .ok()
-                    .filter(|l| *l == want)
-                    .map(|_| ()))
-            }
-        })
+        wait_served(
+            addr,
+            &both,
+            leaf(&second),
+            "the replaced certificate served",
+        )
         .await?;
         println!(
             "files mode: new certificate served {:?} after the files changed",
