@@ -5,7 +5,9 @@
 #   1. lint      helm lint --strict with the default values and with every ci/*.yaml; the values
 #                schema rejects a bad value; no rendering ever contains caBundle; tracing: no
 #                OTEL_* variable by default, the OTLP endpoint, protocol, sampler, resource
-#                attributes and headers Secret of ci/tracing-values.yaml otherwise
+#                attributes and headers Secret of ci/tracing-values.yaml otherwise, the CA and
+#                client certificate files, their Secret volumes and mounts of
+#                ci/tracing-tls-values.yaml (and refusals of tracing.tls without https)
 #   2. dry-run   helm template of each values file, then a server-side dry run of the result (and of
 #                the CRD); kinds whose CRDs the cluster does not serve (cert-manager's Certificate
 #                and Issuer, prometheus-operator's ServiceMonitor) are left out and listed
@@ -229,6 +231,43 @@ else:
         print("valueFrom:" + json.dumps(vf, sort_keys=True))' "$1" "$2"
 }
 
+# volume_names RENDERED: the volume names of the Deployment's pod in RENDERED and the volumeMount
+# names of its operator container, as "VOLUMES / MOUNTS" (each space-separated, in order).
+volume_names() {
+  python3 -c '
+import sys, yaml
+d = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Deployment"][0]
+spec = d["spec"]["template"]["spec"]
+print(" ".join(v["name"] for v in spec.get("volumes") or []), "/",
+      " ".join(m["name"] for m in spec["containers"][0].get("volumeMounts") or []))' "$1"
+}
+
+# volume_of RENDERED NAME: the Secret volume NAME of the Deployment's pod in RENDERED and where
+# the operator container mounts it: "secret=SECRET items=KEY:PATH,... mode=MODE mount=PATH:ro|rw"
+# (MODE in octal), <unset>, or <error: ...> (not a Secret volume, set or mounted twice, not
+# mounted).
+volume_of() {
+  python3 -c '
+import sys, yaml
+d = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Deployment"][0]
+spec = d["spec"]["template"]["spec"]
+want = sys.argv[2]
+vols = [v for v in spec.get("volumes") or [] if v["name"] == want]
+mounts = [m for m in spec["containers"][0].get("volumeMounts") or [] if m["name"] == want]
+if not vols and not mounts:
+    print("<unset>")
+elif len(vols) != 1 or len(mounts) != 1:
+    print("<error: %s: %d volumes, %d mounts>" % (want, len(vols), len(mounts)))
+elif "secret" not in vols[0]:
+    print("<error: %s is not a Secret volume>" % want)
+else:
+    s, m = vols[0]["secret"], mounts[0]
+    mode = s.get("defaultMode")
+    print("secret=%s items=%s mode=%s mount=%s:%s" % (
+        s.get("secretName"), ",".join("%s:%s" % (i["key"], i["path"]) for i in s.get("items") or []),
+        "<none>" if mode is None else "%04o" % mode, m["mountPath"], "ro" if m.get("readOnly") else "rw"))' "$1" "$2"
+}
+
 # Step 1, offline: lint, the schema, and no caBundle in any rendering.
 lint_phase() {
   local f i=0 lint_args lint_out bad
@@ -299,6 +338,55 @@ lint_phase() {
   fi
   grep -q "tracing.headersSecret.key is required" <<<"$bad" || die "tracing.headersSecret without key: unexpected error: $bad"
   pass "tracing.headersSecret.name without .key: helm template fails and says so"
+
+  # tracing.tls: CA and client certificate files from Secrets, for an https collector.
+  # Without tracing.tls (default values, and tracing over http): no TLS variables, no volumes.
+  local otlp=/etc/sidecarset-operator/otlp label
+  for f in "" "$CHART/ci/tracing-values.yaml"; do
+    label=$(label_of "$f")
+    r=$OUT/tracing-default.yaml
+    [ -z "$f" ] || r=$OUT/tracing.yaml
+    expect_eq "$label: no OTEL_EXPORTER_OTLP_CERTIFICATE, _CLIENT_CERTIFICATE or _CLIENT_KEY" \
+      "$(env_of "$r" OTEL_EXPORTER_OTLP_CERTIFICATE) $(env_of "$r" OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE) $(env_of "$r" OTEL_EXPORTER_OTLP_CLIENT_KEY)" \
+      "<unset> <unset> <unset>"
+    expect_eq "$label: volumes / mounts only tmp (no otlp-ca, no otlp-client)" "$(volume_names "$r")" "tmp / tmp"
+  done
+  f=$CHART/ci/tracing-tls-values.yaml
+  r=$OUT/tracing-tls.yaml
+  render "$r" "$f"
+  expect_eq "$(label_of "$f"): OTEL_EXPORTER_OTLP_ENDPOINT" "$(env_of "$r" OTEL_EXPORTER_OTLP_ENDPOINT)" https://otel-collector.observability:4317
+  expect_eq "$(label_of "$f"): OTEL_EXPORTER_OTLP_CERTIFICATE (the CA file)" "$(env_of "$r" OTEL_EXPORTER_OTLP_CERTIFICATE)" "$otlp/ca/ca.crt"
+  expect_eq "$(label_of "$f"): OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and _KEY (the client files)" \
+    "$(env_of "$r" OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE) $(env_of "$r" OTEL_EXPORTER_OTLP_CLIENT_KEY)" "$otlp/client/tls.crt $otlp/client/tls.key"
+  expect_eq "$(label_of "$f"): volume otlp-ca: ca.crt of Secret otel-collector-ca, 0440, read-only at $otlp/ca" \
+    "$(volume_of "$r" otlp-ca)" "secret=otel-collector-ca items=ca.crt:ca.crt mode=0440 mount=$otlp/ca:ro"
+  expect_eq "$(label_of "$f"): volume otlp-client: tls.crt and tls.key of Secret sidecarset-operator-otlp-client, 0440, read-only at $otlp/client" \
+    "$(volume_of "$r" otlp-client)" "secret=sidecarset-operator-otlp-client items=tls.crt:tls.crt,tls.key:tls.key mode=0440 mount=$otlp/client:ro"
+  expect_eq "$(label_of "$f"): volumes and mounts" "$(volume_names "$r")" "tmp otlp-ca otlp-client / tmp otlp-ca otlp-client"
+  # Like serving-certs: the kubelet gives the 0440 files to the pod's fsGroup, which is also a
+  # supplemental group of the (non-root) operator, so it can read them.
+  expect_eq "$(label_of "$f"): the 0440 files are readable by the operator: pod fsGroup 65532" \
+    "$(python3 -c '
+import sys, yaml
+d = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Deployment"][0]
+print((d["spec"]["template"]["spec"].get("securityContext") or {}).get("fsGroup", "<unset>"))' "$r")" 65532
+  r=$OUT/tracing-tls-off.yaml
+  "$HELM" template "$RELEASE" "$CHART" -n "$NS" --set tracing.tls.caSecret.name=ca \
+    --set tracing.tls.clientSecretName=client >"$r" || die "tracing.tls without tracing.otlpEndpoint: helm template failed"
+  expect_eq "tracing.tls without tracing.otlpEndpoint (tracing off): no OTEL_* variable, no otlp volumes" \
+    "$(env_of "$r" OTEL_EXPORTER_OTLP_CERTIFICATE) $(volume_names "$r")" "<unset> tmp / tmp"
+  if bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" --set tracing.otlpEndpoint=http://c:4318 \
+      --set tracing.tls.clientSecretName=x 2>&1); then
+    die "tracing.tls.clientSecretName with an http:// tracing.otlpEndpoint was rendered"
+  fi
+  grep -qF "tracing.otlpEndpoint (http://c:4318) is not https://" <<<"$bad" || die "tracing.tls with http://: unexpected error: $bad"
+  pass "tracing.tls with an http:// tracing.otlpEndpoint: helm template fails and names tracing.otlpEndpoint"
+  if bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" --set tracing.otlpEndpoint=https://c:4317 \
+      --set tracing.tls.caSecret.name=ca --set tracing.tls.caSecret.key= 2>&1); then
+    die "tracing.tls.caSecret.name with an empty .key was rendered"
+  fi
+  grep -qF "tracing.tls.caSecret.key is required" <<<"$bad" || die "tracing.tls.caSecret without key: unexpected error: $bad"
+  pass "tracing.tls.caSecret.name with an empty .key: helm template fails and names tracing.tls.caSecret.key"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -401,9 +489,11 @@ pass "server-side dry run: crds/$(basename "$CHART"/crds/*.yaml)"
 served() {
   local gv=$1 kind=$2 path
   if [ "$gv" = v1 ]; then path=/api/v1; else path=/apis/$gv; fi
+  # An API group the server does not serve gives no output at all.
   k get --raw="$path" 2>/dev/null | python3 -c '
 import json, sys
-kinds = {r["kind"] for r in json.load(sys.stdin).get("resources", []) if "/" not in r["name"]}
+text = sys.stdin.read()
+kinds = {r["kind"] for r in json.loads(text).get("resources", []) if "/" not in r["name"]} if text.strip() else set()
 sys.exit(0 if sys.argv[1] in kinds else 1)' "$kind"
 }
 

@@ -249,3 +249,52 @@ fn crd_is_structural_small_and_has_the_columns() {
     assert_eq!(ms["x-kubernetes-int-or-string"], true);
     assert!(Path::new("charts/sidecarset-operator/crds/sidecarsets.apps.kruise.io.yaml").exists());
 }
+
+#[test]
+fn run_refuses_trace_settings_it_cannot_honour_before_touching_the_cluster() {
+    let missing = std::env::temp_dir().join("sso-cli-no-such-ca.crt");
+    let missing = missing.to_string_lossy();
+    let key_as_ca = tmp(
+        "key-as-ca.pem",
+        "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+    );
+    let cases: Vec<(Vec<(&str, &str)>, String)> = vec![
+        (
+            vec![("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
+            "OTEL_EXPORTER_OTLP_PROTOCOL=http/json is not supported".into(),
+        ),
+        (
+            vec![("OTEL_EXPORTER_OTLP_CERTIFICATE", &missing)],
+            format!("OTEL_EXPORTER_OTLP_CERTIFICATE={missing}: cannot read the file"),
+        ),
+        (
+            vec![
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", &key_as_ca),
+            ],
+            format!(
+                "OTEL_EXPORTER_OTLP_CERTIFICATE={key_as_ca}: the file holds no PEM CERTIFICATE block"
+            ),
+        ),
+        (
+            vec![("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/tls/tls.crt")],
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE is set but OTEL_EXPORTER_OTLP_CLIENT_KEY is not"
+                .into(),
+        ),
+    ];
+    for (vars, want) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_sidecarset-operator"))
+            .arg("run")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:9")
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .envs(vars.iter().copied())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{vars:?}: {stderr}");
+        assert!(
+            stderr.contains(&want),
+            "{vars:?}: want {want:?} in {stderr}"
+        );
+    }
+}

@@ -488,8 +488,95 @@ type Received = std::sync::Arc<
     >,
 >;
 
-/// A small OTLP/HTTP receiver on 127.0.0.1: keeps every decoded export request.
-async fn otlp_receiver() -> anyhow::Result<(u16, Received)> {
+/// A private CA, a certificate for a collector on 127.0.0.1 and a client certificate, as PEM
+/// files in a fresh directory.
+struct Pki {
+    dir: std::path::PathBuf,
+    ca: String,
+    server: (String, String),
+    client: (String, String),
+}
+
+impl Pki {
+    fn new(name: &str) -> anyhow::Result<Pki> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair, SanType,
+        };
+        let dir = std::env::temp_dir().join(format!("{name}-pki"));
+        std::fs::create_dir_all(&dir)?;
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::default();
+        ca.distinguished_name
+            .push(DnType::CommonName, "e2e collector CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_pem = ca.self_signed(&ca_key)?.pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let leaf = |cn: &str, usage: ExtendedKeyUsagePurpose| -> anyhow::Result<(String, String)> {
+            let key = KeyPair::generate()?;
+            let mut p = CertificateParams::new(vec!["localhost".to_string()])?;
+            p.subject_alt_names
+                .push(SanType::IpAddress("127.0.0.1".parse()?));
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.extended_key_usages = vec![usage];
+            Ok((p.signed_by(&key, &issuer)?.pem(), key.serialize_pem()))
+        };
+        let server = leaf("collector", ExtendedKeyUsagePurpose::ServerAuth)?;
+        let client = leaf("sidecarset-operator", ExtendedKeyUsagePurpose::ClientAuth)?;
+        let write = |file: &str, body: &str| -> anyhow::Result<String> {
+            let path = dir.join(file);
+            std::fs::write(&path, body)?;
+            Ok(path.to_string_lossy().into_owned())
+        };
+        write("server.crt", &server.0)?;
+        write("server.key", &server.1)?;
+        Ok(Pki {
+            ca: write("ca.crt", &ca_pem)?,
+            client: (
+                write("client.crt", &client.0)?,
+                write("client.key", &client.1)?,
+            ),
+            server,
+            dir,
+        })
+    }
+
+    /// A rustls server configuration that presents the collector's certificate and requires a
+    /// client certificate signed by the CA.
+    fn server_config(&self, alpn: &[&[u8]]) -> anyhow::Result<rustls::ServerConfig> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(&self.ca)? {
+            roots.add(c?)?;
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            std::sync::Arc::new(roots),
+            provider.clone(),
+        )
+        .build()?;
+        let chain = CertificateDer::pem_slice_iter(self.server.0.as_bytes())
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_slice(self.server.1.as_bytes())?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)?;
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(config)
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A small OTLP/HTTP receiver on 127.0.0.1: keeps every decoded export request. With `pki`, it
+/// speaks TLS and only accepts clients with a certificate from the CA.
+async fn otlp_receiver(pki: Option<&Pki>) -> anyhow::Result<(u16, Received)> {
     use axum::http::{StatusCode, header};
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use prost::Message;
@@ -520,12 +607,24 @@ async fn otlp_receiver() -> anyhow::Result<(u16, Received)> {
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    match pki {
+        None => {
+            tokio::spawn(async move { axum::serve(listener, app).await });
+        }
+        Some(pki) => {
+            let config = axum_server::tls_rustls::RustlsConfig::from_config(std::sync::Arc::new(
+                pki.server_config(&[b"http/1.1"])?,
+            ));
+            let server = axum_server::from_tcp_rustls(listener.into_std()?, config)?;
+            tokio::spawn(async move { server.serve(app.into_make_service()).await });
+        }
+    }
     Ok((port, got))
 }
 
-/// A small OTLP/gRPC receiver on 127.0.0.1: keeps every export request.
-async fn otlp_grpc_receiver() -> anyhow::Result<(u16, Received)> {
+/// A small OTLP/gRPC receiver on 127.0.0.1: keeps every export request. With `pki`, it speaks
+/// TLS and only accepts clients with a certificate from the CA.
+async fn otlp_grpc_receiver(pki: Option<&Pki>) -> anyhow::Result<(u16, Received)> {
     use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
         TraceService, TraceServiceServer,
     };
@@ -547,8 +646,17 @@ async fn otlp_grpc_receiver() -> anyhow::Result<(u16, Received)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     let service = TraceServiceServer::new(Keep(got.clone()));
+    let mut server = tonic::transport::Server::builder();
+    if let Some(pki) = pki {
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+        server = server.tls_config(
+            ServerTlsConfig::new()
+                .identity(Identity::from_pem(&pki.server.0, &pki.server.1))
+                .client_ca_root(Certificate::from_pem(std::fs::read(&pki.ca)?)),
+        )?;
+    }
     tokio::spawn(async move {
-        tonic::transport::Server::builder()
+        server
             .add_service(service)
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
             .await
@@ -607,40 +715,65 @@ fn spans(got: &Received) -> Vec<Span> {
 #[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
 async fn traces_of_admissions_and_reconciles_reach_an_otlp_http_receiver_at_shutdown()
 -> anyhow::Result<()> {
-    traces_reach_a_receiver_at_shutdown("http/protobuf").await
+    traces_reach_a_receiver_at_shutdown("http/protobuf", false).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
 async fn traces_of_admissions_and_reconciles_reach_an_otlp_grpc_receiver_at_shutdown()
 -> anyhow::Result<()> {
-    traces_reach_a_receiver_at_shutdown("grpc").await
+    traces_reach_a_receiver_at_shutdown("grpc", false).await
 }
 
-async fn traces_reach_a_receiver_at_shutdown(protocol: &str) -> anyhow::Result<()> {
+// The collector has a certificate from a private CA and requires a client certificate: the
+// operator is given the CA and its client pair through the standard OTEL_* variables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn traces_reach_an_https_receiver_with_a_private_ca_and_mutual_tls() -> anyhow::Result<()> {
+    traces_reach_a_receiver_at_shutdown("http/protobuf", true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn traces_reach_a_grpc_receiver_with_a_private_ca_and_mutual_tls() -> anyhow::Result<()> {
+    traces_reach_a_receiver_at_shutdown("grpc", true).await
+}
+
+async fn traces_reach_a_receiver_at_shutdown(protocol: &str, tls: bool) -> anyhow::Result<()> {
     let c = client().await;
     let s = suffix();
     let (ns, name) = (format!("e2e-otlp-{s}"), format!("e2e-otlp-{s}"));
     create_namespace(&c, &ns, json!({})).await?;
+    let pki = tls.then(|| Pki::new(&name)).transpose()?;
     let (otlp_port, got) = if protocol == "grpc" {
-        otlp_grpc_receiver().await?
+        otlp_grpc_receiver(pki.as_ref()).await?
     } else {
-        otlp_receiver().await?
+        otlp_receiver(pki.as_ref()).await?
     };
     let port = free_port();
     let log = log_path(&name);
+    let scheme = if tls { "https" } else { "http" };
+    let endpoint = format!("{scheme}://127.0.0.1:{otlp_port}");
     // A minute between exports: what arrives before the process ends can only come from the
     // flush at shutdown.
+    let mut env = vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
+        ("OTEL_BSP_SCHEDULE_DELAY", "60000"),
+    ];
+    if let Some(pki) = &pki {
+        env.extend([
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", pki.ca.as_str()),
+            (
+                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+                pki.client.0.as_str(),
+            ),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", pki.client.1.as_str()),
+        ]);
+    }
     let mut op = Operator::start_with_env(
         &as_strs(&standalone_args(&ns, &name, port)),
-        &[
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                &format!("http://127.0.0.1:{otlp_port}"),
-            ),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
-            ("OTEL_BSP_SCHEDULE_DELAY", "60000"),
-        ],
+        &env,
         port,
         &log,
     )?;

@@ -4,7 +4,9 @@
 //! are off otherwise. The other standard variables are honoured: `OTEL_EXPORTER_OTLP_PROTOCOL`
 //! (`grpc` or `http/protobuf`, the default), `…_HEADERS`, `…_TIMEOUT`, `…_COMPRESSION`,
 //! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER(_ARG)`, `OTEL_BSP_*`,
-//! `OTEL_SDK_DISABLED` and `OTEL_TRACES_EXPORTER=none`.
+//! `OTEL_SDK_DISABLED` and `OTEL_TRACES_EXPORTER=none`. For an https collector with a private CA
+//! or mutual TLS: `OTEL_EXPORTER_OTLP_CERTIFICATE`, `…_CLIENT_CERTIFICATE` and `…_CLIENT_KEY`
+//! (PEM files; the `…_TRACES_…` forms win), read once at startup.
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
@@ -37,8 +39,111 @@ pub struct Export {
     pub protocol: Protocol,
     /// The full endpoint from `--otlp-endpoint` (the exporter reads the environment otherwise).
     pub endpoint: Option<String>,
-    /// The endpoint is https: gRPC then verifies the collector with the system's trust roots.
+    /// The endpoint is https: the collector is verified with the system's trust roots, or with
+    /// `tls_files.ca` when it is set.
     pub tls: bool,
+    /// PEM files for TLS to the collector; only set for https endpoints.
+    pub tls_files: TlsFiles,
+    /// Settings that were given but have no effect, to be logged as warnings.
+    pub ignored: Vec<String>,
+}
+
+/// A file named by an environment variable; the variable is kept for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSetting {
+    pub var: &'static str,
+    pub path: String,
+}
+
+/// The standard OTLP TLS files: a CA bundle that replaces the system's trust roots, and a client
+/// certificate and key for collectors that require mutual TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub ca: Option<FileSetting>,
+    pub client: Option<(FileSetting, FileSetting)>,
+}
+
+impl TlsFiles {
+    fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.client.is_none()
+    }
+}
+
+/// The TLS material of [`TlsFiles`], read and checked.
+#[derive(Debug, Default)]
+pub struct TlsMaterial {
+    /// PEM: one or more certificates.
+    pub ca: Option<Vec<u8>>,
+    /// PEM: the client's certificate chain, then its private key.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Reads the files of `files` and checks that they hold what they should, so that a wrong mount
+/// stops startup with the variable and the path instead of failing every export later.
+pub fn load_tls(files: &TlsFiles) -> Result<TlsMaterial, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let read = |f: &FileSetting| {
+        std::fs::read(&f.path).map_err(|e| {
+            format!(
+                "{}={}: cannot read the file: {e}; mount it or unset the variable",
+                f.var, f.path
+            )
+        })
+    };
+    let certs = |f: &FileSetting, pem: &[u8]| {
+        let n = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{}={}: not a valid PEM file: {e}", f.var, f.path))?
+            .len();
+        if n == 0 {
+            return Err(format!(
+                "{}={}: the file holds no PEM CERTIFICATE block",
+                f.var, f.path
+            ));
+        }
+        Ok(())
+    };
+    let mut out = TlsMaterial::default();
+    if let Some(f) = &files.ca {
+        let pem = read(f)?;
+        certs(f, &pem)?;
+        out.ca = Some(pem);
+    }
+    if let Some((c, k)) = &files.client {
+        let cert = read(c)?;
+        certs(c, &cert)?;
+        let key = read(k)?;
+        PrivateKeyDer::from_pem_slice(&key).map_err(|e| {
+            format!(
+                "{}={}: no PEM private key (PKCS#8, PKCS#1 or SEC1) in the file: {e}",
+                k.var, k.path
+            )
+        })?;
+        out.client = Some((cert, key));
+    }
+    Ok(out)
+}
+
+/// The export timeout (`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`, else `OTEL_EXPORTER_OTLP_TIMEOUT`, in
+/// milliseconds; 10 s by default), for the HTTP client the operator builds itself when TLS files
+/// are given.
+pub fn export_timeout(env: impl Fn(&str) -> Option<String>) -> Result<std::time::Duration, String> {
+    for var in [
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ] {
+        if let Some(v) = env(var)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+        {
+            return v
+                .parse::<u64>()
+                .map(std::time::Duration::from_millis)
+                .map_err(|_| format!("{var}={v} is not a whole number of milliseconds"));
+        }
+    }
+    Ok(std::time::Duration::from_secs(10))
 }
 
 /// Decides from the flag and the environment (passed as a function, for tests) whether traces
@@ -112,10 +217,60 @@ pub fn export_settings(
             })
         }
     };
+    let file = |names: [&'static str; 2]| {
+        names
+            .into_iter()
+            .find_map(|var| set(var).map(|path| FileSetting { var, path }))
+    };
+    let ca = file([
+        "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    ]);
+    let cert = file([
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    ]);
+    let key = file([
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    ]);
+    let client = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        (Some(c), None) => {
+            return Err(format!(
+                "{} is set but OTEL_EXPORTER_OTLP_CLIENT_KEY is not: mutual TLS needs both the client certificate and its key",
+                c.var
+            ));
+        }
+        (None, Some(k)) => {
+            return Err(format!(
+                "{} is set but OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE is not: mutual TLS needs both the client certificate and its key",
+                k.var
+            ));
+        }
+    };
+    let mut tls_files = TlsFiles { ca, client };
+    let mut ignored = Vec::new();
+    if !tls && !tls_files.is_empty() {
+        let vars: Vec<&str> = tls_files
+            .ca
+            .iter()
+            .map(|f| f.var)
+            .chain(tls_files.client.iter().flat_map(|(c, k)| [c.var, k.var]))
+            .collect();
+        ignored.push(format!(
+            "{} ignored: the endpoint {effective} is not https, so traces are sent without TLS",
+            vars.join(", ")
+        ));
+        tls_files = TlsFiles::default();
+    }
     Ok(Some(Export {
         protocol,
         endpoint,
         tls,
+        tls_files,
+        ignored,
     }))
 }
 
@@ -194,19 +349,34 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
                 b = b.with_endpoint(e.clone());
             }
             if export.tls {
-                b = b.with_tls_config(
-                    opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
-                        .with_native_roots(),
-                );
+                use opentelemetry_otlp::tonic_types::transport::{
+                    Certificate, ClientTlsConfig, Identity,
+                };
+                let tls = load_tls(&export.tls_files)?;
+                let mut config = ClientTlsConfig::new();
+                config = match &tls.ca {
+                    Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+                    None => config.with_native_roots(),
+                };
+                if let Some((cert, key)) = &tls.client {
+                    config = config.identity(Identity::from_pem(cert, key));
+                }
+                b = b.with_tls_config(config);
             }
             b.build()
         }
         Protocol::HttpProtobuf => {
+            use opentelemetry_otlp::WithHttpConfig;
             let mut b = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
                 .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
             if let Some(e) = &export.endpoint {
                 b = b.with_endpoint(e.clone());
+            }
+            if !export.tls_files.is_empty() {
+                let tls = load_tls(&export.tls_files)?;
+                let timeout = export_timeout(|k| std::env::var(k).ok())?;
+                b = b.with_http_client(http_client(&tls, timeout)?);
             }
             b.build()
         }
@@ -216,6 +386,32 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
         .with_resource(resource())
         .with_batch_exporter(exporter)
         .build())
+}
+
+/// The blocking HTTP client of the OTLP/HTTP exporter, trusting only `tls.ca` when it is set and
+/// presenting `tls.client` when it is set.
+fn http_client(
+    tls: &TlsMaterial,
+    timeout: std::time::Duration,
+) -> Result<reqwest::blocking::Client, String> {
+    // reqwest's rustls takes the process's provider (ring).
+    crate::webhook::server::install_crypto_provider();
+    let mut b = reqwest::blocking::Client::builder().timeout(timeout);
+    if let Some(ca) = &tls.ca {
+        let certs = reqwest::Certificate::from_pem_bundle(ca)
+            .map_err(|e| format!("cannot use the OTLP CA bundle: {e}"))?;
+        b = b.tls_certs_only(certs);
+    }
+    if let Some((cert, key)) = &tls.client {
+        let identity = reqwest::Identity::from_pem(&[cert.as_slice(), b"\n", key].concat())
+            .map_err(|e| format!("cannot use the OTLP client certificate and key: {e}"))?;
+        b = b.identity(identity);
+    }
+    // The blocking client runs its own runtime, which cannot be set up from inside Tokio.
+    std::thread::spawn(move || b.build())
+        .join()
+        .map_err(|_| "the thread building the OTLP HTTP client panicked".to_string())?
+        .map_err(|e| format!("cannot build the OTLP HTTP client: {e}"))
 }
 
 /// Installs the global subscriber: logs in `format` ("text" or "json") filtered by `RUST_LOG`,
@@ -254,7 +450,13 @@ pub fn init(format: &str, otlp_endpoint: Option<&str>) -> Result<Telemetry, Stri
         .try_init()
         .map_err(|e| format!("cannot install the log subscriber: {e}"))?;
     if let Some(e) = &export {
+        for why in &e.ignored {
+            tracing::warn!("{why}");
+        }
         tracing::info!(protocol = ?e.protocol, endpoint = e.endpoint.as_deref().unwrap_or("from OTEL_* environment"),
+                       tls = e.tls,
+                       ca = e.tls_files.ca.as_ref().map_or("system trust roots", |f| f.path.as_str()),
+                       client_certificate = e.tls_files.client.as_ref().map(|(c, _)| c.path.as_str()),
                        "exporting traces over OTLP");
     }
     Ok(Telemetry { provider })
@@ -323,6 +525,8 @@ mod tests {
                 protocol: Protocol::HttpProtobuf,
                 endpoint: endpoint.map(str::to_string),
                 tls: endpoint.is_some_and(|e| e.starts_with("https")),
+                tls_files: TlsFiles::default(),
+                ignored: vec![],
             }))
         };
         let grpc = |endpoint: Option<&str>| {
@@ -330,13 +534,35 @@ mod tests {
                 protocol: Protocol::Grpc,
                 endpoint: endpoint.map(str::to_string),
                 tls: false,
+                tls_files: TlsFiles::default(),
+                ignored: vec![],
             }))
         };
         let grpc_tls = Ok(Some(Export {
             protocol: Protocol::Grpc,
             endpoint: None,
             tls: true,
+            tls_files: TlsFiles::default(),
+            ignored: vec![],
         }));
+        let f = |var: &'static str, path: &str| FileSetting {
+            var,
+            path: path.to_string(),
+        };
+        let with_files = |e: Result<Option<Export>, String>, tls_files: TlsFiles| {
+            e.map(|o| o.map(|x| Export { tls_files, ..x }))
+        };
+        let ca_only = TlsFiles {
+            ca: Some(f("OTEL_EXPORTER_OTLP_CERTIFICATE", "/tls/ca.crt")),
+            client: None,
+        };
+        let mtls = TlsFiles {
+            ca: Some(f("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/t/ca.crt")),
+            client: Some((
+                f("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/tls/tls.crt"),
+                f("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/t/tls.key"),
+            )),
+        };
         type Case<'a> = (
             &'a str,
             Option<&'a str>,
@@ -363,11 +589,179 @@ mod tests {
              Err("OTEL_TRACES_EXPORTER=zipkin is not supported: use otlp (or none to turn traces off)".into())),
             ("http/json refused, naming the variable", None, vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
              Err("OTEL_EXPORTER_OTLP_PROTOCOL=http/json is not supported: use grpc or http/protobuf".into())),
+            ("a private CA for an https collector", Some("https://c:4318"), vec![("OTEL_EXPORTER_OTLP_CERTIFICATE", "/tls/ca.crt")],
+             with_files(http(Some("https://c:4318/v1/traces")), ca_only)),
+            ("mutual TLS, the traces variables win", None,
+             vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                  ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/tls/ca.crt"), ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/t/ca.crt"),
+                  ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/tls/tls.crt"),
+                  ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/tls/tls.key"), ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/t/tls.key")],
+             Ok(Some(Export { protocol: Protocol::Grpc, endpoint: None, tls: true, tls_files: mtls, ignored: vec![] }))),
+            ("TLS files with a plain http endpoint are ignored, and said so", None,
+             vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/tls/ca.crt")],
+             Ok(Some(Export { protocol: Protocol::HttpProtobuf, endpoint: None, tls: false, tls_files: TlsFiles::default(),
+                 ignored: vec!["OTEL_EXPORTER_OTLP_CERTIFICATE ignored: the endpoint http://c:4318 is not https, so traces are sent without TLS".into()] }))),
+            ("a client certificate without its key", None,
+             vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318"), ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "/t/tls.crt")],
+             Err("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE is set but OTEL_EXPORTER_OTLP_CLIENT_KEY is not: mutual TLS needs both the client certificate and its key".into())),
+            ("a client key without its certificate", None,
+             vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318"), ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/tls/tls.key")],
+             Err("OTEL_EXPORTER_OTLP_CLIENT_KEY is set but OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE is not: mutual TLS needs both the client certificate and its key".into())),
             ("flag that is not a URL", Some("collector:4317"), vec![],
              Err("--otlp-endpoint \"collector:4317\" is not a URL: give http(s)://host:port, e.g. http://otel-collector:4318".into())),
         ];
         for (what, flag, vars, want) in cases {
             assert_eq!(settings(flag, &vars), want, "{what}");
         }
+    }
+
+    #[test]
+    fn export_timeouts() {
+        type Case<'a> = (&'a [(&'a str, &'a str)], Result<u64, &'a str>);
+        let cases: [Case; 5] = [
+            (&[], Ok(10_000)),
+            (&[("OTEL_EXPORTER_OTLP_TIMEOUT", "2500")], Ok(2500)),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "700"),
+                ],
+                Ok(700),
+            ),
+            (&[("OTEL_EXPORTER_OTLP_TIMEOUT", " ")], Ok(10_000)),
+            (
+                &[("OTEL_EXPORTER_OTLP_TIMEOUT", "5s")],
+                Err("OTEL_EXPORTER_OTLP_TIMEOUT=5s is not a whole number of milliseconds"),
+            ),
+        ];
+        for (vars, want) in cases {
+            let env: HashMap<&str, &str> = vars.iter().copied().collect();
+            let got = export_timeout(|k| env.get(k).map(|v| v.to_string()));
+            assert_eq!(
+                got.map(|d| d.as_millis() as u64),
+                want.map_err(str::to_string),
+                "{vars:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn tls_files_are_read_and_checked() {
+        let dir = std::env::temp_dir().join(format!("sso-otlp-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["collector".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let write = |name: &str, body: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, body).unwrap();
+            p.to_string_lossy().into_owned()
+        };
+        let (crt, pk) = (
+            write("tls.crt", &cert.pem()),
+            write("tls.key", &key.serialize_pem()),
+        );
+        let empty = write("empty", "");
+        let garbage = write(
+            "garbage",
+            "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
+        );
+        let missing = dir.join("missing").to_string_lossy().into_owned();
+        let ca = |path: &str| TlsFiles {
+            ca: Some(FileSetting {
+                var: "OTEL_EXPORTER_OTLP_CERTIFICATE",
+                path: path.to_string(),
+            }),
+            client: None,
+        };
+        let client = |c: &str, k: &str| TlsFiles {
+            ca: None,
+            client: Some((
+                FileSetting {
+                    var: "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+                    path: c.to_string(),
+                },
+                FileSetting {
+                    var: "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+                    path: k.to_string(),
+                },
+            )),
+        };
+        // Ok(()) or the start of the error.
+        let cases: Vec<(&str, TlsFiles, Result<(), String>)> = vec![
+            ("nothing", TlsFiles::default(), Ok(())),
+            ("a CA", ca(&crt), Ok(())),
+            ("a client pair", client(&crt, &pk), Ok(())),
+            (
+                "missing CA file",
+                ca(&missing),
+                Err(format!(
+                    "OTEL_EXPORTER_OTLP_CERTIFICATE={missing}: cannot read the file"
+                )),
+            ),
+            (
+                "empty CA file",
+                ca(&empty),
+                Err(format!(
+                    "OTEL_EXPORTER_OTLP_CERTIFICATE={empty}: the file holds no PEM CERTIFICATE block"
+                )),
+            ),
+            (
+                "a key given as the CA",
+                ca(&pk),
+                Err(format!(
+                    "OTEL_EXPORTER_OTLP_CERTIFICATE={pk}: the file holds no PEM CERTIFICATE block"
+                )),
+            ),
+            (
+                "broken PEM",
+                ca(&garbage),
+                Err(format!(
+                    "OTEL_EXPORTER_OTLP_CERTIFICATE={garbage}: not a valid PEM file"
+                )),
+            ),
+            (
+                "certificate and key swapped",
+                client(&pk, &crt),
+                Err(format!(
+                    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE={pk}: the file holds no PEM CERTIFICATE block"
+                )),
+            ),
+            (
+                "a certificate given as the key",
+                client(&crt, &crt),
+                Err(format!(
+                    "OTEL_EXPORTER_OTLP_CLIENT_KEY={crt}: no PEM private key"
+                )),
+            ),
+            (
+                "missing key",
+                client(&crt, &missing),
+                Err(format!(
+                    "OTEL_EXPORTER_OTLP_CLIENT_KEY={missing}: cannot read the file"
+                )),
+            ),
+        ];
+        for (what, files, want) in cases {
+            let got = load_tls(&files);
+            match (&got, &want) {
+                (Ok(m), Ok(())) => {
+                    assert_eq!(m.ca.is_some(), files.ca.is_some(), "{what}");
+                    assert_eq!(m.client.is_some(), files.client.is_some(), "{what}");
+                }
+                (Err(e), Err(start)) => assert!(e.starts_with(start.as_str()), "{what}: {e}"),
+                _ => panic!("{what}: got {got:?}, want {want:?}"),
+            }
+        }
+        // The material the loader accepts is what the HTTP client accepts.
+        let m = load_tls(&TlsFiles {
+            ca: ca(&crt).ca,
+            client: client(&crt, &pk).client,
+        })
+        .unwrap();
+        http_client(&m, std::time::Duration::from_secs(1)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
