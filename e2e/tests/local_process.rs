@@ -495,6 +495,7 @@ struct Pki {
     ca: String,
     server: (String, String),
     client: (String, String),
+    client_pem: (String, String),
 }
 
 impl Pki {
@@ -537,8 +538,29 @@ impl Pki {
                 write("client.key", &client.1)?,
             ),
             server,
+            client_pem: client,
             dir,
         })
+    }
+
+    /// Replaces the client certificate and key files the way the kubelet updates a Secret
+    /// volume (new files, then a rename): with the pair signed by the CA, or with a self-signed
+    /// pair the collector refuses.
+    fn put_client(&self, from_ca: bool) -> anyhow::Result<()> {
+        let (cert, key) = if from_ca {
+            self.client_pem.clone()
+        } else {
+            let key = rcgen::KeyPair::generate()?;
+            let cert =
+                rcgen::CertificateParams::new(vec!["localhost".to_string()])?.self_signed(&key)?;
+            (cert.pem(), key.serialize_pem())
+        };
+        for (path, body) in [(&self.client.0, cert), (&self.client.1, key)] {
+            let tmp = format!("{path}.new");
+            std::fs::write(&tmp, body)?;
+            std::fs::rename(&tmp, path)?;
+        }
+        Ok(())
     }
 
     /// A rustls server configuration that presents the collector's certificate and requires a
@@ -715,14 +737,14 @@ fn spans(got: &Received) -> Vec<Span> {
 #[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
 async fn traces_of_admissions_and_reconciles_reach_an_otlp_http_receiver_at_shutdown()
 -> anyhow::Result<()> {
-    traces_reach_a_receiver_at_shutdown("http/protobuf", false).await
+    traces_reach_a_receiver_at_shutdown("http/protobuf", Tls::Off).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
 async fn traces_of_admissions_and_reconciles_reach_an_otlp_grpc_receiver_at_shutdown()
 -> anyhow::Result<()> {
-    traces_reach_a_receiver_at_shutdown("grpc", false).await
+    traces_reach_a_receiver_at_shutdown("grpc", Tls::Off).await
 }
 
 // The collector has a certificate from a private CA and requires a client certificate: the
@@ -730,21 +752,48 @@ async fn traces_of_admissions_and_reconciles_reach_an_otlp_grpc_receiver_at_shut
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
 async fn traces_reach_an_https_receiver_with_a_private_ca_and_mutual_tls() -> anyhow::Result<()> {
-    traces_reach_a_receiver_at_shutdown("http/protobuf", true).await
+    traces_reach_a_receiver_at_shutdown("http/protobuf", Tls::Mutual).await
+}
+
+// The operator starts with a client certificate the collector refuses; the files are renewed
+// while it runs, and the export at shutdown (its first connection) uses the new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn a_renewed_client_certificate_is_used_without_a_restart_over_https() -> anyhow::Result<()> {
+    traces_reach_a_receiver_at_shutdown("http/protobuf", Tls::RenewedWhileRunning).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn a_renewed_client_certificate_is_used_without_a_restart_over_grpc() -> anyhow::Result<()> {
+    traces_reach_a_receiver_at_shutdown("grpc", Tls::RenewedWhileRunning).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
 async fn traces_reach_a_grpc_receiver_with_a_private_ca_and_mutual_tls() -> anyhow::Result<()> {
-    traces_reach_a_receiver_at_shutdown("grpc", true).await
+    traces_reach_a_receiver_at_shutdown("grpc", Tls::Mutual).await
 }
 
-async fn traces_reach_a_receiver_at_shutdown(protocol: &str, tls: bool) -> anyhow::Result<()> {
+#[derive(Clone, Copy, PartialEq)]
+enum Tls {
+    /// Plain text.
+    Off,
+    /// A collector with a certificate from a private CA that requires client certificates.
+    Mutual,
+    /// The same, with the client certificate renewed after the operator started.
+    RenewedWhileRunning,
+}
+
+async fn traces_reach_a_receiver_at_shutdown(protocol: &str, tls: Tls) -> anyhow::Result<()> {
     let c = client().await;
     let s = suffix();
     let (ns, name) = (format!("e2e-otlp-{s}"), format!("e2e-otlp-{s}"));
     create_namespace(&c, &ns, json!({})).await?;
-    let pki = tls.then(|| Pki::new(&name)).transpose()?;
+    let pki = (tls != Tls::Off).then(|| Pki::new(&name)).transpose()?;
+    if let Some(pki) = &pki {
+        pki.put_client(tls != Tls::RenewedWhileRunning)?;
+    }
     let (otlp_port, got) = if protocol == "grpc" {
         otlp_grpc_receiver(pki.as_ref()).await?
     } else {
@@ -752,7 +801,7 @@ async fn traces_reach_a_receiver_at_shutdown(protocol: &str, tls: bool) -> anyho
     };
     let port = free_port();
     let log = log_path(&name);
-    let scheme = if tls { "https" } else { "http" };
+    let scheme = if tls == Tls::Off { "http" } else { "https" };
     let endpoint = format!("{scheme}://127.0.0.1:{otlp_port}");
     // A minute between exports: what arrives before the process ends can only come from the
     // flush at shutdown.
@@ -807,6 +856,11 @@ async fn traces_reach_a_receiver_at_shutdown(protocol: &str, tls: bool) -> anyho
             }
         })
         .await?;
+        if let Some(pki) = &pki
+            && tls == Tls::RenewedWhileRunning
+        {
+            pki.put_client(true)?;
+        }
         let before = spans(&got).len();
         delete_sidecarset(&c, &ss).await;
         let t = Instant::now();

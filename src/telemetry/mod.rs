@@ -3,6 +3,7 @@
 //! add and, for labelled ones, a read-locked map lookup). [`otel`]: logs and OpenTelemetry traces.
 
 pub mod otel;
+pub mod otlp_tls;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

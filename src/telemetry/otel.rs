@@ -6,8 +6,10 @@
 //! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER(_ARG)`, `OTEL_BSP_*`,
 //! `OTEL_SDK_DISABLED` and `OTEL_TRACES_EXPORTER=none`. For an https collector with a private CA
 //! or mutual TLS: `OTEL_EXPORTER_OTLP_CERTIFICATE`, `…_CLIENT_CERTIFICATE` and `…_CLIENT_KEY`
-//! (PEM files; the `…_TRACES_…` forms win), read once at startup.
+//! (PEM files; the `…_TRACES_…` forms win), checked at startup and read again when they change
+//! (see [`super::otlp_tls`]).
 
+use super::otlp_tls::{ReloadingTls, grpc_channel};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
@@ -348,20 +350,22 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
             if let Some(e) = &export.endpoint {
                 b = b.with_endpoint(e.clone());
             }
-            if export.tls {
-                use opentelemetry_otlp::tonic_types::transport::{
-                    Certificate, ClientTlsConfig, Identity,
-                };
-                let tls = load_tls(&export.tls_files)?;
-                let mut config = ClientTlsConfig::new();
-                config = match &tls.ca {
-                    Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
-                    None => config.with_native_roots(),
-                };
-                if let Some((cert, key)) = &tls.client {
-                    config = config.identity(Identity::from_pem(cert, key));
-                }
-                b = b.with_tls_config(config);
+            if !export.tls_files.is_empty() {
+                // A channel of our own, whose handshakes read the files as they are then.
+                let tls = ReloadingTls::new(export.tls_files.clone())?;
+                let url = export
+                    .endpoint
+                    .clone()
+                    .or_else(|| env_set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+                    .or_else(|| env_set("OTEL_EXPORTER_OTLP_ENDPOINT"))
+                    .ok_or("no OTLP endpoint")?;
+                let timeout = export_timeout(|k| std::env::var(k).ok())?;
+                b = b.with_channel(grpc_channel(&url, &tls, timeout)?);
+            } else if export.tls {
+                b = b.with_tls_config(
+                    opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
+                        .with_native_roots(),
+                );
             }
             b.build()
         }
@@ -374,7 +378,7 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
                 b = b.with_endpoint(e.clone());
             }
             if !export.tls_files.is_empty() {
-                let tls = load_tls(&export.tls_files)?;
+                let tls = ReloadingTls::new(export.tls_files.clone())?;
                 let timeout = export_timeout(|k| std::env::var(k).ok())?;
                 b = b.with_http_client(http_client(&tls, timeout)?);
             }
@@ -388,25 +392,23 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
         .build())
 }
 
-/// The blocking HTTP client of the OTLP/HTTP exporter, trusting only `tls.ca` when it is set and
-/// presenting `tls.client` when it is set.
+/// An environment variable's value when it is set and not blank.
+fn env_set(var: &str) -> Option<String> {
+    std::env::var(var)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The blocking HTTP client of the OTLP/HTTP exporter, with TLS from the files as they are at
+/// each new connection.
 fn http_client(
-    tls: &TlsMaterial,
+    tls: &std::sync::Arc<ReloadingTls>,
     timeout: std::time::Duration,
 ) -> Result<reqwest::blocking::Client, String> {
-    // reqwest's rustls takes the process's provider (ring).
-    crate::webhook::server::install_crypto_provider();
-    let mut b = reqwest::blocking::Client::builder().timeout(timeout);
-    if let Some(ca) = &tls.ca {
-        let certs = reqwest::Certificate::from_pem_bundle(ca)
-            .map_err(|e| format!("cannot use the OTLP CA bundle: {e}"))?;
-        b = b.tls_certs_only(certs);
-    }
-    if let Some((cert, key)) = &tls.client {
-        let identity = reqwest::Identity::from_pem(&[cert.as_slice(), b"\n", key].concat())
-            .map_err(|e| format!("cannot use the OTLP client certificate and key: {e}"))?;
-        b = b.identity(identity);
-    }
+    let b = reqwest::blocking::Client::builder()
+        .timeout(timeout)
+        .tls_backend_preconfigured(tls.client_config(&[b"http/1.1"])?);
     // The blocking client runs its own runtime, which cannot be set up from inside Tokio.
     std::thread::spawn(move || b.build())
         .join()
@@ -756,12 +758,12 @@ mod tests {
             }
         }
         // The material the loader accepts is what the HTTP client accepts.
-        let m = load_tls(&TlsFiles {
+        let tls = ReloadingTls::new(TlsFiles {
             ca: ca(&crt).ca,
             client: client(&crt, &pk).client,
         })
         .unwrap();
-        http_client(&m, std::time::Duration::from_secs(1)).unwrap();
+        http_client(&tls, std::time::Duration::from_secs(1)).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
