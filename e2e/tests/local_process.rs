@@ -692,6 +692,13 @@ struct Span {
     name: String,
     attrs: std::collections::BTreeMap<String, String>,
     resource: std::collections::BTreeMap<String, String>,
+    /// Hex, as in a traceparent header.
+    trace_id: String,
+    parent_span_id: String,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn spans(got: &Received) -> Vec<Span> {
@@ -724,6 +731,8 @@ fn spans(got: &Received) -> Vec<Span> {
                         name: s.name.clone(),
                         attrs: map(&s.attributes),
                         resource: std::collections::BTreeMap::clone(&resource),
+                        trace_id: hex(&s.trace_id),
+                        parent_span_id: hex(&s.parent_span_id),
                     });
                 }
             }
@@ -828,6 +837,11 @@ async fn traces_reach_a_receiver_at_shutdown(protocol: &str, tls: Tls) -> anyhow
     )?;
     let ss = format!("e2e-traced-{s}");
     let pod_name = format!("traced-{s}");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
+    let trace_id = format!("{:032x}", nanos ^ (u128::from(std::process::id()) << 64));
+    let client_span = format!("{:016x}", (nanos as u64) | 1);
     let result = async {
         let label = format!("traced-{s}");
         eventually(15, "the operator's certificates and webhooks", || {
@@ -843,9 +857,16 @@ async fn traces_reach_a_receiver_at_shutdown(protocol: &str, tls: Tls) -> anyhow
             "spec": {"selector": {"matchLabels": {"e2e-app": label}}, "containers": [{"name": "traced", "image": "registry.local/t:1"}]}
         })).await?;
         wait_injectable(&c, TARGET_NS, &pod("p", json!({"e2e-app": label})), "traced", true).await?;
-        let created = Api::<Pod>::namespaced(c.clone(), TARGET_NS)
-            .create(&PostParams::default(), &pod(&pod_name, json!({"e2e-app": label})))
-            .await?;
+        // The pod is created in a trace of the test's own: kube-apiserver passes the client's
+        // traceparent on to the webhooks it calls, and the admission span joins that trace.
+        let mut req = kube::core::Request::new(format!("/api/v1/namespaces/{TARGET_NS}/pods"))
+            .create(
+                &PostParams::default(),
+                serde_json::to_vec(&pod(&pod_name, json!({"e2e-app": label})))?,
+            )?;
+        req.headers_mut()
+            .insert("traceparent", format!("00-{trace_id}-{client_span}-01").parse()?);
+        let created: Pod = c.request(req).await?;
         anyhow::ensure!(container_names(&created).contains(&"traced".to_string()));
         // The controller has seen the pod once the status counts it.
         eventually(20, "the SidecarSet's status to count the pod", || {
@@ -875,6 +896,16 @@ async fn traces_reach_a_receiver_at_shutdown(protocol: &str, tls: Tls) -> anyhow
             .find(|sp| sp.name == "mutate-pod" && sp.attrs.get("pod") == Some(&pod_name))
             .ok_or_else(|| anyhow::anyhow!("no mutate-pod span for {pod_name}; names: {:?}",
                 all.iter().map(|s| &s.name).collect::<std::collections::BTreeSet<_>>()))?;
+        println!(
+            "admission span: trace {} parent {} (the request's traceparent: trace {trace_id} span {client_span})",
+            admission.trace_id, admission.parent_span_id
+        );
+        anyhow::ensure!(
+            admission.trace_id == trace_id && !admission.parent_span_id.is_empty(),
+            "the admission span did not join the request's trace {trace_id}: trace {} parent {:?}",
+            admission.trace_id,
+            admission.parent_span_id
+        );
         let a = &admission.attrs;
         anyhow::ensure!(
             a.get("namespace").map(String::as_str) == Some(TARGET_NS)
