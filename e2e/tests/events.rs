@@ -201,3 +201,63 @@ async fn a_sidecarset_selecting_a_pod_in_an_excluded_namespace_is_reported() -> 
     delete_sidecarset(&c, &ss).await;
     result
 }
+
+// Each replica deduplicates in memory; across replicas, the Event's name (object, reason,
+// SidecarSet, 10-minute window) makes the second create fail with AlreadyExists.
+#[tokio::test]
+async fn two_replicas_record_one_event_for_the_same_skip() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use sidecarset_operator::inject::{SkipReason, Skipped};
+    use sidecarset_operator::webhook::events;
+    let c = client().await;
+    let s = suffix();
+    let ns = format!("e2e-events-replicas-{s}");
+    create_namespace(&c, &ns, json!({})).await?;
+    // Both records must fall in one window: not right before its end.
+    let window = events::REPEAT_AFTER.as_secs();
+    let left = window - jiff::Timestamp::now().as_second() as u64 % window;
+    if left < 10 {
+        tokio::time::sleep(std::time::Duration::from_secs(left + 1)).await;
+    }
+    let notice = events::SkipNotice {
+        regarding: ObjectReference {
+            api_version: Some("apps/v1".into()),
+            kind: Some("ReplicaSet".into()),
+            namespace: Some(ns.clone()),
+            name: Some("web-5f7c9".into()),
+            uid: Some(format!("uid-{s}")),
+            ..Default::default()
+        },
+        pod: format!("{ns}/web-5f7c9-"),
+        skipped: vec![Skipped {
+            sidecarset: format!("e2e-mesh-{s}"),
+            reason: SkipReason::Paused,
+            detail: "its injectionStrategy.paused is true".into(),
+        }],
+    };
+    let mut tasks = Vec::new();
+    for replica in ["replica-a", "replica-b"] {
+        let (tx, rx) = events::queue();
+        tx.send(notice.clone()).await?;
+        drop(tx);
+        tasks.push(tokio::spawn(events::record(c.clone(), rx, replica.into())));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let got = events(&c, &ns, "SidecarSetPaused").await?;
+    let result = (|| {
+        anyhow::ensure!(
+            got.len() == 1,
+            "{} Events for one skip seen by two replicas: {:?}",
+            got.len(),
+            got.iter()
+                .map(|e| (&e.metadata.name, &e.reporting_instance))
+                .collect::<Vec<_>>()
+        );
+        anyhow::ensure!(regarding(&got[0]) == ("ReplicaSet".into(), "web-5f7c9".into()));
+        Ok(())
+    })();
+    delete_namespace(&c, &ns).await;
+    result
+}

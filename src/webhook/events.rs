@@ -3,6 +3,10 @@
 //! a background task records the Events, at most one per object, reason and SidecarSet in
 //! [`REPEAT_AFTER`]. Events go on the pod's controller (the ReplicaSet, Job, …), since the pod
 //! may not exist yet when it is admitted, or on the pod when it has no controller.
+//!
+//! Replicas share the deduplication through the Event's name: it is derived from the object, the
+//! reason, the SidecarSet and the [`REPEAT_AFTER`] window, so the second replica to record the
+//! same Event in a window gets AlreadyExists and leaves it.
 
 use crate::inject::{SkipReason, Skipped};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -68,15 +72,49 @@ fn reason(r: SkipReason) -> (&'static str, &'static str) {
     }
 }
 
+/// FNV-1a, 64 bits: stable across processes and releases (unlike std's hasher), so that every
+/// replica names the same Event alike.
+fn fnv64(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain([0xff]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The name of the Event for `s` on `regarding` in the deduplication window that holds `now`:
+/// `<object name>.<hash>`, within the 253 characters of a name.
+pub fn event_name(regarding: &ObjectReference, s: &Skipped, now: jiff::Timestamp) -> String {
+    let window = now.as_second().div_euclid(REPEAT_AFTER.as_secs() as i64);
+    let window = window.to_string();
+    let name = regarding.name.as_deref().unwrap_or("pod");
+    let h = fnv64(&[
+        regarding.namespace.as_deref().unwrap_or(""),
+        regarding.kind.as_deref().unwrap_or(""),
+        name,
+        regarding.uid.as_deref().unwrap_or(""),
+        s.reason.label(),
+        &s.sidecarset,
+        &window,
+    ]);
+    let mut base = name.to_lowercase();
+    // Room for "." and 16 hex digits.
+    if base.len() > 253 - 17 {
+        let mut cut = 253 - 17;
+        while !base.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        base.truncate(cut);
+    }
+    format!("{}.{h:016x}", base.trim_end_matches(['.', '-']))
+}
+
 /// The Event for one skipped SidecarSet.
 pub fn event(notice: &SkipNotice, s: &Skipped, instance: &str, now: jiff::Timestamp) -> Event {
     let (reason, type_) = reason(s.reason);
-    let base = notice
-        .regarding
-        .name
-        .as_deref()
-        .unwrap_or("pod")
-        .to_lowercase();
     let mut note = format!(
         "SidecarSet {:?} matches pod {} but was not injected: {}",
         s.sidecarset, notice.pod, s.detail
@@ -92,7 +130,7 @@ pub fn event(notice: &SkipNotice, s: &Skipped, instance: &str, now: jiff::Timest
     }
     Event {
         metadata: ObjectMeta {
-            name: Some(format!("{base}.{:x}", now.as_nanosecond())),
+            name: Some(event_name(&notice.regarding, s, now)),
             namespace: notice.regarding.namespace.clone(),
             ..Default::default()
         },
@@ -177,6 +215,10 @@ pub async fn record(client: kube::Client, mut rx: mpsc::Receiver<SkipNotice>, in
             match api.create(&PostParams::default(), &ev).await {
                 Ok(_) => {
                     debug!(pod = %notice.pod, sidecarset = %s.sidecarset, reason = s.reason.label(), "Event recorded")
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    debug!(pod = %notice.pod, sidecarset = %s.sidecarset, reason = s.reason.label(),
+                           "Event already recorded in this window (by another replica)")
                 }
                 Err(e) => {
                     warn!(pod = %notice.pod, sidecarset = %s.sidecarset, error = %e, "cannot record an Event")
@@ -271,6 +313,10 @@ mod tests {
             assert_eq!(e.metadata.namespace.as_deref(), Some("shop"));
             assert!(e.metadata.name.as_deref().unwrap().starts_with("solo."));
             assert_eq!(
+                e.metadata.name,
+                Some(event_name(&notice.regarding, &skipped("mesh", r), now))
+            );
+            assert_eq!(
                 e.related.as_ref().unwrap().kind.as_deref(),
                 Some("SidecarSet")
             );
@@ -317,5 +363,78 @@ mod tests {
             assert_eq!(d.admit(r, &skipped(ss, reason), now), want, "case {i}");
         }
         assert_eq!(d.len(), 4);
+    }
+
+    #[test]
+    fn replicas_name_the_same_event_alike_within_a_window() {
+        let rs = ObjectReference {
+            kind: Some("ReplicaSet".into()),
+            namespace: Some("shop".into()),
+            name: Some("web-7d4b9".into()),
+            uid: Some("u-1".into()),
+            ..Default::default()
+        };
+        let t = |secs: i64| jiff::Timestamp::from_second(secs).unwrap();
+        // The start of a window.
+        let start = 1_800_000_000;
+        assert_eq!(start % REPEAT_AFTER.as_secs() as i64, 0);
+        let name =
+            |r: &ObjectReference, ss: &str, reason, at| event_name(r, &skipped(ss, reason), t(at));
+        let first = name(&rs, "mesh", SkipReason::Paused, start);
+        assert!(
+            first.starts_with("web-7d4b9.") && first.len() == "web-7d4b9.".len() + 16,
+            "{first}"
+        );
+        // (what, name, same as the first)
+        let recreated = ObjectReference {
+            uid: Some("u-2".into()),
+            ..rs.clone()
+        };
+        let other_ns = ObjectReference {
+            namespace: Some("blog".into()),
+            ..rs.clone()
+        };
+        let cases = [
+            (
+                "same window, later",
+                name(&rs, "mesh", SkipReason::Paused, start + 599),
+                true,
+            ),
+            (
+                "next window",
+                name(&rs, "mesh", SkipReason::Paused, start + 600),
+                false,
+            ),
+            (
+                "other SidecarSet",
+                name(&rs, "logs", SkipReason::Paused, start),
+                false,
+            ),
+            (
+                "other reason",
+                name(&rs, "mesh", SkipReason::Conflict, start),
+                false,
+            ),
+            (
+                "object recreated (new uid)",
+                name(&recreated, "mesh", SkipReason::Paused, start),
+                false,
+            ),
+            (
+                "other namespace",
+                name(&other_ns, "mesh", SkipReason::Paused, start),
+                false,
+            ),
+        ];
+        for (what, n, same) in cases {
+            assert_eq!(n == first, same, "{what}: {n} vs {first}");
+        }
+        // Long and odd names stay valid names.
+        let long = ObjectReference {
+            name: Some(format!("{}-", "a".repeat(300))),
+            ..rs.clone()
+        };
+        let n = name(&long, "mesh", SkipReason::Paused, start);
+        assert!(n.len() <= 253 && !n.contains("-."), "{} {n}", n.len());
     }
 }
