@@ -167,6 +167,16 @@ impl ReloadingTls {
         (state.verifier.clone(), state.key.clone())
     }
 
+    /// The verifier in use, without looking at the files (the handshake's signature checks come
+    /// after its certificate check, which reloaded them).
+    fn verifier(&self) -> Arc<WebPkiServerVerifier> {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .verifier
+            .clone()
+    }
+
     /// The client certificate chain in use (after reloading when the files changed).
     pub fn client_chain(&self) -> Vec<CertificateDer<'static>> {
         let _ = self.current();
@@ -218,12 +228,7 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .verifier
-            .verify_tls12_signature(message, cert, dss)
+        self.0.verifier().verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -232,12 +237,7 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .verifier
-            .verify_tls13_signature(message, cert, dss)
+        self.0.verifier().verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
