@@ -41,6 +41,9 @@ pub struct Export {
     pub protocol: Protocol,
     /// The full endpoint from `--otlp-endpoint` (the exporter reads the environment otherwise).
     pub endpoint: Option<String>,
+    /// The endpoint in effect, as given: the flag, else `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub url: String,
     /// The endpoint is https: the collector is verified with the system's trust roots, or with
     /// `tls_files.ca` when it is set.
     pub tls: bool,
@@ -270,6 +273,7 @@ pub fn export_settings(
     Ok(Some(Export {
         protocol,
         endpoint,
+        url: effective,
         tls,
         tls_files,
         ignored,
@@ -353,14 +357,8 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
             if !export.tls_files.is_empty() {
                 // A channel of our own, whose handshakes read the files as they are then.
                 let tls = ReloadingTls::new(export.tls_files.clone())?;
-                let url = export
-                    .endpoint
-                    .clone()
-                    .or_else(|| env_set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
-                    .or_else(|| env_set("OTEL_EXPORTER_OTLP_ENDPOINT"))
-                    .ok_or("no OTLP endpoint")?;
                 let timeout = export_timeout(|k| std::env::var(k).ok())?;
-                b = b.with_channel(grpc_channel(&url, &tls, timeout)?);
+                b = b.with_channel(grpc_channel(&export.url, &tls, timeout)?);
             } else if export.tls {
                 b = b.with_tls_config(
                     opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
@@ -390,14 +388,6 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
         .with_resource(resource())
         .with_batch_exporter(exporter)
         .build())
-}
-
-/// An environment variable's value when it is set and not blank.
-fn env_set(var: &str) -> Option<String> {
-    std::env::var(var)
-        .ok()
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
 }
 
 /// The blocking HTTP client of the OTLP/HTTP exporter, with TLS from the files as they are at
@@ -526,6 +516,7 @@ mod tests {
             Ok(Some(Export {
                 protocol: Protocol::HttpProtobuf,
                 endpoint: endpoint.map(str::to_string),
+                url: String::new(),
                 tls: endpoint.is_some_and(|e| e.starts_with("https")),
                 tls_files: TlsFiles::default(),
                 ignored: vec![],
@@ -535,6 +526,7 @@ mod tests {
             Ok(Some(Export {
                 protocol: Protocol::Grpc,
                 endpoint: endpoint.map(str::to_string),
+                url: String::new(),
                 tls: false,
                 tls_files: TlsFiles::default(),
                 ignored: vec![],
@@ -543,6 +535,7 @@ mod tests {
         let grpc_tls = Ok(Some(Export {
             protocol: Protocol::Grpc,
             endpoint: None,
+            url: String::new(),
             tls: true,
             tls_files: TlsFiles::default(),
             ignored: vec![],
@@ -598,10 +591,10 @@ mod tests {
                   ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/tls/ca.crt"), ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/t/ca.crt"),
                   ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/tls/tls.crt"),
                   ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/tls/tls.key"), ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/t/tls.key")],
-             Ok(Some(Export { protocol: Protocol::Grpc, endpoint: None, tls: true, tls_files: mtls, ignored: vec![] }))),
+             Ok(Some(Export { protocol: Protocol::Grpc, endpoint: None, url: String::new(), tls: true, tls_files: mtls, ignored: vec![] }))),
             ("TLS files with a plain http endpoint are ignored, and said so", None,
              vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/tls/ca.crt")],
-             Ok(Some(Export { protocol: Protocol::HttpProtobuf, endpoint: None, tls: false, tls_files: TlsFiles::default(),
+             Ok(Some(Export { protocol: Protocol::HttpProtobuf, endpoint: None, url: String::new(), tls: false, tls_files: TlsFiles::default(),
                  ignored: vec!["OTEL_EXPORTER_OTLP_CERTIFICATE ignored: the endpoint http://c:4318 is not https, so traces are sent without TLS".into()] }))),
             ("a client certificate without its key", None,
              vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318"), ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "/t/tls.crt")],
@@ -612,9 +605,29 @@ mod tests {
             ("flag that is not a URL", Some("collector:4317"), vec![],
              Err("--otlp-endpoint \"collector:4317\" is not a URL: give http(s)://host:port, e.g. http://otel-collector:4318".into())),
         ];
+        // The endpoint in effect is checked below; here everything else.
+        let without_url = |r: Result<Option<Export>, String>| {
+            r.map(|o| {
+                o.map(|e| Export {
+                    url: String::new(),
+                    ..e
+                })
+            })
+        };
         for (what, flag, vars, want) in cases {
-            assert_eq!(settings(flag, &vars), want, "{what}");
+            assert_eq!(without_url(settings(flag, &vars)), want, "{what}");
         }
+        let url = |flag, vars: &[(&str, &str)]| settings(flag, vars).unwrap().unwrap().url;
+        let both = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://general:4317"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://traces:4317/v1/traces",
+            ),
+        ];
+        assert_eq!(url(None, &both[..1]), "http://general:4317");
+        assert_eq!(url(None, &both), "http://traces:4317/v1/traces");
+        assert_eq!(url(Some(" http://flag:4318 "), &both), "http://flag:4318");
     }
 
     #[test]
