@@ -70,17 +70,19 @@ fn load(
     let stamp = stamp(files);
     let material = load_tls(files)?;
     let mut roots = rustls::RootCertStore::empty();
-    match &material.ca {
-        Some(pem) => {
+    match (&material.ca, &files.ca) {
+        (Some(pem), Some(f)) => {
             for c in CertificateDer::pem_slice_iter(pem) {
-                let c = c.map_err(|e| format!("CA bundle: {e}"))?;
+                let c = c.map_err(|e| format!("{}={}: {e}", f.var, f.path))?;
                 roots.add(c).map_err(|e| {
-                    let f = files.ca.as_ref().map(|f| (f.var, f.path.as_str()));
-                    format!("{f:?}: a certificate of the CA bundle cannot be used: {e}")
+                    format!(
+                        "{}={}: a certificate of the bundle cannot be a trust anchor: {e}",
+                        f.var, f.path
+                    )
                 })?;
             }
         }
-        None => {
+        _ => {
             // No CA file (only a client certificate): the system's trust roots.
             let native = rustls_native_certs::load_native_certs();
             for c in native.certs {
