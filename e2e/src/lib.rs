@@ -306,3 +306,30 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .unwrap_or(0)
 }
+
+/// GET http://`host`/`path` (the operator's metrics listener), the whole response with headers.
+pub async fn scrape_metrics(host: &str, path: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(host).await?;
+    s.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await?;
+    anyhow::ensure!(
+        body.starts_with("HTTP/1.") && body.contains(" 200 "),
+        "metrics answered: {}",
+        body.lines().next().unwrap_or("")
+    );
+    Ok(body)
+}
+
+/// The value of one sample: `name{labels}` exactly as exported (labels in export order); 0 when
+/// absent.
+pub fn value(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(name_and_labels)
+                .and_then(|rest| rest.trim().parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+}

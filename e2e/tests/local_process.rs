@@ -5,7 +5,7 @@
 //! intercepts pods of every namespace while it runs.
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sidecarset_e2e::*;
 use sidecarset_operator::certs;
@@ -599,6 +599,11 @@ impl Drop for Pki {
 /// A small OTLP/HTTP receiver on 127.0.0.1: keeps every decoded export request. With `pki`, it
 /// speaks TLS and only accepts clients with a certificate from the CA.
 async fn otlp_receiver(pki: Option<&Pki>) -> anyhow::Result<(u16, Received)> {
+    otlp_receiver_on(0, pki).await
+}
+
+/// [`otlp_receiver`] on `port` (0: any free one).
+async fn otlp_receiver_on(port: u16, pki: Option<&Pki>) -> anyhow::Result<(u16, Received)> {
     use axum::http::{StatusCode, header};
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use prost::Message;
@@ -627,7 +632,7 @@ async fn otlp_receiver(pki: Option<&Pki>) -> anyhow::Result<(u16, Received)> {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let port = listener.local_addr()?.port();
     match pki {
         None => {
@@ -941,6 +946,112 @@ async fn traces_reach_a_receiver_at_shutdown(protocol: &str, tls: Tls) -> anyhow
     let _ = Api::<Pod>::namespaced(c.clone(), TARGET_NS)
         .delete(&pod_name, &DeleteParams::default())
         .await;
+    cleanup(&c, &name, &ns).await;
+    result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
+}
+
+// The collector is down when the operator starts: failed spans are counted and the outage is
+// logged (once, not per batch); when a collector comes up on that address, export resumes and
+// that is logged too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn a_collector_outage_is_counted_and_logged_and_export_resumes() -> anyhow::Result<()> {
+    let c = client().await;
+    let s = suffix();
+    let (ns, name) = (format!("e2e-outage-{s}"), format!("e2e-outage-{s}"));
+    create_namespace(&c, &ns, json!({})).await?;
+    let (port, otlp_port, metrics_port) = (free_port(), free_port(), free_port());
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let log = log_path(&name);
+    let mut args = standalone_args(&ns, &name, port);
+    args.extend(["--metrics-listen".to_string(), metrics.clone()]);
+    let mut op = Operator::start_with_env(
+        &as_strs(&args),
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                &format!("http://127.0.0.1:{otlp_port}"),
+            ),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2000"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+        ],
+        port,
+        &log,
+    )?;
+    let ss = format!("e2e-outage-{s}");
+    let sample = |state: &str| {
+        format!("sidecarset_operator_trace_spans_exported_total{{result=\"{state}\"}}")
+    };
+    let result = async {
+        eventually(15, "the operator's certificates and webhooks", || {
+            let (c, name) = (c.clone(), name.clone());
+            async move {
+                let bundles = ca_bundles(&c, &name).await.unwrap_or_default();
+                Ok((!bundles.is_empty() && bundles.iter().all(|b| !b.is_empty())).then_some(()))
+            }
+        })
+        .await?;
+        // Admissions and reconciles make spans.
+        create_sidecarset(&c, json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
+            "spec": {"selector": {"matchLabels": {"e2e-app": format!("outage-{s}")}}, "containers": [{"name": "o", "image": "registry.local/o:1"}]}
+        })).await?;
+        let failed = eventually(20, "failed spans to be counted", || {
+            let metrics = metrics.clone();
+            let sample = sample("failed");
+            async move {
+                let v = value(&scrape_metrics(&metrics, "metrics").await?, &sample);
+                Ok((v > 0.0).then_some(v))
+            }
+        })
+        .await?;
+        // More failed batches (validations of dry-run updates, exported 200 ms apart), then the
+        // log: one line for the outage so far.
+        let touch = || {
+            let (c, ss) = (c.clone(), ss.clone());
+            async move {
+                Api::<sidecarset_operator::api::SidecarSet>::all(c)
+                    .patch(
+                        &ss,
+                        &PatchParams { dry_run: true, ..Default::default() },
+                        &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+                    )
+                    .await
+            }
+        };
+        for _ in 0..3 {
+            touch().await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let more = value(&scrape_metrics(&metrics, "metrics").await?, &sample("failed"));
+        anyhow::ensure!(more > failed, "failed spans {failed} then {more}: later batches were not counted");
+        let text = std::fs::read_to_string(&log)?;
+        let lines = text.matches("cannot export traces").count();
+        anyhow::ensure!(lines == 1, "{lines} lines saying \"cannot export traces\" (want 1 per outage start)");
+        println!("{more} spans failed in several batches; the outage was logged once");
+        let (_, got) = otlp_receiver_on(otlp_port, None).await?;
+        // New spans: validations of dry-run updates of the SidecarSet.
+        eventually(20, "spans to reach the collector once it is up", || {
+            let (got, metrics) = (got.clone(), metrics.clone());
+            let sample = sample("exported");
+            let touched = touch();
+            async move {
+                touched.await?;
+                let exported = value(&scrape_metrics(&metrics, "metrics").await?, &sample);
+                Ok((exported > 0.0 && !spans(&got).is_empty()).then_some(()))
+            }
+        })
+        .await?;
+        eventually(5, "the log to say export works again", || {
+            let log = log.clone();
+            async move { Ok(std::fs::read_to_string(&log)?.contains("exporting traces again").then_some(())) }
+        })
+        .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    drop(op.terminate(20));
+    delete_sidecarset(&c, &ss).await;
     cleanup(&c, &name, &ns).await;
     result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
 }

@@ -14,28 +14,7 @@ async fn scrape() -> anyhow::Result<String> {
         .strip_prefix("http://")
         .ok_or_else(|| anyhow::anyhow!("SSO_E2E_METRICS_URL must be http://host:port/metrics"))?;
     let (host, path) = rest.split_once('/').unwrap_or((rest, "metrics"));
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(host).await?;
-    s.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-        .await?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).await?;
-    anyhow::ensure!(
-        body.starts_with("HTTP/1.") && body.contains(" 200 "),
-        "metrics answered: {}",
-        body.lines().next().unwrap_or("")
-    );
-    Ok(body)
-}
-
-/// The value of one sample: `name{labels}` exactly as exported (labels in export order).
-fn value(text: &str, name_and_labels: &str) -> f64 {
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(name_and_labels)
-                .and_then(|rest| rest.trim().parse::<f64>().ok())
-        })
-        .unwrap_or(0.0)
+    scrape_metrics(host, path).await
 }
 
 #[tokio::test]

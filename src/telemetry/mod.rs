@@ -65,6 +65,7 @@ pub struct Metrics {
     pub cert_changes: Family<ReasonLabel, Counter>,
     pub ca_bundle_writes: Counter,
     pub leader: Gauge,
+    pub spans_exported: Family<ResultLabel, Counter>,
 }
 
 fn build() -> Metrics {
@@ -90,6 +91,7 @@ fn build() -> Metrics {
         cert_changes: Family::default(),
         ca_bundle_writes: Counter::default(),
         leader: Gauge::default(),
+        spans_exported: Family::default(),
     };
     registry.register(
         "admission_requests",
@@ -165,6 +167,11 @@ fn build() -> Metrics {
         "leader",
         "1 while this replica holds the leader Lease",
         m.leader.clone(),
+    );
+    registry.register(
+        "trace_spans_exported",
+        "Spans sent to the OTLP collector, by result (exported, failed)",
+        m.spans_exported.clone(),
     );
     Metrics { registry, ..m }
 }

@@ -386,8 +386,128 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
     .map_err(|e| format!("cannot set up the OTLP trace exporter: {e}"))?;
     Ok(SdkTracerProvider::builder()
         .with_resource(resource())
-        .with_batch_exporter(exporter)
+        .with_batch_exporter(Watched {
+            inner: exporter,
+            url: export.url.clone(),
+            outage: std::sync::Mutex::new(Outage::default()),
+        })
         .build())
+}
+
+/// What to log about an export's result.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ExportLog {
+    /// The first failure after exports worked (or at the start).
+    Failing,
+    /// Still failing; this many failures were not logged since the last line.
+    StillFailing { unlogged: u64 },
+    /// Exports work again after this many failures.
+    Recovered { failures: u64 },
+}
+
+/// Failed exports in a row, so that a collector outage is logged when it starts, once a minute
+/// while it lasts, and when it ends, instead of once per batch.
+#[derive(Debug, Default)]
+pub struct Outage {
+    failures: u64,
+    unlogged: u64,
+    last_logged: Option<std::time::Instant>,
+}
+
+/// How often a lasting outage is logged again.
+pub const OUTAGE_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Outage {
+    pub fn record(&mut self, ok: bool, now: std::time::Instant) -> Option<ExportLog> {
+        match (ok, self.failures) {
+            (true, 0) => None,
+            (true, failures) => {
+                *self = Outage::default();
+                Some(ExportLog::Recovered { failures })
+            }
+            (false, 0) => {
+                self.failures = 1;
+                self.last_logged = Some(now);
+                Some(ExportLog::Failing)
+            }
+            (false, _) => {
+                self.failures += 1;
+                self.unlogged += 1;
+                let due = self
+                    .last_logged
+                    .is_none_or(|t| now.saturating_duration_since(t) >= OUTAGE_LOG_EVERY);
+                due.then(|| {
+                    self.last_logged = Some(now);
+                    ExportLog::StillFailing {
+                        unlogged: std::mem::take(&mut self.unlogged),
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// The OTLP exporter, with its results counted (`trace_spans_exported`) and collector outages
+/// logged: without this the SDK drops failed batches silently.
+#[derive(Debug)]
+struct Watched<E> {
+    inner: E,
+    url: String,
+    outage: std::sync::Mutex<Outage>,
+}
+
+impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanExporter
+    for Watched<E>
+{
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let spans = batch.len() as u64;
+        let result = self.inner.export(batch).await;
+        let label = if result.is_ok() { "exported" } else { "failed" };
+        super::metrics()
+            .spans_exported
+            .get_or_create(&super::ResultLabel {
+                result: label.into(),
+            })
+            .inc_by(spans);
+        let log = self
+            .outage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(result.is_ok(), std::time::Instant::now());
+        let url = &self.url;
+        match (log, &result) {
+            (Some(ExportLog::Failing), Err(e)) => {
+                tracing::warn!(endpoint = %url, spans, error = %e, "cannot export traces; the spans are dropped")
+            }
+            (Some(ExportLog::StillFailing { unlogged }), Err(e)) => {
+                tracing::warn!(endpoint = %url, spans, error = %e, failed_exports_since_last_line = unlogged,
+                               "still cannot export traces")
+            }
+            (Some(ExportLog::Recovered { failures }), _) => {
+                tracing::info!(endpoint = %url, failed_exports = failures, "exporting traces again")
+            }
+            _ => {}
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
 }
 
 /// The blocking HTTP client of the OTLP/HTTP exporter, with TLS from the files as they are at
@@ -778,5 +898,29 @@ mod tests {
         .unwrap();
         http_client(&tls, std::time::Duration::from_secs(1)).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_outage_is_logged_when_it_starts_once_a_minute_and_when_it_ends() {
+        let t0 = std::time::Instant::now();
+        let at = |secs: u64| t0 + std::time::Duration::from_secs(secs);
+        let mut o = Outage::default();
+        // (seconds, export ok, what is logged)
+        let steps = [
+            (0, true, None),
+            (1, false, Some(ExportLog::Failing)),
+            (6, false, None),
+            (11, false, None),
+            (60, false, None),
+            (61, false, Some(ExportLog::StillFailing { unlogged: 4 })),
+            (66, false, None),
+            (70, true, Some(ExportLog::Recovered { failures: 6 })),
+            (75, true, None),
+            (80, false, Some(ExportLog::Failing)),
+            (81, true, Some(ExportLog::Recovered { failures: 1 })),
+        ];
+        for (secs, ok, want) in steps {
+            assert_eq!(o.record(ok, at(secs)), want, "at {secs} s, ok={ok}");
+        }
     }
 }
