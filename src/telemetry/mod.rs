@@ -200,3 +200,45 @@ pub fn reason(s: &str) -> ReasonLabel {
         reason: s.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The chart's README has a table of the metrics: it names every one registered here, and
+    /// nothing else with the prefix. (Counters are listed with their `_total` sample name.)
+    #[test]
+    fn the_chart_readme_lists_every_metric() {
+        let readme = include_str!("../../charts/sidecarset-operator/README.md");
+        // Families without series are not encoded, so the names come from the registrations.
+        let source = include_str!("mod.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap()];
+        let registered: std::collections::BTreeSet<String> = source
+            .split("registry.register(")
+            .skip(1)
+            .filter_map(|r| r.split('"').nth(1))
+            .map(|n| format!("sidecarset_operator_{n}"))
+            .collect();
+        assert!(registered.len() >= 16, "{registered:?}");
+        // Counters among those that are encoded, to check their suffix.
+        let encoded = super::encode();
+        let documented: std::collections::BTreeSet<String> = readme
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `sidecarset_operator_"))
+            .filter_map(|l| l.split_once('`'))
+            .map(|(rest, _)| format!("sidecarset_operator_{rest}"))
+            .map(|n| {
+                let base = n.strip_suffix("_total").unwrap_or(&n).to_string();
+                let counter = encoded.contains(&format!("# TYPE {base} counter"));
+                assert!(
+                    !encoded.contains(&format!("# TYPE {base} "))
+                        || counter == n.ends_with("_total"),
+                    "{n}: counters, and only counters, end in _total"
+                );
+                base
+            })
+            .collect();
+        assert_eq!(
+            documented, registered,
+            "charts/sidecarset-operator/README.md (## Metrics) and the registrations differ"
+        );
+    }
+}
