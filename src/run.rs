@@ -178,11 +178,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tokio::spawn(async move {
             let app = axum::Router::new().route(
                 "/metrics",
-                axum::routing::get(|| async {
+                axum::routing::get(|headers: axum::http::HeaderMap| async move {
+                    let accept = headers
+                        .get(axum::http::header::ACCEPT)
+                        .and_then(|v| v.to_str().ok());
                     (
                         [(
                             axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4; charset=utf-8",
+                            crate::telemetry::content_type(accept),
                         )],
                         crate::telemetry::encode(),
                     )

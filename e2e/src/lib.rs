@@ -309,9 +309,21 @@ pub fn free_port() -> u16 {
 
 /// GET http://`host`/`path` (the operator's metrics listener), the whole response with headers.
 pub async fn scrape_metrics(host: &str, path: &str) -> anyhow::Result<String> {
+    scrape_metrics_accepting(host, path, None).await
+}
+
+/// [`scrape_metrics`] with an `Accept` header.
+pub async fn scrape_metrics_accepting(
+    host: &str,
+    path: &str,
+    accept: Option<&str>,
+) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(host).await?;
-    s.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    s.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n{accept}\r\n").as_bytes())
         .await?;
     let mut body = String::new();
     s.read_to_string(&mut body).await?;

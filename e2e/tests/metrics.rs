@@ -7,6 +7,10 @@ use serde_json::json;
 use sidecarset_e2e::*;
 
 async fn scrape() -> anyhow::Result<String> {
+    scrape_accepting(None).await
+}
+
+async fn scrape_accepting(accept: Option<&str>) -> anyhow::Result<String> {
     let url = std::env::var("SSO_E2E_METRICS_URL").map_err(|_| {
         anyhow::anyhow!("set SSO_E2E_METRICS_URL to the operator's /metrics (the e2e scripts do)")
     })?;
@@ -14,7 +18,7 @@ async fn scrape() -> anyhow::Result<String> {
         .strip_prefix("http://")
         .ok_or_else(|| anyhow::anyhow!("SSO_E2E_METRICS_URL must be http://host:port/metrics"))?;
     let (host, path) = rest.split_once('/').unwrap_or((rest, "metrics"));
-    scrape_metrics(host, path).await
+    scrape_metrics_accepting(host, path, accept).await
 }
 
 #[tokio::test]
@@ -71,6 +75,33 @@ async fn admission_and_injection_metrics_move_with_pod_creations() -> anyhow::Re
             "sidecarset_operator_serving_certificate_expiry_timestamp_seconds"
         ) > 1.0e9,
         "certificate expiry exported"
+    );
+    // Prometheus asks for OpenMetrics and gets it; a plain scraper gets the classic type.
+    let content_type = |response: &str| {
+        response
+            .lines()
+            .take_while(|l| !l.is_empty() && *l != "\r")
+            .find_map(|l| {
+                l.split_once(':')
+                    .filter(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_default()
+    };
+    let om = scrape_accepting(Some(
+        "application/openmetrics-text;version=1.0.0;q=0.6,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+    ))
+    .await?;
+    assert!(
+        content_type(&om).starts_with("application/openmetrics-text; version=1.0.0")
+            && om.trim_end().ends_with("# EOF"),
+        "OpenMetrics scrape: {}",
+        content_type(&om)
+    );
+    assert!(
+        content_type(&after).starts_with("text/plain; version=0.0.4"),
+        "plain scrape: {}",
+        content_type(&after)
     );
     delete_sidecarset(&c, &ss).await;
     delete_namespace(&c, &ns).await;

@@ -189,6 +189,30 @@ pub fn encode() -> String {
     out
 }
 
+/// The content type of [`encode`]'s text for a scraper that sent `accept`. The text is
+/// OpenMetrics, which the classic Prometheus text parser also reads (it skips `# EOF`); it is
+/// labelled OpenMetrics when the scraper asks for that (Prometheus does by default), so that
+/// counters keep their type, and classic text otherwise.
+pub fn content_type(accept: Option<&str>) -> &'static str {
+    let wants_openmetrics = accept.is_some_and(|a| {
+        a.split(',').any(|r| {
+            let mut parts = r.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("");
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+        })
+    });
+    if wants_openmetrics {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    }
+}
+
 pub fn label(s: &str) -> SidecarSetLabel {
     SidecarSetLabel {
         sidecarset: s.to_string(),
@@ -203,6 +227,31 @@ pub fn reason(s: &str) -> ReasonLabel {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn openmetrics_only_for_scrapers_that_ask_for_it() {
+        let om = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        let classic = "text/plain; version=0.0.4; charset=utf-8";
+        let cases = [
+            (None, classic),
+            (Some("*/*"), classic),
+            (Some("text/plain"), classic),
+            // What Prometheus 3 sends by default.
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+                ),
+                om,
+            ),
+            (Some("Application/OpenMetrics-Text"), om),
+            (Some("application/openmetrics-text;q=0"), classic),
+            (Some("application/openmetrics-text-extra"), classic),
+        ];
+        for (accept, want) in cases {
+            assert_eq!(super::content_type(accept), want, "{accept:?}");
+        }
+        assert!(super::encode().ends_with("# EOF\n"));
+    }
+
     /// The chart's README has a table of the metrics: it names every one registered here, and
     /// nothing else with the prefix. (Counters are listed with their `_total` sample name.)
     #[test]
