@@ -346,6 +346,13 @@ fn resource() -> Resource {
 }
 
 fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
+    // With TLS files, the transport is the operator's own: it reads them at each connection.
+    let tls = if export.tls_files.is_empty() {
+        None
+    } else {
+        let timeout = export_timeout(|k| std::env::var(k).ok())?;
+        Some((ReloadingTls::new(export.tls_files.clone())?, timeout))
+    };
     let exporter = match export.protocol {
         Protocol::Grpc => {
             let mut b = opentelemetry_otlp::SpanExporter::builder()
@@ -354,11 +361,8 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
             if let Some(e) = &export.endpoint {
                 b = b.with_endpoint(e.clone());
             }
-            if !export.tls_files.is_empty() {
-                // A channel of our own, whose handshakes read the files as they are then.
-                let tls = ReloadingTls::new(export.tls_files.clone())?;
-                let timeout = export_timeout(|k| std::env::var(k).ok())?;
-                b = b.with_channel(grpc_channel(&export.url, &tls, timeout)?);
+            if let Some((tls, timeout)) = &tls {
+                b = b.with_channel(grpc_channel(&export.url, tls, *timeout)?);
             } else if export.tls {
                 b = b.with_tls_config(
                     opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
@@ -375,10 +379,8 @@ fn provider(export: &Export) -> Result<SdkTracerProvider, String> {
             if let Some(e) = &export.endpoint {
                 b = b.with_endpoint(e.clone());
             }
-            if !export.tls_files.is_empty() {
-                let tls = ReloadingTls::new(export.tls_files.clone())?;
-                let timeout = export_timeout(|k| std::env::var(k).ok())?;
-                b = b.with_http_client(http_client(&tls, timeout)?);
+            if let Some((tls, timeout)) = &tls {
+                b = b.with_http_client(http_client(tls, *timeout)?);
             }
             b.build()
         }
