@@ -125,6 +125,12 @@ pub struct RunArgs {
     /// timeoutSeconds of the webhooks.
     #[arg(long, env = "SSO_WEBHOOK_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=30))]
     pub webhook_timeout_seconds: i32,
+    /// Keep the SidecarSet CRD's conversion webhook (`spec.conversion`: this operator's Service or
+    /// URL, path /convert, and the CA it trusts) with server-side apply. Self mode: the
+    /// operator's CA; files mode: --ca-file, else `ca.crt` in --cert-dir. Off when OLM owns the
+    /// CRD's conversion settings.
+    #[arg(long, env = "SSO_MANAGE_CRD_CONVERSION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub manage_crd_conversion: bool,
     /// Start even when OpenKruise's webhooks are installed (pods would be injected twice).
     #[arg(long, env = "SSO_ALLOW_OPENKRUISE", default_value_t = false)]
     pub allow_openkruise: bool,
@@ -259,6 +265,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         if args.manage_webhooks {
             apply_webhook_configurations(&client, &args).await?;
         }
+        if args.manage_crd_conversion {
+            let ca = args
+                .ca_file
+                .clone()
+                .unwrap_or_else(|| args.cert_dir.join("ca.crt"));
+            tokio::spawn(keep_crd_conversion_from_file(
+                client.clone(),
+                conversion_target(&args),
+                ca,
+                args.cert_resync,
+            ));
+        }
         let rustls = axum_server::tls_rustls::RustlsConfig::from_config(tls);
         tokio::spawn(certs::manager::watch_files(
             args.cert_dir.clone(),
@@ -324,15 +342,27 @@ async fn check_openkruise(client: &Client, allow: bool) -> anyhow::Result<()> {
 }
 
 /// Keeps the SidecarSet index current. The first full list replaces the index at once.
+/// The watch is on the stored version (v1beta1), so it never depends on the conversion webhook;
+/// each object is converted to the internal shape here.
 async fn watch_sidecarsets(client: Client, state: Arc<State>) {
-    let api: Api<SidecarSet> = Api::all(client);
+    let api: Api<crate::api::v1beta1::SidecarSet> = Api::all(client);
     let mut buffer: Vec<SidecarSet> = Vec::new();
+    let internal = |stored: crate::api::v1beta1::SidecarSet| {
+        let name = stored.metadata.name.clone().unwrap_or_default();
+        match crate::api::convert::from_v1beta1(&stored) {
+            Ok(ss) => Some(ss),
+            Err(e) => {
+                warn!(sidecarset = %name, error = %e, "SidecarSet ignored: it cannot be read");
+                None
+            }
+        }
+    };
     let stream = watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     loop {
         match stream.try_next().await {
             Ok(Some(Event::Init)) => buffer.clear(),
-            Ok(Some(Event::InitApply(ss))) => buffer.push(ss),
+            Ok(Some(Event::InitApply(ss))) => buffer.extend(internal(ss)),
             Ok(Some(Event::InitDone)) => {
                 let (index, errors) =
                     crate::select::Index::from_sidecarsets(buffer.drain(..).map(defaulted));
@@ -345,6 +375,10 @@ async fn watch_sidecarsets(client: Client, state: Arc<State>) {
             }
             Ok(Some(Event::Apply(ss))) => {
                 let name = ss.metadata.name.clone().unwrap_or_default();
+                let Some(ss) = internal(ss) else {
+                    state.update_index(|i| i.remove(&name));
+                    continue;
+                };
                 state.update_index(|i| {
                     if let Err(e) = i.upsert(Arc::new(defaulted(ss))) {
                         warn!(sidecarset = %name, error = %e, "SidecarSet ignored: its selectors are invalid");
@@ -468,6 +502,9 @@ async fn watch_namespaces(client: Client, state: Arc<State>) {
     }
 }
 
+/// Both served versions go to the SidecarSet webhooks as they are (no conversion on the way).
+const SIDECARSET_VERSIONS: &[&str] = &[crate::api::VERSION, crate::api::STORAGE_VERSION];
+
 /// The webhook configurations the operator serves, in URL or Service mode.
 pub fn webhook_configurations(
     args: &RunArgs,
@@ -499,9 +536,9 @@ pub fn webhook_configurations(
         }]),
         match_labels: None,
     };
-    let rule = |group: &str, version: &str, resource: &str| RuleWithOperations {
+    let rule = |group: &str, versions: &[&str], resource: &str| RuleWithOperations {
         api_groups: Some(vec![group.into()]),
-        api_versions: Some(vec![version.into()]),
+        api_versions: Some(versions.iter().map(|v| v.to_string()).collect()),
         operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
         resources: Some(vec![resource.into()]),
         scope: None,
@@ -520,7 +557,7 @@ pub fn webhook_configurations(
             MutatingWebhook {
                 name: "mpod.sidecarset-operator.io".into(),
                 client_config: client_config("/mutate-pod"),
-                rules: Some(vec![rule("", "v1", "pods")]),
+                rules: Some(vec![rule("", &["v1"], "pods")]),
                 namespace_selector: Some(ns_selector),
                 failure_policy: Some(args.failure_policy.clone()),
                 side_effects: "None".into(),
@@ -535,7 +572,7 @@ pub fn webhook_configurations(
                 client_config: client_config("/mutate-sidecarset"),
                 rules: Some(vec![rule(
                     crate::api::GROUP,
-                    crate::api::VERSION,
+                    SIDECARSET_VERSIONS,
                     "sidecarsets",
                 )]),
                 failure_policy: Some("Fail".into()),
@@ -554,7 +591,7 @@ pub fn webhook_configurations(
             client_config: client_config("/validate-sidecarset"),
             rules: Some(vec![rule(
                 crate::api::GROUP,
-                crate::api::VERSION,
+                SIDECARSET_VERSIONS,
                 "sidecarsets",
             )]),
             failure_policy: Some("Fail".into()),
@@ -588,6 +625,71 @@ async fn apply_webhook_configurations(client: &Client, args: &RunArgs) -> anyhow
         .with_context(|| format!("cannot apply ValidatingWebhookConfiguration {name}"))?;
     info!(name = %name, url = ?args.webhook_url, "webhook configurations applied");
     Ok(())
+}
+
+/// Where the API server reaches this operator's `/convert`: its URL (a local process) or its
+/// Service.
+pub fn conversion_target(args: &RunArgs) -> crate::api::ConversionTarget {
+    match &args.webhook_url {
+        Some(u) => crate::api::ConversionTarget::Url(u.clone()),
+        None => crate::api::ConversionTarget::Service {
+            namespace: args.namespace.clone(),
+            name: args.webhook_service.clone(),
+            port: args.webhook_service_port,
+        },
+    }
+}
+
+/// Files mode: keeps the CRD's conversion settings trusting the CA in `ca_file` (re-read on
+/// every pass, so a renewed CA is published), checked every `resync` and whenever the CRD
+/// changes.
+async fn keep_crd_conversion_from_file(
+    client: Client,
+    target: crate::api::ConversionTarget,
+    ca_file: PathBuf,
+    resync: Duration,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let w = wake.clone();
+    let c = client.clone();
+    tokio::spawn(async move {
+        let api: Api<CustomResourceDefinition> = Api::all(c);
+        let cfg =
+            watcher::Config::default().fields(&format!("metadata.name={}", crate::api::CRD_NAME));
+        let stream = watcher(api, cfg).default_backoff();
+        futures::pin_mut!(stream);
+        while let Ok(Some(_)) | Err(_) = stream.try_next().await {
+            w.notify_one();
+        }
+    });
+    let mut reported = String::new();
+    loop {
+        let problem = match std::fs::read_to_string(&ca_file) {
+            Err(e) => format!(
+                "cannot read {} ({e}): the CRD's conversion webhook caBundle is not kept; provide the CA there or with --ca-file, or run with --manage-crd-conversion=false when something else (OLM, cert-manager's cainjector) keeps it",
+                ca_file.display()
+            ),
+            Ok(pem) => match certs::crd::ensure(&client, &target, &pem, FIELD_MANAGER).await {
+                Ok(certs::crd::Outcome::NoCrd) => format!(
+                    "the SidecarSet CRD {} is not installed",
+                    crate::api::CRD_NAME
+                ),
+                Ok(_) => String::new(),
+                Err(e) => format!("cannot write the CRD's conversion settings: {e}"),
+            },
+        };
+        if problem != reported {
+            if !problem.is_empty() {
+                warn!("{problem}");
+            }
+            reported = problem;
+        }
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(resync) => {}
+        }
+    }
 }
 
 /// Parses `<number><unit>` with unit s, m, h or d (e.g. 90d, 30s).
@@ -664,5 +766,6 @@ fn cert_settings(args: &RunArgs) -> anyhow::Result<certs::manager::Settings> {
         webhook_config_name: args.webhook_config_name.clone(),
         field_manager: FIELD_MANAGER.into(),
         resync: args.cert_resync,
+        conversion: args.manage_crd_conversion.then(|| conversion_target(args)),
     })
 }

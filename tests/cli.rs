@@ -1,6 +1,6 @@
 //! The `inject` and `crd` commands, run as a user would.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -192,61 +192,89 @@ fn conflicting_sidecarsets_in_one_folder_are_reported() {
 fn crd_is_structural_small_and_has_the_columns() {
     let out = bin(&["crd"]);
     assert!(out.status.success());
-    assert!(
-        out.stdout.len() < 256 * 1024,
-        "CRD is {} bytes: too big for client-side apply",
-        out.stdout.len()
-    );
     let crd: Value = serde_saphyr::from_str(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
-    assert_eq!(crd["spec"]["scope"], "Cluster");
-    let v = &crd["spec"]["versions"][0];
-    assert_eq!(v["name"], "v1alpha1");
-    assert!(v["subresources"]["status"].is_object());
-    let cols: Vec<&str> = v["additionalPrinterColumns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(cols, ["MATCHED", "UPDATED", "READY", "AGE"]);
-    let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
-    assert!(spec["description"].as_str().unwrap().contains("injected"));
-    for f in [
-        "selector",
-        "namespace",
-        "namespaceSelector",
-        "initContainers",
-        "containers",
-        "volumes",
-        "updateStrategy",
-        "injectionStrategy",
-        "imagePullSecrets",
-        "revisionHistoryLimit",
-        "patchPodMetadata",
-    ] {
-        assert!(spec["properties"][f].is_object(), "spec.{f} missing");
-        assert!(
-            spec["properties"][f]["description"].is_string(),
-            "spec.{f} has no description"
-        );
-    }
-    let c = &spec["properties"]["containers"]["items"]["properties"];
-    for f in [
-        "podInjectPolicy",
-        "shareVolumePolicy",
-        "transferEnv",
-        "upgradeStrategy",
-        "image",
-        "env",
-    ] {
-        assert!(c[f].is_object(), "containers[].{f} missing");
-    }
+    // What client-side `kubectl apply` keeps in its last-applied annotation (capped at 256 KiB).
+    let applied = serde_json::to_vec(&crd).unwrap().len();
     assert!(
-        c["image"]["description"].is_string(),
-        "container fields keep their own description"
+        applied < 256 * 1024,
+        "CRD is {applied} bytes of JSON: too big for client-side apply"
     );
-    let ms = &spec["properties"]["updateStrategy"]["properties"]["maxUnavailable"];
-    assert_eq!(ms["x-kubernetes-int-or-string"], true);
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+    // Both versions served, v1beta1 stored (as OpenKruise 1.9), conversion by our webhook.
+    let versions = crd["spec"]["versions"].as_array().unwrap();
+    let by_name = |n: &str| versions.iter().find(|v| v["name"] == n).unwrap();
+    assert_eq!(versions.len(), 2);
+    assert_eq!(by_name("v1beta1")["storage"], true);
+    assert_eq!(by_name("v1alpha1")["storage"], false);
+    assert!(versions.iter().all(|v| v["served"] == true));
+    let conv = &crd["spec"]["conversion"];
+    assert_eq!(conv["strategy"], "Webhook");
+    assert_eq!(conv["webhook"]["conversionReviewVersions"], json!(["v1"]));
+    assert_eq!(
+        conv["webhook"]["clientConfig"]["service"]["path"],
+        "/convert"
+    );
+    for (version, namespace) in [("v1alpha1", true), ("v1beta1", false)] {
+        let v = by_name(version);
+        assert!(v["subresources"]["status"].is_object());
+        let cols: Vec<&str> = v["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(cols, ["MATCHED", "UPDATED", "READY", "AGE"]);
+        let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert!(spec["description"].as_str().unwrap().contains("injected"));
+        assert_eq!(
+            spec["properties"]["namespace"].is_object(),
+            namespace,
+            "{version}: spec.namespace is v1alpha1 only"
+        );
+        assert_eq!(
+            spec["properties"]["customVersion"].is_object(),
+            !namespace,
+            "{version}: spec.customVersion is v1beta1 only"
+        );
+        for f in [
+            "selector",
+            "namespaceSelector",
+            "initContainers",
+            "containers",
+            "volumes",
+            "updateStrategy",
+            "injectionStrategy",
+            "imagePullSecrets",
+            "revisionHistoryLimit",
+            "patchPodMetadata",
+        ] {
+            assert!(
+                spec["properties"][f].is_object(),
+                "{version}: spec.{f} missing"
+            );
+            assert!(
+                spec["properties"][f]["description"].is_string(),
+                "{version}: spec.{f} has no description"
+            );
+        }
+        let c = &spec["properties"]["containers"]["items"]["properties"];
+        for f in [
+            "podInjectPolicy",
+            "shareVolumePolicy",
+            "transferEnv",
+            "upgradeStrategy",
+            "image",
+            "env",
+        ] {
+            assert!(c[f].is_object(), "{version}: containers[].{f} missing");
+        }
+        assert!(
+            c["image"]["description"].is_string(),
+            "container fields keep their own description"
+        );
+        let ms = &spec["properties"]["updateStrategy"]["properties"]["maxUnavailable"];
+        assert_eq!(ms["x-kubernetes-int-or-string"], true);
+    }
     assert!(Path::new("charts/sidecarset-operator/crds/sidecarsets.apps.kruise.io.yaml").exists());
 }
 

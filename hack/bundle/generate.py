@@ -128,6 +128,19 @@ def webhook_definitions(objs, deployment_name, container_port):
             # exclusions the chart makes by namespace are made by the operator (--skip-namespaces
             # and its own namespace).
             defs.append(d)
+    # The CRD's conversion webhook (v1alpha1 <-> v1beta1): OLM serves it through the same
+    # deployment and injects its CA into the CRD's spec.conversion.
+    defs.append({
+        "type": "ConversionWebhook",
+        "generateName": "csidecarset.sidecarset-operator.io",
+        "deploymentName": deployment_name,
+        "containerPort": container_port,
+        "targetPort": container_port,
+        "webhookPath": "/convert",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "conversionCRDs": ["sidecarsets.apps.kruise.io"],
+    })
     return defs
 
 
@@ -166,6 +179,11 @@ def build(args):
     ann = meta.setdefault("annotations", {})
     example = copy.deepcopy(sample)
     example.pop("status", None)
+    # The example in the stored version (the sample is v1alpha1, as most users write it; it has
+    # no spec.namespace, so only the apiVersion differs).
+    if "namespace" in example.get("spec", {}):
+        fail("config/samples/sidecarset.yaml: use namespaceSelector, not spec.namespace (the CSV example is v1beta1)")
+    example["apiVersion"] = f"{crd['spec']['group']}/{storage[0]['name']}"
     ann["alm-examples"] = json.dumps([example], indent=2)
     ann["containerImage"] = container["image"]
     spec = csv["spec"]
@@ -186,10 +204,16 @@ def build(args):
             if not crd_schema_has(schema[kind], desc["path"]):
                 fail(f"csv-base.yaml {key} path '{desc['path']}' does not exist in the CRD's {kind} (src/api changed?)")
 
+    # OLM keeps the CRD's conversion webhook (webhookdefinitions below): the operator must not,
+    # and needs no access to CRDs.
+    for c in dep_spec["template"]["spec"]["containers"]:
+        if c.get("name") == container["name"]:
+            c.setdefault("args", []).append("--manage-crd-conversion=false")
+    cluster_rules = [r for r in objs["ClusterRole"]["rules"] if "apiextensions.k8s.io" not in r.get("apiGroups", [])]
     install = {
         "strategy": "deployment",
         "spec": {
-            "clusterPermissions": [{"serviceAccountName": sa, "rules": objs["ClusterRole"]["rules"]}],
+            "clusterPermissions": [{"serviceAccountName": sa, "rules": cluster_rules}],
             "permissions": [{"serviceAccountName": sa, "rules": objs["Role"]["rules"]}],
             "deployments": [{"name": dep_name, "label": dep_labels, "spec": dep_spec}],
         },
@@ -304,13 +328,16 @@ def check_bundle(csv, annotations, dockerfile, crd, pdb):
     need(len(examples) >= 1, "alm-examples needs an example of the owned API")
 
     webhooks = spec.get("webhookdefinitions", [])
-    need(len(webhooks) == 3, f"expected 3 webhook definitions, got {len(webhooks)}")
+    need(len(webhooks) == 4, f"expected 4 webhook definitions, got {len(webhooks)}")
     names = set()
     for w in webhooks:
         n = w.get("generateName", "?")
         need(n not in names, f"webhook {n} defined twice")
         names.add(n)
-        need(w.get("type") in ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"), f"webhook {n}: bad type")
+        need(w.get("type") in ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook", "ConversionWebhook"), f"webhook {n}: bad type")
+        if w.get("type") == "ConversionWebhook":
+            need(w.get("conversionCRDs") == ["sidecarsets.apps.kruise.io"], f"webhook {n}: conversionCRDs")
+            need(w.get("webhookPath") == "/convert", f"webhook {n}: webhookPath must be /convert")
         need(w.get("deploymentName") in deps, f"webhook {n}: deploymentName {w.get('deploymentName')} is not a deployment of the CSV")
         d = deps.get(w.get("deploymentName"))
         if d:
@@ -325,7 +352,8 @@ def check_bundle(csv, annotations, dockerfile, crd, pdb):
             need(not ({"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} & set(r.get("resources", []))),
                  f"webhook {n}: OLM refuses rules on webhook configurations")
         need("namespaceSelector" not in w, f"webhook {n}: OLM webhook definitions have no namespaceSelector")
-    need(names == {"mpod.sidecarset-operator.io", "msidecarset.sidecarset-operator.io", "vsidecarset.sidecarset-operator.io"},
+    need(names == {"mpod.sidecarset-operator.io", "msidecarset.sidecarset-operator.io", "vsidecarset.sidecarset-operator.io",
+                   "csidecarset.sidecarset-operator.io"},
          f"webhook names {sorted(names)}")
     need("caBundle" not in json.dumps(csv), "the CSV must not carry a caBundle (OLM injects it)")
 

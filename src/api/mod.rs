@@ -1,9 +1,15 @@
-//! The SidecarSet API (`apps.kruise.io/v1alpha1`), its defaults, validation, hashing and the
-//! annotation keys shared with OpenKruise. Pure: no I/O.
+//! The SidecarSet API (`apps.kruise.io/v1alpha1` and `v1beta1`), conversion between them, its
+//! defaults, validation, hashing and the annotation keys shared with OpenKruise. Pure: no I/O.
+//!
+//! The operator works on the v1alpha1 shape ([`SidecarSet`]) internally: it is a superset of
+//! v1beta1 (which has no `spec.namespace` and keeps the custom version in `spec.customVersion`
+//! rather than a label). [`v1beta1::SidecarSet`] is what is stored and watched.
 
+pub mod convert;
 mod defaults;
 mod hash;
 mod selector;
+pub mod v1beta1;
 mod validate;
 
 pub use defaults::{default_container, default_sidecarset};
@@ -21,8 +27,10 @@ use std::collections::BTreeMap;
 
 /// API group of SidecarSet (the same as OpenKruise's).
 pub const GROUP: &str = "apps.kruise.io";
-/// API version served by this operator.
+/// The v1alpha1 API version (the shape the operator works on internally).
 pub const VERSION: &str = "v1alpha1";
+/// The storage version, as in OpenKruise 1.9.
+pub const STORAGE_VERSION: &str = v1beta1::VERSION;
 
 /// Pod annotation: per SidecarSet, the hash of the sidecars the pod runs (JSON, OpenKruise shape).
 pub const ANNOTATION_HASH: &str = "kruise.io/sidecarset-hash";
@@ -439,13 +447,26 @@ pub fn parse_hash_annotation(value: &str) -> Option<BTreeMap<String, SidecarSetU
 /// of each of their fields but not of the fields nested below, which keeps the CRD small enough
 /// for client-side `kubectl apply` (its last-applied annotation is capped at 256 KiB) while
 /// `kubectl explain sidecarset.spec.containers` still helps.
+///
+/// Both versions are served and v1beta1 is stored (as OpenKruise 1.9 does, so the CRD installs
+/// over OpenKruise's). Conversion goes to the operator's `/convert` through the Service
+/// `sidecarset-operator-webhook` in `sidecarset-system`; at run time the operator rewrites the
+/// client configuration to its own Service (or URL) and caBundle (see [`conversion_patch`]).
 pub fn crd()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
     use kube::CustomResourceExt;
-    let crd = SidecarSet::crd();
+    let alpha = SidecarSet::crd();
+    let crd = match kube::core::crd::merge_crds(
+        vec![alpha.clone(), v1beta1::SidecarSet::crd()],
+        STORAGE_VERSION,
+    ) {
+        Ok(c) => c,
+        Err(_) => alpha,
+    };
     let Ok(mut v) = serde_json::to_value(&crd) else {
         return crd;
     };
+    v["spec"]["conversion"] = conversion_spec(&CONVERSION_DEFAULT_SERVICE, None);
     if let Some(versions) = v
         .pointer_mut("/spec/versions")
         .and_then(|x| x.as_array_mut())
@@ -471,6 +492,66 @@ pub fn crd()
     }
     serde_json::from_value(v).unwrap_or(crd)
 }
+
+/// Where the API server sends ConversionReviews: a Service in the cluster, or a URL (a local
+/// process).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConversionTarget {
+    Service {
+        namespace: String,
+        name: String,
+        port: i32,
+    },
+    Url(String),
+}
+
+/// The default conversion Service, as the chart names it with its default values.
+pub static CONVERSION_DEFAULT_SERVICE: std::sync::LazyLock<ConversionTarget> =
+    std::sync::LazyLock::new(|| ConversionTarget::Service {
+        namespace: "sidecarset-system".into(),
+        name: "sidecarset-operator-webhook".into(),
+        port: 443,
+    });
+
+/// Path of the conversion webhook.
+pub const CONVERSION_PATH: &str = "/convert";
+
+/// The CRD's `spec.conversion`: webhook conversion to `target`, with `ca_bundle` (PEM) when given.
+pub fn conversion_spec(target: &ConversionTarget, ca_bundle: Option<&str>) -> serde_json::Value {
+    use base64::Engine as _;
+    let mut client = match target {
+        ConversionTarget::Service {
+            namespace,
+            name,
+            port,
+        } => serde_json::json!({"service": {"namespace": namespace, "name": name,
+                                            "path": CONVERSION_PATH, "port": port}}),
+        ConversionTarget::Url(u) => serde_json::json!({"url": format!(
+            "{}{CONVERSION_PATH}",
+            u.trim_end_matches('/')
+        )}),
+    };
+    if let Some(pem) = ca_bundle {
+        client["caBundle"] = base64::engine::general_purpose::STANDARD
+            .encode(pem.as_bytes())
+            .into();
+    }
+    serde_json::json!({"strategy": "Webhook", "webhook": {
+        "conversionReviewVersions": ["v1"], "clientConfig": client}})
+}
+
+/// The server-side apply patch with which the operator owns the CRD's conversion settings.
+pub fn conversion_patch(target: &ConversionTarget, ca_bundle: Option<&str>) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {"conversion": conversion_spec(target, ca_bundle)},
+    })
+}
+
+/// Name of the SidecarSet CRD.
+pub const CRD_NAME: &str = "sidecarsets.apps.kruise.io";
 
 fn strip_descriptions(v: &mut serde_json::Value) {
     match v {

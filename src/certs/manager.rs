@@ -33,6 +33,9 @@ pub struct Settings {
     pub webhook_config_name: String,
     pub field_manager: String,
     pub resync: Duration,
+    /// Where the SidecarSet CRD's conversion webhook points; its caBundle is kept with the
+    /// webhook configurations'. None: the CRD's conversion settings are left alone (OLM).
+    pub conversion: Option<crate::api::ConversionTarget>,
 }
 
 /// Full webhook configurations to apply (when the operator owns them, e.g. URL mode), else only
@@ -149,6 +152,16 @@ impl Manager {
             s.trigger_on(watcher::watcher(api, cfg).default_backoff())
                 .await
         });
+        if self.settings.conversion.is_some() {
+            let s = self.clone();
+            let cfg = by_name(crate::api::CRD_NAME);
+            tokio::spawn(async move {
+                let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+                    Api::all(s.client.clone());
+                s.trigger_on(watcher::watcher(api, cfg).default_backoff())
+                    .await
+            });
+        }
         let s = self.clone();
         let cfg = by_name(&self.settings.webhook_config_name);
         tokio::spawn(async move {
@@ -407,6 +420,24 @@ impl Manager {
     /// someone overwrote it); updates readiness.
     async fn publish_bundle(&self, m: &Material) -> anyhow::Result<()> {
         let bundle = m.ca_bundle();
+        if let Some(target) = &self.settings.conversion {
+            // Conversion only matters for v1alpha1 clients; the operator itself reads v1beta1,
+            // so a failure here is reported but does not hold back the webhooks.
+            match super::crd::ensure(&self.client, target, &bundle, &self.settings.field_manager)
+                .await
+            {
+                Ok(super::crd::Outcome::NoCrd) => {
+                    warn!(
+                        crd = crate::api::CRD_NAME,
+                        "the SidecarSet CRD is not installed: install it (the chart's crds/, or `sidecarset-operator crd | kubectl apply -f -`)"
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(crd = crate::api::CRD_NAME, error = %e, "cannot write the CRD's conversion webhook settings")
+                }
+            }
+        }
         if self.bundle_applied(&bundle).await? {
             self.state.mark_ca_trusted(true);
             return Ok(());

@@ -12,6 +12,7 @@
 //!    becomes `ca.*`, a new leaf signed by it is served, the old CA stays as `prev-ca.crt`.
 //! 3. after another `overlap` (every replica has reloaded): `prev-ca.crt` is dropped.
 
+pub mod crd;
 pub mod manager;
 
 use rcgen::{

@@ -6,6 +6,7 @@ pub mod leader;
 pub mod revisions;
 pub mod slim;
 
+use crate::api::v1beta1::SidecarSet as StoredSidecarSet;
 use crate::api::{SidecarSet, SidecarSetStatus, UpdateStrategyType, default_sidecarset};
 use crate::rollout::{self, Classifier};
 use crate::select::Entry;
@@ -86,7 +87,9 @@ pub async fn run(
         reported_excluded: Mutex::new(Default::default()),
     });
     Controller::new(
-        Api::<SidecarSet>::all(client),
+        // The stored version: the operator's own watch never goes through its conversion
+        // webhook (each object is converted in process, see `measured_reconcile`).
+        Api::<StoredSidecarSet>::all(client),
         watcher::Config::default().any_semantic(),
     )
     .watches_stream(pod_stream, move |pod: SlimPod| {
@@ -110,7 +113,7 @@ pub async fn run(
         injected
             .into_iter()
             .chain(wake)
-            .map(|n| ObjectRef::<SidecarSet>::new(&n))
+            .map(|n| ObjectRef::<StoredSidecarSet>::new(&n))
             .collect::<Vec<_>>()
     })
     .shutdown_on_signal()
@@ -119,16 +122,20 @@ pub async fn run(
     .await;
 }
 
-fn error_policy(ss: Arc<SidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Action {
     warn!(sidecarset = %ss.name_any(), error = %err, "reconcile failed; retrying in 5 s");
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn measured_reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+async fn measured_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if !ctx.leader.load(Ordering::SeqCst) {
         // Followers keep their caches warm and wait.
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
+    let ss = Arc::new(
+        crate::api::convert::from_v1beta1(&stored)
+            .map_err(|e| Error::Invalid(format!("cannot read the stored SidecarSet: {e}")))?,
+    );
     let start = std::time::Instant::now();
     let span = tracing::info_span!(
         "reconcile",
@@ -205,7 +212,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             .set(i64::from(n));
     }
     if ss.status.as_ref() != Some(&status) {
-        let api: Api<SidecarSet> = Api::all(ctx.client.clone());
+        let api: Api<StoredSidecarSet> = Api::all(ctx.client.clone());
         api.patch_status(
             &name,
             &PatchParams::default(),

@@ -1,5 +1,5 @@
-//! Admission webhooks: `/mutate-pod`, `/mutate-sidecarset`, `/validate-sidecarset`, plus
-//! `/healthz` and `/readyz`. A thin shell: decode, ask the pure core, encode. Matching uses the
+//! Admission webhooks: `/mutate-pod`, `/mutate-sidecarset`, `/validate-sidecarset`, the CRD's
+//! conversion webhook `/convert`, plus `/healthz` and `/readyz`. A thin shell: decode, ask the pure core, encode. Matching uses the
 //! in-memory [`State`] kept current by watchers; no API call is made per admission.
 
 pub mod events;
@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
 use review::{Request, Response};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -199,6 +200,7 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/mutate-pod", post(mutate_pod))
         .route("/mutate-sidecarset", post(mutate_sidecarset))
         .route("/validate-sidecarset", post(validate_sidecarset))
+        .route(crate::api::CONVERSION_PATH, post(convert))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -509,9 +511,7 @@ fn report_skipped(
 
 /// The SidecarSet of a CREATE or UPDATE request: `Ok(None)` for other operations (allowed as they
 /// are), `Err` with the denial for a request that is not about a valid SidecarSet.
-fn sidecarset_of(
-    req: &Request,
-) -> Result<Option<(SidecarSet, &serde_json::value::RawValue)>, Response> {
+fn sidecarset_of(req: &Request) -> Result<Option<DecodedSidecarSet>, Response> {
     if req.kind.kind != "SidecarSet" || req.kind.group != crate::api::GROUP {
         return Err(Response::deny(
             &req.uid,
@@ -532,10 +532,10 @@ fn sidecarset_of(
             "request.object is missing: expected the SidecarSet",
         ));
     };
-    match decode_object::<SidecarSet>(raw) {
-        Ok(ss) => {
-            tracing::Span::current().record("sidecarset", ss.name());
-            Ok(Some((ss, raw)))
+    match decode_sidecarset(raw) {
+        Ok(decoded) => {
+            tracing::Span::current().record("sidecarset", decoded.ss.name());
+            Ok(Some(decoded))
         }
         Err(e) => Err(Response::deny(
             &req.uid,
@@ -543,6 +543,46 @@ fn sidecarset_of(
             format!("invalid SidecarSet: {e}"),
         )),
     }
+}
+
+/// A SidecarSet from an admission request, in the operator's internal (v1alpha1) shape.
+pub struct DecodedSidecarSet {
+    pub ss: SidecarSet,
+    /// The object as the API server sent it.
+    pub original: serde_json::Value,
+    /// The request's API version (`apps.kruise.io/v1alpha1` or `/v1beta1`).
+    pub api_version: String,
+}
+
+/// Decodes a SidecarSet of either version. A v1beta1 object is converted to the internal shape
+/// first (`api::convert`), so both versions get the same defaults and validation; field paths
+/// are the same in both (v1beta1 just lacks `spec.namespace`).
+pub fn decode_sidecarset(raw: &serde_json::value::RawValue) -> Result<DecodedSidecarSet, String> {
+    use crate::api::convert::{API_VERSION_V1ALPHA1, convert};
+    let original: serde_json::Value = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
+    let api_version = original
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or(API_VERSION_V1ALPHA1)
+        .to_string();
+    let ss = if api_version == API_VERSION_V1ALPHA1 {
+        decode_object::<SidecarSet>(raw)?
+    } else {
+        let internal = convert(&original, API_VERSION_V1ALPHA1).map_err(|e| e.to_string())?;
+        serde_path_to_error::deserialize(internal).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." {
+                e.into_inner().to_string()
+            } else {
+                format!("{path}: {}", e.into_inner())
+            }
+        })?
+    };
+    Ok(DecodedSidecarSet {
+        ss,
+        original,
+        api_version,
+    })
 }
 
 async fn mutate_sidecarset(headers: HeaderMap, body: Bytes) -> HttpResponse {
@@ -556,7 +596,11 @@ async fn mutate_sidecarset(headers: HeaderMap, body: Bytes) -> HttpResponse {
 
 /// Defaults a SidecarSet and records its hashes in its annotations (as OpenKruise does).
 pub fn admit_sidecarset_defaults(req: &Request) -> Response {
-    let (mut defaulted, raw) = match sidecarset_of(req) {
+    let DecodedSidecarSet {
+        ss: mut defaulted,
+        original: before,
+        api_version,
+    } = match sidecarset_of(req) {
         Ok(Some(found)) => found,
         Ok(None) => return Response::allow(&req.uid),
         Err(denied) => return denied,
@@ -574,8 +618,12 @@ pub fn admit_sidecarset_defaults(req: &Request) -> Response {
     ann.insert(ANNOTATION_HASH_WITHOUT_IMAGE.into(), hw);
     // Diff against the object as received; only additions and changes are kept, so fields this
     // build does not know are never removed.
-    let before: serde_json::Value = serde_json::from_str(raw.get()).unwrap_or_default();
+    // Back in the request's version (a v1beta1 object round-trips exactly, see api::convert).
     let after = serde_json::to_value(&defaulted).unwrap_or_default();
+    let after = match crate::api::convert::convert(&after, &api_version) {
+        Ok(a) => a,
+        Err(e) => return Response::deny(&req.uid, 422, format!("invalid SidecarSet: {e}")),
+    };
     let ops = json_patch::diff(&before, &after)
         .0
         .into_iter()
@@ -594,6 +642,31 @@ async fn validate_sidecarset(
     })
 }
 
+/// A v1beta1 SidecarSet whose `spec.customVersion` and custom-version label disagree: v1alpha1
+/// clients could not see both, so it is refused.
+fn custom_version_clash(d: &DecodedSidecarSet) -> Option<String> {
+    use crate::api::convert::{API_VERSION_V1BETA1, LABEL_CUSTOM_VERSION};
+    if d.api_version != API_VERSION_V1BETA1 {
+        return None;
+    }
+    let label = d
+        .original
+        .pointer("/metadata/labels")?
+        .get(LABEL_CUSTOM_VERSION)?
+        .as_str()?;
+    let spec = d
+        .original
+        .pointer("/spec/customVersion")
+        .and_then(|v| v.as_str());
+    (spec != Some(label)).then(|| {
+        format!(
+            "SidecarSet {:?} is invalid: metadata.labels[{LABEL_CUSTOM_VERSION}]: {label:?} differs from spec.customVersion ({}); in v1beta1 the custom version is spec.customVersion: remove the label",
+            d.ss.name(),
+            spec.map(|s| format!("{s:?}")).unwrap_or_else(|| "unset".into())
+        )
+    })
+}
+
 /// Validates a SidecarSet on its own and against every other SidecarSet in the index.
 pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
     let denial = |reason: &str| {
@@ -603,7 +676,13 @@ pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
             .inc()
     };
     let ss = match sidecarset_of(req) {
-        Ok(Some((ss, _))) => ss,
+        Ok(Some(d)) => {
+            if let Some(message) = custom_version_clash(&d) {
+                denial("invalid");
+                return Response::deny(&req.uid, 422, message);
+            }
+            d.ss
+        }
         Ok(None) => return Response::allow(&req.uid),
         Err(denied) => {
             denial("malformed");
@@ -629,4 +708,66 @@ pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
         );
     }
     Response::allow(&req.uid)
+}
+
+async fn convert(body: Bytes) -> HttpResponse {
+    let start = std::time::Instant::now();
+    let (status, result, body) = match serde_json::from_slice::<ConversionReview>(&body)
+        .map_err(|e| format!("the body is not a JSON ConversionReview: {e}"))
+        .and_then(|r| {
+            ConversionRequest::from_review(r)
+                .map_err(|_| "the ConversionReview has no request".to_string())
+        }) {
+        Ok(req) => {
+            let resp = convert_review(req);
+            let result = match resp.result.status {
+                Some(kube::core::response::StatusSummary::Success) => "converted",
+                _ => "failed",
+            };
+            let body = serde_json::to_vec(&resp.into_review()).unwrap_or_default();
+            (StatusCode::OK, result, body)
+        }
+        Err(e) => {
+            warn!(error = %e, "malformed conversion request");
+            let body = serde_json::json!({ "error": e }).to_string().into_bytes();
+            (StatusCode::BAD_REQUEST, "malformed", body)
+        }
+    };
+    let m = crate::telemetry::metrics();
+    m.admissions
+        .get_or_create(&crate::telemetry::AdmissionLabels {
+            webhook: "convert".into(),
+            operation: "CONVERT".into(),
+            result: result.into(),
+        })
+        .inc();
+    m.admission_seconds
+        .get_or_create(&crate::telemetry::WebhookLabel {
+            webhook: "convert".into(),
+        })
+        .observe(start.elapsed().as_secs_f64());
+    json(status, body)
+}
+
+/// Answers a ConversionReview: every object converted to `desiredAPIVersion`, or a failure
+/// naming the object and the field (the API server then fails the whole request; nothing is
+/// half converted or lost).
+pub fn convert_review(req: ConversionRequest) -> ConversionResponse {
+    let mut converted = Vec::with_capacity(req.objects.len());
+    for (i, obj) in req.objects.iter().enumerate() {
+        match crate::api::convert::convert(obj, &req.desired_api_version) {
+            Ok(v) => converted.push(v),
+            Err(e) => {
+                let name = obj
+                    .pointer("/metadata/name")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("");
+                warn!(sidecarset = name, error = %e, "conversion refused");
+                let message = format!("cannot convert SidecarSet {name:?} (objects[{i}]): {e}");
+                return ConversionResponse::for_request(req)
+                    .failure(kube::core::Status::failure(&message, "Invalid").with_code(422));
+            }
+        }
+    }
+    ConversionResponse::for_request(req).success(converted)
 }
