@@ -6,8 +6,8 @@
 //! * v1alpha1 `spec.namespace: X` becomes v1beta1 `spec.namespaceSelector: {matchLabels:
 //!   {kubernetes.io/metadata.name: X}}`, as OpenKruise converts it. To make the way back exact, the
 //!   v1beta1 object also carries the annotation [`ANNOTATION_V1ALPHA1_NAMESPACE`] with the
-//!   original `namespace` (and `namespaceSelector`, when both were set: they are then ANDed in
-//!   v1beta1). Back in v1alpha1 the original fields return, unless the selector was changed in
+//!   original `namespace` (and `namespaceSelector`, when both were set: `namespace` is then what
+//!   selects, in v1alpha1 as in v1beta1). Back in v1alpha1 the original fields return, unless the selector was changed in
 //!   v1beta1 since, in which case the changed selector is what v1alpha1 shows.
 //! * The v1alpha1 label `apps.kruise.io/sidecarset-custom-version` becomes v1beta1
 //!   `spec.customVersion` (and back).
@@ -137,26 +137,12 @@ fn drop_empty(map: &mut Map<String, Value>, key: &str) {
     }
 }
 
-/// The v1beta1 namespaceSelector for a v1alpha1 `namespace` (and `namespaceSelector`, if both).
-fn namespace_selector(namespace: &str, selector: Option<&Value>) -> Value {
-    match selector {
-        None => json!({"matchLabels": {LABEL_NAMESPACE_NAME: namespace}}),
-        Some(sel) => {
-            let mut sel = sel.as_object().cloned().unwrap_or_default();
-            let exprs = sel
-                .entry("matchExpressions")
-                .or_insert_with(|| Value::Array(Vec::new()));
-            if !exprs.is_array() {
-                *exprs = Value::Array(Vec::new());
-            }
-            if let Value::Array(a) = exprs {
-                a.push(
-                    json!({"key": LABEL_NAMESPACE_NAME, "operator": "In", "values": [namespace]}),
-                );
-            }
-            Value::Object(sel)
-        }
-    }
+/// The v1beta1 namespaceSelector for a v1alpha1 `namespace`. When a v1alpha1 object has both,
+/// `namespace` is what selects (here, in OpenKruise's conversion and in v1alpha1 matching), so
+/// the v1beta1 selector is the namespace's alone; the original `namespaceSelector` only rides
+/// along in the annotation to come back unchanged.
+fn namespace_selector(namespace: &str) -> Value {
+    json!({"matchLabels": {LABEL_NAMESPACE_NAME: namespace}})
 }
 
 fn alpha_to_beta(out: &mut Map<String, Value>) -> Result<(), ConversionError> {
@@ -177,10 +163,7 @@ fn alpha_to_beta(out: &mut Map<String, Value>) -> Result<(), ConversionError> {
             if original.as_ref().is_some_and(|v| !v.is_object()) {
                 return Err(field("spec.namespaceSelector", "must be a label selector"));
             }
-            spec.insert(
-                "namespaceSelector".into(),
-                namespace_selector(&ns, original.as_ref()),
-            );
+            spec.insert("namespaceSelector".into(), namespace_selector(&ns));
             let mut record = json!({"namespace": ns});
             if let Some(o) = original {
                 record["namespaceSelector"] = o;
@@ -232,7 +215,7 @@ fn beta_to_alpha(out: &mut Map<String, Value>) -> Result<(), ConversionError> {
         return Ok(());
     };
     let original = record.get("namespaceSelector");
-    let expected = namespace_selector(ns, original);
+    let expected = namespace_selector(ns);
     if let Some(annotations) = out
         .get_mut("metadata")
         .and_then(Value::as_object_mut)
@@ -293,7 +276,7 @@ mod tests {
     }
 
     #[test]
-    fn namespace_and_selector_are_anded_and_both_come_back() {
+    fn namespace_wins_over_a_selector_and_both_come_back() {
         let a = alpha(
             json!({"namespace": "web", "namespaceSelector": {"matchLabels": {"env": "prod"}}}),
             json!({}),
@@ -301,8 +284,7 @@ mod tests {
         let b = convert(&a, API_VERSION_V1BETA1).unwrap();
         assert_eq!(
             b["spec"]["namespaceSelector"],
-            json!({"matchLabels": {"env": "prod"}, "matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["web"]}]})
+            json!({"matchLabels": {"kubernetes.io/metadata.name": "web"}})
         );
         assert_eq!(convert(&b, API_VERSION_V1ALPHA1).unwrap(), a);
     }
