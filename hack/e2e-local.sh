@@ -59,3 +59,6 @@ cargo test -p sidecarset-e2e --test operator_down -- --ignored
 log "uninstalling the chart; tests that start their own operators (fresh start, rotation, leader change, files mode)"
 "$HELM_BIN/helm" uninstall sidecarset-operator -n sidecarset-system --wait >/dev/null
 cargo test -p sidecarset-e2e --test local_process -- --ignored --nocapture --test-threads=1
+
+log "migration from OpenKruise (recreates the SidecarSet CRD in OpenKruise's state; runs alone)"
+cargo test -p sidecarset-e2e --test migration -- --ignored --nocapture --test-threads=1

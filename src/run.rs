@@ -241,6 +241,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let owned = args
             .manage_webhooks
             .then(|| webhook_configurations(&args, None));
+        if args.manage_crd_conversion {
+            state.require_conversion();
+        }
         let manager = certs::manager::Manager::new(
             client.clone(),
             cert_settings(&args)?,
@@ -270,8 +273,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .ca_file
                 .clone()
                 .unwrap_or_else(|| args.cert_dir.join("ca.crt"));
+            // Not a readiness condition here: a missing CA file must not take the pod webhook
+            // down with it (v1beta1 clients and injection work without conversion).
             tokio::spawn(keep_crd_conversion_from_file(
                 client.clone(),
+                state.clone(),
                 conversion_target(&args),
                 ca,
                 args.cert_resync,
@@ -645,6 +651,7 @@ pub fn conversion_target(args: &RunArgs) -> crate::api::ConversionTarget {
 /// changes.
 async fn keep_crd_conversion_from_file(
     client: Client,
+    state: Arc<State>,
     target: crate::api::ConversionTarget,
     ca_file: PathBuf,
     resync: Duration,
@@ -679,6 +686,7 @@ async fn keep_crd_conversion_from_file(
                 Err(e) => format!("cannot write the CRD's conversion settings: {e}"),
             },
         };
+        state.mark_conversion_ok(problem.is_empty());
         if problem != reported {
             if !problem.is_empty() {
                 warn!("{problem}");

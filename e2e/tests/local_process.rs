@@ -186,7 +186,8 @@ async fn rotations_with_two_replicas_fail_no_admission() -> anyhow::Result<()> {
         "--failure-policy",
         "Fail",
     ]);
-    let b_args = common(&[]);
+    // B is not reachable by URL: A alone points the CRD's conversion webhook at itself.
+    let b_args = common(&["--manage-crd-conversion=false"]);
     let (log_a, log_b) = (
         log_path(&format!("{name}-a")),
         log_path(&format!("{name}-b")),
@@ -391,7 +392,12 @@ async fn a_new_leader_finishes_a_half_done_rollout_within_max_unavailable() -> a
     );
     let leases: Api<Lease> = Api::namespaced(c.clone(), &ns);
     // B starts first and becomes the leader; A serves the webhooks (URL mode) and waits.
-    let b = Operator::start(&as_strs(&common(&[])), pb, &log_b)?;
+    // A alone (reachable by URL) points the CRD's conversion webhook at itself.
+    let b = Operator::start(
+        &as_strs(&common(&["--manage-crd-conversion=false"])),
+        pb,
+        &log_b,
+    )?;
     let holder = |l: Option<Lease>| {
         l.and_then(|l| l.spec)
             .and_then(|s| s.holder_identity)

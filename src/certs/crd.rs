@@ -78,6 +78,29 @@ pub async fn ensure(
     if conversion_ok(&crd, target, bundle) {
         return Ok(Outcome::InPlace);
     }
+    // Server-side apply cannot drop a field another manager owns (e.g. the chart's `service`
+    // when this process is reached by URL), and the API server refuses a client configuration
+    // with both: the other kind goes first, with a merge patch.
+    let cc = crd
+        .spec
+        .conversion
+        .as_ref()
+        .and_then(|c| c.webhook.as_ref())
+        .and_then(|w| w.client_config.as_ref());
+    let other = match target {
+        ConversionTarget::Url(_) => cc.is_some_and(|c| c.service.is_some()).then_some("service"),
+        ConversionTarget::Service { .. } => cc.is_some_and(|c| c.url.is_some()).then_some("url"),
+    };
+    if let Some(other) = other {
+        let mut conversion = crate::api::conversion_spec(target, Some(bundle));
+        conversion["webhook"]["clientConfig"][other] = serde_json::Value::Null;
+        api.patch(
+            CRD_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"conversion": conversion}})),
+        )
+        .await?;
+    }
     let pp = PatchParams::apply(field_manager).force();
     api.patch(
         CRD_NAME,

@@ -427,13 +427,15 @@ impl Manager {
                 .await
             {
                 Ok(super::crd::Outcome::NoCrd) => {
+                    self.state.mark_conversion_ok(false);
                     warn!(
                         crd = crate::api::CRD_NAME,
                         "the SidecarSet CRD is not installed: install it (the chart's crds/, or `sidecarset-operator crd | kubectl apply -f -`)"
                     )
                 }
-                Ok(_) => {}
+                Ok(_) => self.state.mark_conversion_ok(true),
                 Err(e) => {
+                    self.state.mark_conversion_ok(false);
                     warn!(crd = crate::api::CRD_NAME, error = %e, "cannot write the CRD's conversion webhook settings")
                 }
             }

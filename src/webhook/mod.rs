@@ -42,6 +42,10 @@ pub struct State {
     /// Self-managed certificates: ready only once the webhook configurations trust our CA.
     require_ca_trust: AtomicBool,
     ca_trusted: AtomicBool,
+    /// The operator keeps the CRD's conversion webhook: ready only once it points here and
+    /// trusts our CA (v1alpha1 clients depend on it).
+    require_conversion: AtomicBool,
+    conversion_ok: AtomicBool,
     /// ControllerRevisions of SidecarSets by name: (SidecarSet name, custom version, data).
     revisions: RwLock<Arc<HashMap<String, KnownRevision>>>,
     /// Expiry of the served certificate (unix seconds; 0 when unknown).
@@ -151,6 +155,12 @@ impl State {
     pub fn mark_ca_trusted(&self, trusted: bool) {
         self.ca_trusted.store(trusted, Ordering::SeqCst);
     }
+    pub fn require_conversion(&self) {
+        self.require_conversion.store(true, Ordering::SeqCst);
+    }
+    pub fn mark_conversion_ok(&self, ok: bool) {
+        self.conversion_ok.store(ok, Ordering::SeqCst);
+    }
     /// Sends notices of skipped injections to this queue (see [`events::record`]).
     pub fn set_skip_events(&self, tx: events::Sender) {
         let _ = self.skip_events.set(tx);
@@ -187,6 +197,11 @@ impl State {
         }
         if self.require_ca_trust.load(Ordering::SeqCst) && !self.ca_trusted.load(Ordering::SeqCst) {
             why.push("the webhook configurations do not trust the serving certificate's CA yet");
+        }
+        if self.require_conversion.load(Ordering::SeqCst)
+            && !self.conversion_ok.load(Ordering::SeqCst)
+        {
+            why.push("the SidecarSet CRD's conversion webhook does not point here with our CA yet");
         }
         why
     }
