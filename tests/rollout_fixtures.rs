@@ -44,7 +44,8 @@ fn view_defaults() -> Value {
     json!({
         "active": true, "injected": true, "updated": false, "upgradable": true,
         "consistent": true, "ready": true, "matchesUpdateSelector": true, "assigned": true,
-        "phaseRank": 2, "readySince": null, "restarts": 0, "created": 0
+        "phaseRank": 2, "readySince": null, "restarts": 0, "created": 0,
+        "labels": {}
     })
 }
 
@@ -313,6 +314,7 @@ fn pod_view_of_a_freshly_injected_running_pod() {
             ready_since: Some(1_767_225_660),
             restarts: 0,
             created: 1_767_225_600,
+            labels: [("app".to_string(), "web".to_string())].into(),
         }
     );
     assert!(view.matched() && !view.unavailable());
