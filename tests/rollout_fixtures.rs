@@ -7,7 +7,8 @@
 //! strategy: {maxUnavailable: 1}      # spec.updateStrategy, as written in a SidecarSet
 //! pods:                              # rollout::PodView, camelCase; unset fields default to a
 //! - {key: a, ready: false}           # matched, ready, consistent, upgradable, selected, old pod
-//! expect:                            # (assigned, Running, created 0, never ready-since)
+//!                                    # (assigned, Running, created 0, never ready-since, no
+//! expect:                            # labels; `labels: {zone: a}` for priority and scatter)
 //!   upgrade: [a]                     # exact, in order
 //!   notUpgradable: []                # exact; [] when absent
 //!   waiting: "substring"             # null: no reason; absent: not checked
