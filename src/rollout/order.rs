@@ -529,6 +529,14 @@ mod tests {
             .collect()
     }
 
+    /// Name, pods, terms, expected order (see [`sort_case`]).
+    type SortCase = (
+        &'static str,
+        Vec<Option<&'static str>>,
+        Vec<UpdateScatterTerm>,
+        Vec<usize>,
+    );
+
     #[test]
     fn scatter_sort_cases_from_openkruise() {
         const A: &str = "labelA=AAA";
@@ -549,7 +557,7 @@ mod tests {
         let p = |v: &[&'static str]| -> Vec<Option<&'static str>> {
             v.iter().map(|s| Some(*s)).collect()
         };
-        let cases: Vec<(&str, Vec<Option<&str>>, Vec<UpdateScatterTerm>, Vec<usize>)> = vec![
+        let cases: Vec<SortCase> = vec![
             ("a scattered pod", p(&[AB]), vec![a.clone()], vec![0]),
             (
                 "all ordinary pods",
