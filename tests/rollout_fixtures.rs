@@ -7,7 +7,8 @@
 //! strategy: {maxUnavailable: 1}      # spec.updateStrategy, as written in a SidecarSet
 //! pods:                              # rollout::PodView, camelCase; unset fields default to a
 //! - {key: a, ready: false}           # matched, ready, consistent, upgradable, selected, old pod
-//! expect:                            # (assigned, Running, created 0, never ready-since)
+//!                                    # (assigned, Running, created 0, never ready-since, no
+//! expect:                            # labels; `labels: {zone: a}` for priority and scatter)
 //!   upgrade: [a]                     # exact, in order
 //!   notUpgradable: []                # exact; [] when absent
 //!   waiting: "substring"             # null: no reason; absent: not checked
@@ -44,7 +45,8 @@ fn view_defaults() -> Value {
     json!({
         "active": true, "injected": true, "updated": false, "upgradable": true,
         "consistent": true, "ready": true, "matchesUpdateSelector": true, "assigned": true,
-        "phaseRank": 2, "readySince": null, "restarts": 0, "created": 0
+        "phaseRank": 2, "readySince": null, "restarts": 0, "created": 0,
+        "labels": {}
     })
 }
 
@@ -313,6 +315,7 @@ fn pod_view_of_a_freshly_injected_running_pod() {
             ready_since: Some(1_767_225_660),
             restarts: 0,
             created: 1_767_225_600,
+            labels: [("app".to_string(), "web".to_string())].into(),
         }
     );
     assert!(view.matched() && !view.unavailable());

@@ -36,19 +36,21 @@ fn single_sidecarset_rules() {
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let ss = sidecarset("s", &case["spec"]);
-        let got: Vec<String> = match validate(&ss) {
-            Ok(()) => vec![],
-            Err(e) => {
-                for fe in &e.0 {
-                    assert!(
-                        !fe.message.is_empty(),
-                        "{name}: empty message at {}",
-                        fe.field
-                    );
-                }
-                e.0.into_iter().map(|fe| fe.field).collect()
-            }
-        };
+        let errs = validate(&ss).err().map(|e| e.0).unwrap_or_default();
+        for fe in &errs {
+            assert!(
+                !fe.message.is_empty(),
+                "{name}: empty message at {}",
+                fe.field
+            );
+        }
+        for want in case.get("messages").map(fields).unwrap_or_default() {
+            assert!(
+                errs.iter().any(|fe| fe.message.contains(&want)),
+                "case {name:?}: no message contains {want:?}: {errs:?}"
+            );
+        }
+        let got: Vec<String> = errs.into_iter().map(|fe| fe.field).collect();
         assert_eq!(got, fields(&case["errors"]), "case {name:?}");
     }
 }

@@ -9,12 +9,16 @@ pub mod convert;
 mod defaults;
 mod hash;
 mod selector;
+mod update_priority;
 pub mod v1beta1;
 mod validate;
 
 pub use defaults::{default_container, default_sidecarset};
 pub use hash::{safe_encode, sidecarset_hash, sidecarset_hash_without_image};
 pub use selector::{CompiledSelector, Scope, SelectorError, is_qualified_name, selectors_overlap};
+pub use update_priority::{
+    UpdatePriorityOrderTerm, UpdatePriorityStrategy, UpdatePriorityWeightTerm, UpdateScatterTerm,
+};
 pub use validate::{FieldError, ValidationErrors, conflicts, validate};
 
 use k8s_openapi::api::core::v1::{Container, LocalObjectReference, ObjectFieldSelector, Volume};
@@ -273,6 +277,14 @@ pub struct SidecarSetUpdateStrategy {
     /// Defaults to 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_unavailable: Option<IntOrString>,
+    /// Which pods are upgraded first: by label weights (weightPriority) or by the number in a
+    /// label's value (orderPriority), not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_strategy: Option<UpdatePriorityStrategy>,
+    /// Spreads pods with the given labels over the rollout (applied after priorityStrategy).
+    /// One term is easiest to reason about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scatter_strategy: Vec<UpdateScatterTerm>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

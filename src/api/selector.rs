@@ -173,8 +173,14 @@ fn check_key(k: &str, field: &str) -> Result<(), SelectorError> {
     }
 }
 
+/// A label value: empty, or up to 63 letters, digits, '-', '_' or '.', starting and ending with
+/// a letter or digit.
+pub fn is_label_value(v: &str) -> bool {
+    v.is_empty() || is_name_part(v)
+}
+
 fn check_value(v: &str, field: &str) -> Result<(), SelectorError> {
-    if v.is_empty() || is_name_part(v) {
+    if is_label_value(v) {
         Ok(())
     } else {
         Err(err(

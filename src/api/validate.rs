@@ -1,9 +1,10 @@
 //! Validation of a SidecarSet on its own, and of its conflicts with other SidecarSets. Every
 //! error names the field path and what to do.
 
-use super::selector::{Scope, is_dns_label, is_qualified_name};
+use super::selector::{Scope, is_dns_label, is_label_value, is_qualified_name};
 use super::{
-    PatchPolicy, SidecarContainer, SidecarSet, SidecarSetSpec, UpdateStrategyType, UpgradeType,
+    PatchPolicy, SidecarContainer, SidecarSet, SidecarSetSpec, SidecarSetUpdateStrategy,
+    UpdateStrategyType, UpgradeType,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::{BTreeMap, BTreeSet};
@@ -178,6 +179,7 @@ fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
             e.message,
         );
     }
+    validate_update_order(us, errs);
 
     if let Some(rev) = &spec.injection_strategy.revision
         && rev.revision_name.as_deref().unwrap_or("").is_empty()
@@ -336,6 +338,92 @@ fn validate_container(
             errs.push(tpath, "envName and envNames are mutually exclusive");
         } else if !has_one && t.env_names.is_empty() {
             errs.push(tpath, "set envName or envNames");
+        }
+    }
+}
+
+/// `priorityStrategy` and `scatterStrategy`: OpenKruise's checks (one kind of priority, weights
+/// from 0 to 100, non-empty valid selectors, non-empty keys, no repeated scatter term), plus
+/// checks of what could never match a pod (keys that are not label keys, values that are not
+/// label values, an ordered key given twice). Checked whatever the update type, so that a
+/// SidecarSet switched to RollingUpdate later is already valid.
+fn validate_update_order(us: &SidecarSetUpdateStrategy, errs: &mut ValidationErrors) {
+    const BAD_KEY: &str = "is not a valid label key: an optional DNS prefix and '/', then up to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit";
+    if let Some(p) = &us.priority_strategy {
+        let path = "spec.updateStrategy.priorityStrategy";
+        if !p.weight_priority.is_empty() && !p.order_priority.is_empty() {
+            errs.push(
+                path,
+                "weightPriority and orderPriority are mutually exclusive: keep one of them",
+            );
+        }
+        for (i, t) in p.weight_priority.iter().enumerate() {
+            let tpath = format!("{path}.weightPriority[{i}]");
+            if !(0..=100).contains(&t.weight) {
+                errs.push(
+                    format!("{tpath}.weight"),
+                    format!("{} is out of range: use a weight from 0 to 100", t.weight),
+                );
+            }
+            match super::CompiledSelector::compile(&t.match_selector) {
+                Ok(sel) if sel.is_empty() => errs.push(
+                    format!("{tpath}.matchSelector"),
+                    "must not be empty: set matchLabels or matchExpressions to say which pods get the weight",
+                ),
+                Ok(_) => {}
+                Err(e) => errs.push(format!("{tpath}.matchSelector.{}", e.field), e.message),
+            }
+        }
+        let mut keys: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, t) in p.order_priority.iter().enumerate() {
+            let field = format!("{path}.orderPriority[{i}].orderedKey");
+            let key = t.ordered_key.as_str();
+            if key.is_empty() {
+                errs.push(field, "required: the label key whose value orders the pods");
+            } else if !is_qualified_name(key) {
+                errs.push(field, format!("{key:?} {BAD_KEY}"));
+            } else if let Some(first) = keys.get(key) {
+                errs.push(
+                    field,
+                    format!(
+                        "{key:?} is already orderPriority[{first}].orderedKey: pods with the key rank by that term, so this one never applies; remove it"
+                    ),
+                );
+            } else {
+                keys.insert(key, i);
+            }
+        }
+    }
+    let mut terms: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for (i, t) in us.scatter_strategy.iter().enumerate() {
+        let path = format!("spec.updateStrategy.scatterStrategy[{i}]");
+        if t.key.is_empty() {
+            errs.push(
+                format!("{path}.key"),
+                "required: the label key of the pods to spread out",
+            );
+        } else if !is_qualified_name(&t.key) {
+            errs.push(format!("{path}.key"), format!("{:?} {BAD_KEY}", t.key));
+        }
+        if t.value != "*" && !is_label_value(&t.value) {
+            errs.push(
+                format!("{path}.value"),
+                format!(
+                    "{:?} is not a valid label value: use up to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or * for every value of the key",
+                    t.value
+                ),
+            );
+        }
+        if let Some(first) = terms.get(&(t.key.as_str(), t.value.as_str())) {
+            errs.push(
+                path,
+                format!(
+                    "duplicate term {}={}: already given at scatterStrategy[{first}]; remove one",
+                    t.key, t.value
+                ),
+            );
+        } else {
+            terms.insert((t.key.as_str(), t.value.as_str()), i);
         }
     }
 }

@@ -16,6 +16,8 @@
 //! * Native sidecars (init containers with `restartPolicy: Always`) are upgraded like
 //!   containers.
 
+pub mod order;
+
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, CompiledSelector,
     SidecarSet, SidecarSetUpdateStrategy, SidecarSetUpgradeSpec, UpdateStrategyType,
@@ -65,6 +67,9 @@ pub struct PodView {
     pub restarts: i32,
     /// Creation time (Unix seconds); a pod without one counts as the newest (`i64::MAX`).
     pub created: i64,
+    /// The pod's labels, for `priorityStrategy` and `scatterStrategy`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl PodView {
@@ -180,6 +185,7 @@ impl<'a> Classifier<'a> {
                 .creation_timestamp
                 .as_ref()
                 .map_or(i64::MAX, |t| t.0.as_second()),
+            labels: labels.clone(),
         }
     }
 }
@@ -487,7 +493,8 @@ fn some_keys<'a>(keys: impl Iterator<Item = &'a str>) -> String {
 ///
 /// * `type: NotUpdate` or `paused: true`: nothing (waiting says which).
 /// * Candidates: matched, not updated, upgradable, consistent, selected by the update
-///   selector; sorted by [`upgrade_order`]. Selected pods that are not upgradable are listed in
+///   selector; sorted by [`upgrade_order`], then reordered by `priorityStrategy` and
+///   `scatterStrategy` (see [`order`]). Selected pods that are not upgradable are listed in
 ///   `not_upgradable`.
 /// * `partition` (int, or percent of the matched pods rounded up): at most
 ///   `matched - partition - updated` more pods are upgraded: the last candidates stay.
@@ -540,12 +547,17 @@ pub fn plan(strategy: &SidecarSetUpdateStrategy, views: &[PodView]) -> Result<Pl
         .collect();
     not_upgradable.sort();
     plan.not_upgradable = not_upgradable;
-    let mut candidates: Vec<&PodView> = selected
-        .iter()
-        .copied()
-        .filter(|v| v.upgradable && v.consistent)
+    // Indexes into `matched`: scatter weighs the candidates against every matched pod.
+    let mut order: Vec<usize> = (0..matched.len())
+        .filter(|&i| {
+            let v = matched[i];
+            !v.updated && v.matches_update_selector && v.upgradable && v.consistent
+        })
         .collect();
-    candidates.sort_by(|a, b| upgrade_order(a, b));
+    order.sort_by(|&a, &b| upgrade_order(matched[a], matched[b]));
+    let labels: Vec<&BTreeMap<String, String>> = matched.iter().map(|v| &v.labels).collect();
+    let order = order::arrange(strategy, &labels, order);
+    let candidates: Vec<&PodView> = order.iter().map(|&i| matched[i]).collect();
 
     let updated = total - count(old.len());
     let allowed = usize::try_from((total - partition - updated).max(0)).unwrap_or(0);
