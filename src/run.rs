@@ -329,17 +329,28 @@ async fn shutdown_signal() {
 async fn check_openkruise(client: &Client, allow: bool) -> anyhow::Result<()> {
     let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let vapi: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let found = api.get_opt(KRUISE_WEBHOOKS[0]).await?.is_some()
-        || vapi.get_opt(KRUISE_WEBHOOKS[1]).await?.is_some();
-    if found && !allow {
+    let mut found = Vec::new();
+    if api.get_opt(KRUISE_WEBHOOKS[0]).await?.is_some() {
+        found.push(format!("mutatingwebhookconfiguration/{}", KRUISE_WEBHOOKS[0]));
+    }
+    if vapi.get_opt(KRUISE_WEBHOOKS[1]).await?.is_some() {
+        found.push(format!("validatingwebhookconfiguration/{}", KRUISE_WEBHOOKS[1]));
+    }
+    if !found.is_empty() && !allow {
         bail!(
             "OpenKruise is installed (webhook configuration {} exists): it injects SidecarSets too, so every pod \
-             would get its sidecars twice. Uninstall OpenKruise first, or pass --allow-openkruise if its pod \
-             webhook is disabled",
-            KRUISE_WEBHOOKS[0]
+             would get its sidecars twice. Uninstall OpenKruise first (`helm uninstall kruise -n kruise-system`; \
+             SidecarSets, their revisions and injected pods stay), or remove what is left of it: `kubectl delete {}`. \
+             Pass --allow-openkruise only if its pod webhook is disabled",
+            found
+                .iter()
+                .map(|f| f.split('/').nth(1).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(", "),
+            found.join(" ")
         );
     }
-    if found {
+    if !found.is_empty() {
         warn!(
             "OpenKruise's webhooks are installed; starting anyway because --allow-openkruise is set"
         );
@@ -347,7 +358,6 @@ async fn check_openkruise(client: &Client, allow: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Keeps the SidecarSet index current. The first full list replaces the index at once.
 /// The watch is on the stored version (v1beta1), so it never depends on the conversion webhook;
 /// each object is converted to the internal shape here.
 async fn watch_sidecarsets(client: Client, state: Arc<State>) {

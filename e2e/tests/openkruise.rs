@@ -64,6 +64,9 @@ async fn refuses_to_start_next_to_openkruise() -> anyhow::Result<()> {
     assert!(
         err.contains("OpenKruise is installed")
             && err.contains("twice")
+            && err.contains(
+                "kubectl delete mutatingwebhookconfiguration/kruise-mutating-webhook-configuration"
+            )
             && err.contains("--allow-openkruise"),
         "{err}"
     );
