@@ -2,7 +2,9 @@
 //! annotation keys shared with OpenKruise. Pure: no I/O.
 
 mod defaults;
+mod gojson;
 mod hash;
+pub mod quantity;
 mod selector;
 mod validate;
 
