@@ -9,7 +9,10 @@ mod selector;
 mod validate;
 
 pub use defaults::{default_container, default_sidecarset};
-pub use hash::{safe_encode, sidecarset_hash, sidecarset_hash_without_image};
+pub use hash::{
+    hash_input, revision_data, safe_encode, sidecarset_hash, sidecarset_hash_without_image,
+    sidecarset_hashes_as_submitted,
+};
 pub use selector::{CompiledSelector, Scope, SelectorError, is_qualified_name, selectors_overlap};
 pub use validate::{FieldError, ValidationErrors, conflicts, validate};
 
@@ -27,6 +30,7 @@ pub const GROUP: &str = "apps.kruise.io";
 pub const VERSION: &str = "v1alpha1";
 
 /// Pod annotation: per SidecarSet, the hash of the sidecars the pod runs (JSON, OpenKruise shape).
+/// On a SidecarSet (written by the mutating webhook after defaulting): its current hash.
 pub const ANNOTATION_HASH: &str = "kruise.io/sidecarset-hash";
 /// Pod annotation: the same as [`ANNOTATION_HASH`] with images left out of the hash.
 pub const ANNOTATION_HASH_WITHOUT_IMAGE: &str = "kruise.io/sidecarset-hash-without-image";

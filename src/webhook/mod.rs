@@ -8,7 +8,7 @@ pub mod server;
 
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, SidecarSet, conflicts, default_sidecarset,
-    sidecarset_hash, sidecarset_hash_without_image, validate,
+    sidecarset_hashes_as_submitted, validate,
 };
 use crate::inject;
 use crate::select::{Index, namespace_labels};
@@ -562,10 +562,8 @@ pub fn admit_sidecarset_defaults(req: &Request) -> Response {
         Err(denied) => return denied,
     };
     default_sidecarset(&mut defaulted);
-    let (h, hw) = (
-        sidecarset_hash(&defaulted),
-        sidecarset_hash_without_image(&defaulted),
-    );
+    let before: serde_json::Value = serde_json::from_str(raw.get()).unwrap_or_default();
+    let (h, hw) = sidecarset_hashes_as_submitted(&defaulted, &before);
     let ann = defaulted
         .metadata
         .annotations
@@ -574,7 +572,6 @@ pub fn admit_sidecarset_defaults(req: &Request) -> Response {
     ann.insert(ANNOTATION_HASH_WITHOUT_IMAGE.into(), hw);
     // Diff against the object as received; only additions and changes are kept, so fields this
     // build does not know are never removed.
-    let before: serde_json::Value = serde_json::from_str(raw.get()).unwrap_or_default();
     let after = serde_json::to_value(&defaulted).unwrap_or_default();
     let ops = json_patch::diff(&before, &after)
         .0
