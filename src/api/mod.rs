@@ -361,9 +361,11 @@ impl SidecarSet {
     }
 
     /// The names recorded in the hash annotation's `sidecarList` (the sidecars that run and can
-    /// be upgraded): containers, then native-sidecar init containers.
+    /// be upgraded): containers and native-sidecar init containers, sorted by name (OpenKruise
+    /// builds the list from a set).
     pub fn sidecar_list(&self) -> Vec<String> {
-        self.spec
+        let mut names: Vec<String> = self
+            .spec
             .containers
             .iter()
             .chain(
@@ -373,7 +375,10 @@ impl SidecarSet {
                     .filter(|c| c.is_native_sidecar()),
             )
             .map(|c| c.name().to_string())
-            .collect()
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// Every sidecar name this SidecarSet injects: containers, then init containers.
