@@ -426,6 +426,18 @@ fn inject_case(case: &Case) -> Value {
     let mut revisions: BTreeMap<String, Vec<(String, SidecarSet)>> = BTreeMap::new();
     for raw in case.versions() {
         let mut ss = defaulted(case, &raw);
+        // The hash annotations our mutating webhook writes (the index reads them).
+        let hashes = [
+            (ANNOTATION_HASH.to_string(), api::sidecarset_hash(&ss)),
+            (
+                ANNOTATION_HASH_WITHOUT_IMAGE.to_string(),
+                api::sidecarset_hash_without_image(&ss),
+            ),
+        ];
+        ss.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .extend(hashes);
         let entry = Entry::new(Arc::new(ss.clone())).unwrap();
         let rev = revision_name(ss.name(), &revision_data(&entry), 0);
         ss.status
