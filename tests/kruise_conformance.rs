@@ -13,7 +13,9 @@
 //! * [`mutating_webhook_stores_openkruise_annotations`]: the same through our mutating webhook,
 //!   on the objects as submitted;
 //! * [`stored_hashes_are_read_not_recomputed`]: OpenKruise's stored SidecarSets keep the hashes
-//!   of their annotations.
+//!   of their annotations;
+//! * [`openkruise_sidecarsets_keep_their_revision`]: after a migration, our controller finds
+//!   OpenKruise's revision for a SidecarSet OpenKruise stored.
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -618,4 +620,31 @@ fn stored_hashes_are_read_not_recomputed() {
         }
     }
     assert_eq!(seen.len(), 20);
+}
+
+/// A SidecarSet as OpenKruise stored it is left alone by our defaults, and our controller names
+/// its revision as OpenKruise did: after a migration the same ControllerRevision is found and
+/// the pods' `controllerRevision` stays right.
+#[test]
+fn openkruise_sidecarsets_keep_their_revision() {
+    let mut checked = 0;
+    for case in cases() {
+        let recorded: BTreeSet<String> = case.v["kruise"]["revisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap().to_string())
+            .collect();
+        for stored in case.stored() {
+            let ss: SidecarSet = serde_json::from_value(stored.clone()).unwrap();
+            let mut again = ss.clone();
+            default_sidecarset(&mut again);
+            assert_eq!(again, ss, "{}: {}", case.name, ss.name());
+            let entry = Entry::new(Arc::new(ss.clone())).unwrap();
+            let name = revision_name(ss.name(), &revision_data(&entry), 0);
+            assert!(recorded.contains(&name), "{}: {name}", case.name);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 20);
 }
