@@ -446,7 +446,12 @@ async fn watch_revisions(client: Client, namespace: String, state: Arc<State>) {
             .cloned();
         (
             r.metadata.name.clone().unwrap_or_default(),
-            (ss, custom, r.data.0.clone()),
+            crate::webhook::KnownRevision {
+                sidecarset: ss,
+                custom_version: custom,
+                data: r.data.0.clone(),
+                annotations: r.metadata.annotations.clone().unwrap_or_default(),
+            },
         )
     };
     let stream = watcher(api, cfg).default_backoff();

@@ -586,7 +586,8 @@ fn upgrade_patch_changes_only_sidecar_images_and_the_hash() {
     assert_eq!(h.hash, *e2.hash);
     assert_eq!(h.update_timestamp, LATER);
     assert_eq!(h.sidecar_set_name, "mesh");
-    assert_eq!(h.sidecar_list, ["proxy", "logger", "agent"]);
+    // Sorted by name, as OpenKruise writes it.
+    assert_eq!(h.sidecar_list, ["agent", "logger", "proxy"]);
     assert_eq!(h.controller_revision, "mesh-abc");
 
     // Updated now, not consistent until the kubelet reports the new images: in flight.

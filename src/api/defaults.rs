@@ -1,11 +1,12 @@
 //! Defaults applied to SidecarSets by the mutating webhook (and by the offline `inject` command,
 //! which sees SidecarSets that never went through the API server). The same values as OpenKruise.
 
+use super::quantity;
 use super::{
     PatchPolicy, PodInjectPolicy, ShareVolumePolicy, ShareVolumePolicyType, SidecarContainer,
     SidecarContainerUpgradeStrategy, SidecarSet, UpdateStrategyType, UpgradeType,
 };
-use k8s_openapi::api::core::v1::{Container, Probe, Volume};
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, ObjectFieldSelector, Probe, Volume};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// Default revisionHistoryLimit.
@@ -48,66 +49,149 @@ fn default_sidecar(c: &mut SidecarContainer, policy: PodInjectPolicy) {
     c.share_volume_policy.get_or_insert(ShareVolumePolicy {
         type_: ShareVolumePolicyType::Disabled,
     });
+    for t in &mut c.transfer_env {
+        if let Some(fr) = t
+            .source_container_name_from
+            .as_mut()
+            .and_then(|s| s.field_ref.as_mut())
+        {
+            default_field_selector(fr);
+        }
+    }
     default_container(&mut c.container);
 }
 
-/// The API server's defaults for a container (imagePullPolicy, termination message, port
-/// protocol, fieldRef apiVersion, probe timings), so that a SidecarSet's containers hash and
-/// compare the same as the containers the API server stores in pods.
+/// Sets a string field Go declares as a plain `string`: unset and `""` are the same there.
+fn set_if_empty(field: &mut Option<String>, value: &str) {
+    if field.as_deref().is_none_or(str::is_empty) {
+        *field = Some(value.to_string());
+    }
+}
+
+/// Sets a number field Go declares as a plain `int32`: unset and `0` are the same there.
+fn set_if_zero(field: &mut Option<i32>, value: i32) {
+    if field.is_none_or(|v| v == 0) {
+        *field = Some(value);
+    }
+}
+
+fn default_field_selector(fr: &mut ObjectFieldSelector) {
+    if fr.api_version.as_deref().is_none_or(str::is_empty) {
+        fr.api_version = Some("v1".into());
+    }
+}
+
+/// OpenKruise's defaults for a sidecar container (its `setDefaultContainer`, built from the
+/// Kubernetes defaulting functions): imagePullPolicy, termination message, port protocol,
+/// fieldRef apiVersion, resource quantities rounded up to a milli (and written canonically),
+/// liveness and readiness probe timings, and the HTTP defaults of probes and lifecycle hooks.
+/// Like OpenKruise, not the startup probe (the API server defaults it in the pod): the hash
+/// of the SidecarSet must be OpenKruise's.
 pub fn default_container(c: &mut Container) {
-    if c.image_pull_policy.is_none() {
+    if c.image_pull_policy.as_deref().is_none_or(str::is_empty) {
         let image = c.image.as_deref().unwrap_or("");
         c.image_pull_policy = Some(default_pull_policy(image).to_string());
     }
-    c.termination_message_path
-        .get_or_insert_with(|| "/dev/termination-log".into());
-    c.termination_message_policy
-        .get_or_insert_with(|| "File".into());
+    set_if_empty(&mut c.termination_message_path, "/dev/termination-log");
+    set_if_empty(&mut c.termination_message_policy, "File");
     for p in c.ports.iter_mut().flatten() {
-        p.protocol.get_or_insert_with(|| "TCP".into());
+        set_if_empty(&mut p.protocol, "TCP");
     }
     for e in c.env.iter_mut().flatten() {
-        if let Some(fr) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
-            fr.api_version.get_or_insert_with(|| "v1".into());
+        let Some(from) = e.value_from.as_mut() else {
+            continue;
+        };
+        if let Some(fr) = from.field_ref.as_mut() {
+            default_field_selector(fr);
+        }
+        // Not defaulted by OpenKruise, but written canonically by its encoder.
+        if let Some(d) = from
+            .resource_field_ref
+            .as_mut()
+            .and_then(|r| r.divisor.as_mut())
+            && let Some(q) = quantity::canonical(&d.0)
+        {
+            d.0 = q;
         }
     }
-    for p in [
-        &mut c.liveness_probe,
-        &mut c.readiness_probe,
-        &mut c.startup_probe,
-    ]
-    .into_iter()
-    .flatten()
+    if let Some(r) = c.resources.as_mut() {
+        for list in [r.limits.as_mut(), r.requests.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            for q in list.values_mut() {
+                if let Some(rounded) = quantity::canonical_resource(&q.0) {
+                    q.0 = rounded;
+                }
+            }
+        }
+    }
+    for p in [&mut c.liveness_probe, &mut c.readiness_probe]
+        .into_iter()
+        .flatten()
     {
         default_probe(p);
+    }
+    if let Some(l) = c.lifecycle.as_mut() {
+        for h in [l.post_start.as_mut(), l.pre_stop.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(g) = h.http_get.as_mut() {
+                default_http_get(g);
+            }
+        }
     }
 }
 
 fn default_probe(p: &mut Probe) {
-    p.timeout_seconds.get_or_insert(1);
-    p.period_seconds.get_or_insert(10);
-    p.success_threshold.get_or_insert(1);
-    p.failure_threshold.get_or_insert(3);
+    set_if_zero(&mut p.timeout_seconds, 1);
+    set_if_zero(&mut p.period_seconds, 10);
+    set_if_zero(&mut p.success_threshold, 1);
+    set_if_zero(&mut p.failure_threshold, 3);
     if let Some(h) = &mut p.http_get {
-        h.path.get_or_insert_with(|| "/".into());
-        h.scheme.get_or_insert_with(|| "HTTP".into());
+        default_http_get(h);
     }
 }
 
-/// `Always` for `:latest` or untagged images, `IfNotPresent` otherwise (as the API server does).
+fn default_http_get(h: &mut HTTPGetAction) {
+    set_if_empty(&mut h.path, "/");
+    set_if_empty(&mut h.scheme, "HTTP");
+}
+
+/// `Always` for `:latest` or untagged images, `IfNotPresent` otherwise (as the API server does:
+/// a digest without a tag, or an image it cannot parse, such as an empty one, is
+/// `IfNotPresent`).
 fn default_pull_policy(image: &str) -> &'static str {
-    if image.contains('@') {
+    if image.is_empty() {
         return "IfNotPresent";
     }
-    let last = image.rsplit('/').next().unwrap_or(image);
+    let (name, digest) = match image.split_once('@') {
+        Some((name, _)) => (name, true),
+        None => (image, false),
+    };
+    let last = name.rsplit('/').next().unwrap_or(name);
     match last.split_once(':') {
-        None => "Always",
         Some((_, "latest")) => "Always",
         Some(_) => "IfNotPresent",
+        None if digest => "IfNotPresent",
+        None => "Always",
     }
 }
 
+/// OpenKruise's volume defaults (its `SetDefaultPodVolumes`): a volume without a source is an
+/// emptyDir, file modes 0644, hostPath type `""`, fieldRef apiVersion, token expiry one hour.
 fn default_volume(v: &mut Volume) {
+    let only_name = serde_json::to_value(&*v)
+        .ok()
+        .and_then(|j| j.as_object().map(|m| m.keys().all(|k| k == "name")))
+        .unwrap_or(false);
+    if only_name {
+        v.empty_dir = Some(Default::default());
+    }
+    if let Some(s) = &mut v.host_path {
+        s.type_.get_or_insert_with(String::new);
+    }
     if let Some(s) = &mut v.config_map {
         s.default_mode.get_or_insert(DEFAULT_FILE_MODE);
     }
@@ -116,9 +200,32 @@ fn default_volume(v: &mut Volume) {
     }
     if let Some(s) = &mut v.downward_api {
         s.default_mode.get_or_insert(DEFAULT_FILE_MODE);
+        for item in s.items.iter_mut().flatten() {
+            if let Some(fr) = item.field_ref.as_mut() {
+                default_field_selector(fr);
+            }
+        }
     }
     if let Some(s) = &mut v.projected {
         s.default_mode.get_or_insert(DEFAULT_FILE_MODE);
+        for src in s.sources.iter_mut().flatten() {
+            if let Some(d) = src.downward_api.as_mut() {
+                for item in d.items.iter_mut().flatten() {
+                    if let Some(fr) = item.field_ref.as_mut() {
+                        default_field_selector(fr);
+                    }
+                }
+            }
+            if let Some(t) = src.service_account_token.as_mut() {
+                t.expiration_seconds.get_or_insert(3600);
+            }
+        }
+    }
+    // Not defaulted by OpenKruise, but written canonically by its encoder.
+    if let Some(q) = v.empty_dir.as_mut().and_then(|e| e.size_limit.as_mut())
+        && let Some(c) = quantity::canonical(&q.0)
+    {
+        q.0 = c;
     }
 }
 
@@ -135,6 +242,9 @@ mod tests {
             ("registry.local:5000/proxy", "Always"),
             ("registry.local:5000/proxy:v2", "IfNotPresent"),
             ("proxy@sha256:abcd", "IfNotPresent"),
+            ("proxy:latest@sha256:abcd", "Always"),
+            ("proxy:1@sha256:abcd", "IfNotPresent"),
+            ("", "IfNotPresent"),
         ] {
             assert_eq!(default_pull_policy(image), want, "{image}");
         }

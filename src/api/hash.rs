@@ -1,11 +1,15 @@
-//! Hashes of a SidecarSet's sidecars, as recorded in pod annotations.
+//! Hashes of a SidecarSet's sidecars, as OpenKruise computes them and records them in the
+//! SidecarSet's and the pods' annotations, and the data of its ControllerRevisions.
 //!
-//! The shape follows OpenKruise: the hash covers the containers (and, when there are native
-//! sidecars, those init containers), encoded with OpenKruise's "safe" alphabet; the variant
-//! without image blanks every image so that an image-only change keeps it equal. Ordinary init
-//! containers only matter at pod creation and are left out (OpenKruise adds all init containers
-//! as soon as one is a native sidecar, so editing a one-shot init container changed its hash).
+//! The hash is `sha256` over Go's `json.Marshal` of `{"containers": spec.containers}`, plus
+//! `"initContainers": spec.initContainers` (**all** of them) as soon as one init container is a
+//! native sidecar (`restartPolicy: Always`); its 64 hex digits are mapped onto OpenKruise's
+//! "safe" alphabet. The variant without image removes every image first (containers and init
+//! containers), so that an image-only change keeps it equal. The JSON is Go's, byte for byte
+//! (see [`super::gojson`]); a SidecarSet without containers encodes them as `null`.
 
+use super::gojson::kruise::{SIDECAR_CONTAINER, SIDECAR_SET_SPEC_REVISION};
+use super::gojson::{Go, Numbers, encode_named_field, encode_slice};
 use super::{SidecarContainer, SidecarSet};
 use sha2::{Digest, Sha256};
 
@@ -19,34 +23,65 @@ pub fn safe_encode(s: &str) -> String {
         .collect()
 }
 
-fn encode(ss: &SidecarSet, blank_images: bool) -> String {
-    let prep = |c: &SidecarContainer| {
-        let mut c = c.clone();
-        if blank_images {
-            c.container.image = Some(String::new());
-        }
-        c
-    };
-    let containers: Vec<SidecarContainer> = ss.spec.containers.iter().map(prep).collect();
-    let native: Vec<SidecarContainer> = ss
-        .spec
-        .init_containers
+fn containers(list: &[SidecarContainer], blank_images: bool, listed_empty: bool) -> Go {
+    let values: Vec<serde_json::Value> = list
         .iter()
-        .filter(|c| c.is_native_sidecar())
-        .map(prep)
+        .map(|c| {
+            let mut v = serde_json::to_value(c).unwrap_or_default();
+            if blank_images && let Some(m) = v.as_object_mut() {
+                m.remove("image");
+            }
+            v
+        })
         .collect();
-    let mut m = serde_json::Map::new();
-    m.insert(
-        "containers".into(),
-        serde_json::to_value(containers).unwrap_or_default(),
-    );
-    if !native.is_empty() {
-        m.insert(
-            "initContainers".into(),
-            serde_json::to_value(native).unwrap_or_default(),
-        );
+    // Go decodes an absent list as a nil slice (`null`) and `[]` as an empty one (`[]`).
+    encode_slice(
+        &SIDECAR_CONTAINER,
+        (!values.is_empty() || listed_empty).then_some(&values[..]),
+    )
+}
+
+/// The exact text OpenKruise hashes for this (defaulted) SidecarSet.
+pub fn hash_input(ss: &SidecarSet, blank_images: bool) -> String {
+    hash_input_as_submitted(ss, blank_images, false)
+}
+
+/// [`hash_input`] for a SidecarSet whose submitted JSON had `containers: []` when
+/// `containers_listed_empty` (OpenKruise hashes the list as it decoded it: `[]`, not `null`).
+fn hash_input_as_submitted(
+    ss: &SidecarSet,
+    blank_images: bool,
+    containers_listed_empty: bool,
+) -> String {
+    let spec = &ss.spec;
+    let mut members = vec![(
+        "containers".to_string(),
+        containers(&spec.containers, blank_images, containers_listed_empty),
+    )];
+    if spec.init_containers.iter().any(|c| c.is_native_sidecar()) {
+        members.push((
+            "initContainers".to_string(),
+            containers(&spec.init_containers, blank_images, false),
+        ));
     }
-    serde_json::Value::Object(m).to_string()
+    Go::Obj(members).to_json(Numbers::Typed)
+}
+
+/// Both hashes of a (defaulted) SidecarSet as OpenKruise's webhook computes them on the object
+/// it received: `submitted` is that object's JSON (only whether it lists `spec.containers` as
+/// `[]` matters, which our types cannot tell from an absent list).
+pub fn sidecarset_hashes_as_submitted(
+    ss: &SidecarSet,
+    submitted: &serde_json::Value,
+) -> (String, String) {
+    let listed_empty = submitted
+        .pointer("/spec/containers")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(Vec::is_empty);
+    (
+        hash_str(&hash_input_as_submitted(ss, false, listed_empty)),
+        hash_str(&hash_input_as_submitted(ss, true, listed_empty)),
+    )
 }
 
 fn hash_str(data: &str) -> String {
@@ -55,14 +90,37 @@ fn hash_str(data: &str) -> String {
     safe_encode(&hex)
 }
 
-/// Hash of the sidecars, images included.
+/// Hash of the sidecars, images included (`kruise.io/sidecarset-hash`).
 pub fn sidecarset_hash(ss: &SidecarSet) -> String {
-    hash_str(&encode(ss, false))
+    hash_str(&hash_input(ss, false))
 }
 
-/// Hash of the sidecars with every image left out.
+/// Hash of the sidecars with every image left out (`kruise.io/sidecarset-hash-without-image`).
 pub fn sidecarset_hash_without_image(ss: &SidecarSet) -> String {
-    hash_str(&encode(ss, true))
+    hash_str(&hash_input(ss, true))
+}
+
+/// The data of the ControllerRevision OpenKruise records for this (defaulted) SidecarSet, byte
+/// for byte: `{"spec":{"$patch":"replace", ...}}` with the containers, image pull secrets, init
+/// containers, patchPodMetadata and volumes as Go encodes the object, decoded into a generic
+/// map and encoded again (keys sorted at every level, an absent list `null`, numbers as Go
+/// writes a float64).
+pub fn revision_data(ss: &SidecarSet) -> String {
+    let spec = serde_json::to_value(&ss.spec).unwrap_or_default();
+    let mut members = vec![("$patch".to_string(), Go::Str("replace".into()))];
+    for name in [
+        "volumes",
+        "containers",
+        "initContainers",
+        "imagePullSecrets",
+        "patchPodMetadata",
+    ] {
+        let v = encode_named_field(&SIDECAR_SET_SPEC_REVISION, &spec, name).unwrap_or(Go::Null);
+        members.push((name.to_string(), v));
+    }
+    Go::Obj(vec![("spec".to_string(), Go::Obj(members))])
+        .sorted()
+        .to_json(Numbers::Float64)
 }
 
 #[cfg(test)]
@@ -116,10 +174,12 @@ spec:
     }
 
     #[test]
-    fn ordinary_init_containers_do_not_count_native_sidecars_do() {
+    fn init_containers_count_only_with_a_native_sidecar() {
+        // No native sidecar: init containers are not hashed at all.
         let a = ss(BASE);
         let b = ss(&BASE.replace("init:1", "init:2"));
         assert_eq!(sidecarset_hash(&a), sidecarset_hash(&b));
+        assert!(!hash_input(&a, false).contains("initContainers"));
         let native = BASE.replace(
             "image: \"init:1\"}",
             "image: \"init:1\", restartPolicy: Always}",
@@ -131,6 +191,81 @@ spec:
             sidecarset_hash_without_image(&c),
             sidecarset_hash_without_image(&d)
         );
+        // With one native sidecar, every init container is hashed, the plain ones too.
+        let mixed = BASE.replace(
+            "initContainers: [{name: once, image: \"init:1\"}]",
+            "initContainers: [{name: once, image: \"init:1\"}, {name: nat, image: \"n:1\", restartPolicy: Always}]",
+        );
+        let e = ss(&mixed);
+        let f = ss(&mixed.replace("init:1", "init:9"));
+        assert_ne!(sidecarset_hash(&e), sidecarset_hash(&f));
+        assert!(hash_input(&e, false).contains(r#""initContainers":[{"name":"once""#));
+    }
+
+    #[test]
+    fn the_input_is_go_json() {
+        // OpenKruise's recorded case 01 after defaulting: Go's field order, `resources: {}`.
+        let mut a = ss(r#"
+metadata: {name: s}
+spec:
+  selector: {matchLabels: {app: a}}
+  containers: [{name: sidecar1, image: "busybox:1.36", command: [sleep, "3600"]}]
+"#);
+        crate::api::default_sidecarset(&mut a);
+        assert_eq!(
+            hash_input(&a, false),
+            r#"{"containers":[{"name":"sidecar1","image":"busybox:1.36","command":["sleep","3600"],"resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent","podInjectPolicy":"BeforeAppContainer","upgradeStrategy":{"upgradeType":"ColdUpgrade"},"shareVolumePolicy":{"type":"disabled"}}]}"#
+        );
+        // Without image: the key is absent, not "".
+        assert!(!hash_input(&a, true).contains("image\""));
+        assert!(hash_input(&a, true).contains(r#"{"name":"sidecar1","command""#));
+    }
+
+    #[test]
+    fn only_init_containers_encode_containers_as_null() {
+        let plain = ss(r#"
+metadata: {name: s}
+spec:
+  selector: {matchLabels: {app: a}}
+  initContainers: [{name: i, image: "i:1"}]
+"#);
+        assert_eq!(hash_input(&plain, false), r#"{"containers":null}"#);
+        // Submitted with `containers: []`, OpenKruise decodes an empty list, not a nil one.
+        let listed = serde_json::json!({"spec": {"containers": [], "initContainers": []}});
+        let (h, w) = sidecarset_hashes_as_submitted(&plain, &listed);
+        assert_eq!(h, hash_str(r#"{"containers":[]}"#));
+        assert_eq!(w, h);
+        let absent = serde_json::json!({"spec": {}});
+        assert_eq!(
+            sidecarset_hashes_as_submitted(&plain, &absent).0,
+            sidecarset_hash(&plain)
+        );
+        let native = ss(r#"
+metadata: {name: s}
+spec:
+  selector: {matchLabels: {app: a}}
+  initContainers: [{name: i, image: "i:1", restartPolicy: Always}]
+"#);
+        assert!(hash_input(&native, true).starts_with(
+            r#"{"containers":null,"initContainers":[{"name":"i","resources":{},"restartPolicy":"Always""#
+        ));
+    }
+
+    #[test]
+    fn quantities_hash_in_canonical_form() {
+        let a = ss(&BASE.replace("env:", "resources: {requests: {cpu: \"0.1\"}}, env:"));
+        let b = ss(&BASE.replace("env:", "resources: {requests: {cpu: 100m}}, env:"));
+        assert_eq!(sidecarset_hash(&a), sidecarset_hash(&b));
+        assert!(hash_input(&a, false).contains(r#""resources":{"requests":{"cpu":"100m"}}"#));
+    }
+
+    #[test]
+    fn revision_data_is_sorted_go_json_with_every_list() {
+        let mut a = ss(BASE);
+        crate::api::default_sidecarset(&mut a);
+        let data = revision_data(&a);
+        assert!(data.starts_with(r#"{"spec":{"$patch":"replace","containers":[{"env":[{"name":"A","value":"1"}],"image":"img:1","imagePullPolicy":"IfNotPresent","name":"c","podInjectPolicy":"BeforeAppContainer","resources":{},"#));
+        assert!(data.ends_with(r#""imagePullSecrets":null,"initContainers":[{"image":"init:1","imagePullPolicy":"IfNotPresent","name":"once","podInjectPolicy":"AfterAppContainer","resources":{},"shareVolumePolicy":{"type":"disabled"},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","upgradeStrategy":{"upgradeType":"ColdUpgrade"}}],"patchPodMetadata":null,"volumes":null}}"#), "{data}");
     }
 
     #[test]

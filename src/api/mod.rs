@@ -7,14 +7,19 @@
 
 pub mod convert;
 mod defaults;
+mod gojson;
 mod hash;
+pub mod quantity;
 mod selector;
 mod update_priority;
 pub mod v1beta1;
 mod validate;
 
 pub use defaults::{default_container, default_sidecarset};
-pub use hash::{safe_encode, sidecarset_hash, sidecarset_hash_without_image};
+pub use hash::{
+    hash_input, revision_data, safe_encode, sidecarset_hash, sidecarset_hash_without_image,
+    sidecarset_hashes_as_submitted,
+};
 pub use selector::{CompiledSelector, Scope, SelectorError, is_qualified_name, selectors_overlap};
 pub use update_priority::{
     UpdatePriorityOrderTerm, UpdatePriorityStrategy, UpdatePriorityWeightTerm, UpdateScatterTerm,
@@ -37,6 +42,7 @@ pub const VERSION: &str = "v1alpha1";
 pub const STORAGE_VERSION: &str = v1beta1::VERSION;
 
 /// Pod annotation: per SidecarSet, the hash of the sidecars the pod runs (JSON, OpenKruise shape).
+/// On a SidecarSet (written by the mutating webhook after defaulting): its current hash.
 pub const ANNOTATION_HASH: &str = "kruise.io/sidecarset-hash";
 /// Pod annotation: the same as [`ANNOTATION_HASH`] with images left out of the hash.
 pub const ANNOTATION_HASH_WITHOUT_IMAGE: &str = "kruise.io/sidecarset-hash-without-image";
@@ -375,9 +381,11 @@ impl SidecarSet {
     }
 
     /// The names recorded in the hash annotation's `sidecarList` (the sidecars that run and can
-    /// be upgraded): containers, then native-sidecar init containers.
+    /// be upgraded): containers and native-sidecar init containers, sorted by name (OpenKruise
+    /// builds the list from a set).
     pub fn sidecar_list(&self) -> Vec<String> {
-        self.spec
+        let mut names: Vec<String> = self
+            .spec
             .containers
             .iter()
             .chain(
@@ -387,7 +395,10 @@ impl SidecarSet {
                     .filter(|c| c.is_native_sidecar()),
             )
             .map(|c| c.name().to_string())
-            .collect()
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// Every sidecar name this SidecarSet injects: containers, then init containers.

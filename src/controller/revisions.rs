@@ -1,18 +1,21 @@
-//! ControllerRevisions of a SidecarSet: one per distinct sidecar spec, in the operator's
-//! namespace, labelled with the SidecarSet's name. The history is cut to
-//! `revisionHistoryLimit`, never deleting a revision a pod still records or that
-//! `injectionStrategy.revision` pins.
+//! ControllerRevisions of a SidecarSet, as OpenKruise makes them: one per distinct sidecar spec,
+//! in the operator's namespace, named `<sidecarset>-<hash>` after Kubernetes'
+//! `HashControllerRevision` of OpenKruise's data, labelled with the SidecarSet's name, that hash
+//! (`controller.kubernetes.io/hash`) and its custom version, and annotated with the SidecarSet's
+//! two hashes (which `injectionStrategy.revision` injects). A revision OpenKruise made is found
+//! and reused as it is. The history is cut to `revisionHistoryLimit`, never deleting a revision
+//! a pod still records or that `injectionStrategy.revision` pins.
 
 use super::{Ctx, Error};
-use crate::api::{ANNOTATION_HASH, parse_hash_annotation, safe_encode};
+use crate::api::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, parse_hash_annotation, safe_encode,
+};
 use crate::select::Entry;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
-use sha2::{Digest, Sha256};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tracing::info;
 
@@ -22,25 +25,116 @@ pub const LABEL_SIDECARSET_NAME: &str = "kruise.io/sidecarset-name";
 /// `apps.kruise.io/sidecarset-custom-version` label on the SidecarSet), for
 /// `injectionStrategy.revision.customVersion`.
 pub const LABEL_CUSTOM_VERSION: &str = "apps.kruise.io/sidecarset-custom-version";
+/// Label of a revision with the hash its name ends with (Kubernetes' own label).
+pub const LABEL_HASH: &str = "controller.kubernetes.io/hash";
 
-/// What a revision records: the parts of the spec that make the injected sidecars.
-pub fn revision_data(entry: &Entry) -> serde_json::Value {
-    let s = &entry.ss.spec;
-    json!({"spec": {
-        "$patch": "replace",
-        "containers": s.containers,
-        "initContainers": s.init_containers,
-        "volumes": s.volumes,
-        "imagePullSecrets": s.image_pull_secrets,
-        "patchPodMetadata": s.patch_pod_metadata,
-    }})
+/// What a revision records, byte for byte as OpenKruise: the parts of the spec that make the
+/// injected sidecars (see [`crate::api::revision_data`]).
+pub fn revision_data(entry: &Entry) -> String {
+    crate::api::revision_data(&entry.ss)
 }
 
-/// Name of a revision: the SidecarSet's name and a hash of the data and the collision count.
-pub fn revision_name(ss: &str, data: &serde_json::Value, collision: i32) -> String {
-    let digest = Sha256::digest(format!("{data}{collision}").as_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("{ss}-{}", &safe_encode(&hex)[..10])
+/// FNV-1 (Go's `hash/fnv.New32`, not the 1a variant) over the bytes.
+fn fnv1_32(chunks: &[&[u8]]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in chunks.iter().flat_map(|c| c.iter()) {
+        h = h.wrapping_mul(0x0100_0193);
+        h ^= u32::from(*b);
+    }
+    h
+}
+
+/// Kubernetes' `HashControllerRevision`: FNV-32 of the data and then of the collision count in
+/// decimal (OpenKruise always passes the count, 0 for a first revision), its decimal value
+/// mapped onto the safe alphabet.
+pub fn revision_hash(data: &str, collision: i32) -> String {
+    let sum = fnv1_32(&[data.as_bytes(), collision.to_string().as_bytes()]);
+    safe_encode(&sum.to_string())
+}
+
+/// Name of a revision: the SidecarSet's name (cut to 223 characters, as Kubernetes'
+/// `ControllerRevisionName`) and [`revision_hash`].
+pub fn revision_name(ss: &str, data: &str, collision: i32) -> String {
+    let prefix: String = ss.chars().take(223).collect();
+    format!("{prefix}-{}", revision_hash(data, collision))
+}
+
+/// Metadata of a new revision named `name`: the SidecarSet's name, the hash of the data with
+/// the collision count of the first try (Kubernetes keeps that label when a collision changes
+/// the name, and so does OpenKruise), the SidecarSet's custom version, and its two hashes.
+pub fn new_revision_metadata(
+    entry: &Entry,
+    namespace: &str,
+    name: &str,
+    data: &str,
+    first_collision: i32,
+) -> ObjectMeta {
+    let ss = entry.ss.name();
+    let mut labels = BTreeMap::from([
+        (LABEL_SIDECARSET_NAME.to_string(), ss.to_string()),
+        (LABEL_HASH.to_string(), revision_hash(data, first_collision)),
+    ]);
+    if let Some(v) = custom_version(entry) {
+        labels.insert(LABEL_CUSTOM_VERSION.to_string(), v.clone());
+    }
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        labels: Some(labels),
+        annotations: Some(BTreeMap::from([
+            (ANNOTATION_HASH.to_string(), entry.hash.to_string()),
+            (
+                ANNOTATION_HASH_WITHOUT_IMAGE.to_string(),
+                entry.hash_without_image.to_string(),
+            ),
+        ])),
+        ..Default::default()
+    }
+}
+
+fn custom_version(entry: &Entry) -> Option<&String> {
+    entry
+        .ss
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_CUSTOM_VERSION))
+}
+
+/// A new revision's body with `data` exactly as given (the API server keeps those bytes, so a
+/// revision we make has OpenKruise's data byte for byte; a typed object would be re-encoded by
+/// serde, without Go's escaping).
+#[derive(serde::Serialize)]
+struct NewRevision<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: &'a ObjectMeta,
+    data: &'a serde_json::value::RawValue,
+    revision: i64,
+}
+
+async fn create_revision(
+    ctx: &Ctx,
+    metadata: &ObjectMeta,
+    data: &str,
+    revision: i64,
+) -> Result<ControllerRevision, kube::Error> {
+    let raw = serde_json::value::RawValue::from_string(data.to_string())
+        .map_err(kube::Error::SerdeError)?;
+    let body = serde_json::to_vec(&NewRevision {
+        api_version: "apps/v1",
+        kind: "ControllerRevision",
+        metadata,
+        data: &raw,
+        revision,
+    })
+    .map_err(kube::Error::SerdeError)?;
+    let url = <ControllerRevision as kube::Resource>::url_path(&(), Some(&ctx.namespace));
+    let req = kube::core::Request::new(url)
+        .create(&PostParams::default(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    ctx.client.request(req).await
 }
 
 /// Makes sure the current spec has a revision; returns (latest revision name, collision count).
@@ -57,6 +151,8 @@ pub async fn register(
         .items;
     existing.sort_by_key(|r| r.revision.unwrap_or(0));
     let data = revision_data(entry);
+    let data_value: serde_json::Value = serde_json::from_str(&data)
+        .map_err(|e| Error::Invalid(format!("revision data is not JSON: {e}")))?;
     let mut collision = entry
         .ss
         .status
@@ -64,59 +160,59 @@ pub async fn register(
         .and_then(|s| s.collision_count)
         .unwrap_or(0);
     let max = existing.last().and_then(|r| r.revision).unwrap_or(0);
-    let name = loop {
-        let name = revision_name(&ss, &data, collision);
-        match existing.iter().find(|r| r.name_any() == name) {
-            Some(r) if r.data.0 == data => {
-                if r.revision != Some(max) {
-                    // A rollback to an earlier spec: it becomes the newest again.
-                    let mut r = r.clone();
-                    r.revision = Some(max + 1);
-                    api.replace(&name, &PostParams::default(), &r).await?;
-                }
-                break name;
-            }
-            Some(_) => collision += 1,
-            None => {
-                let rev = ControllerRevision {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(ctx.namespace.clone()),
-                        labels: Some({
-                            let mut l: std::collections::BTreeMap<String, String> =
-                                [(LABEL_SIDECARSET_NAME.to_string(), ss.clone())].into();
-                            if let Some(v) = entry
-                                .ss
-                                .metadata
-                                .labels
-                                .as_ref()
-                                .and_then(|l| l.get(LABEL_CUSTOM_VERSION))
-                            {
-                                l.insert(LABEL_CUSTOM_VERSION.to_string(), v.clone());
-                            }
-                            l
-                        }),
-                        ..Default::default()
-                    },
-                    data: RawExtension(data.clone()),
-                    revision: Some(max + 1),
-                };
-                match api.create(&PostParams::default(), &rev).await {
-                    Ok(_) => {
-                        info!(sidecarset = %ss, revision = %name, number = max + 1, "new revision")
-                    }
-                    Err(kube::Error::Api(e)) if e.code == 409 => {
-                        // Created meanwhile: compare its data on the next pass.
-                        return Err(Error::Invalid(format!(
-                            "revision {name} appeared meanwhile; retrying"
-                        )));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-                existing.push(rev);
-                break name;
-            }
+    let custom = custom_version(entry);
+    // The newest revision with these data, whatever its name (it may be OpenKruise's).
+    let name = if let Some(r) = existing.iter().rev().find(|r| r.data.0 == data_value) {
+        let name = r.name_any();
+        let mut change = serde_json::Map::new();
+        if r.revision != Some(max) {
+            // A rollback to an earlier spec: it becomes the newest again.
+            change.insert("revision".into(), json!(max + 1));
         }
+        if let Some(v) = custom
+            && r.labels().get(LABEL_CUSTOM_VERSION) != Some(v)
+        {
+            change.insert(
+                "metadata".into(),
+                json!({"labels": {LABEL_CUSTOM_VERSION: v}}),
+            );
+        }
+        if !change.is_empty() {
+            // A merge patch: the data are left as stored (they are immutable, byte for byte).
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::Value::Object(change)),
+            )
+            .await?;
+        }
+        name
+    } else {
+        let first = collision;
+        let name = loop {
+            let name = revision_name(&ss, &data, collision);
+            if existing.iter().any(|r| r.name_any() == name) {
+                // Same name, other data: a hash collision.
+                collision += 1;
+                continue;
+            }
+            break name;
+        };
+        let metadata = new_revision_metadata(entry, &ctx.namespace, &name, &data, first);
+        match create_revision(ctx, &metadata, &data, max + 1).await {
+            Ok(created) => {
+                info!(sidecarset = %ss, revision = %name, number = max + 1, "new revision");
+                existing.push(created);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                // Created meanwhile: compare its data on the next pass.
+                return Err(Error::Invalid(format!(
+                    "revision {name} appeared meanwhile; retrying"
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        name
     };
     truncate(&api, entry, &existing, &name, pods).await?;
     Ok((name, collision))
@@ -177,13 +273,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn fnv1_is_not_fnv1a() {
+        // Reference values of FNV-1 32-bit.
+        assert_eq!(fnv1_32(&[b""]), 0x811c_9dc5);
+        assert_eq!(fnv1_32(&[b"a"]), 0x050c_5d7e);
+        assert_eq!(fnv1_32(&[b"foobar"]), 0x31f0_b262);
+        assert_eq!(fnv1_32(&[b"foo", b"bar"]), fnv1_32(&[b"foobar"]));
+    }
+
+    #[test]
     fn names_are_stable_and_change_with_data_or_collisions() {
-        let a = json!({"spec": {"containers": [{"name": "c", "image": "i:1"}]}});
-        let b = json!({"spec": {"containers": [{"name": "c", "image": "i:2"}]}});
-        assert_eq!(revision_name("ss", &a, 0), revision_name("ss", &a, 0));
-        assert_ne!(revision_name("ss", &a, 0), revision_name("ss", &b, 0));
-        assert_ne!(revision_name("ss", &a, 0), revision_name("ss", &a, 1));
-        assert!(revision_name("ss", &a, 0).starts_with("ss-"));
-        assert_eq!(revision_name("ss", &a, 0).len(), "ss-".len() + 10);
+        let a = r#"{"spec":{"containers":[{"name":"c","image":"i:1"}]}}"#;
+        let b = r#"{"spec":{"containers":[{"name":"c","image":"i:2"}]}}"#;
+        assert_eq!(revision_name("ss", a, 0), revision_name("ss", a, 0));
+        assert_ne!(revision_name("ss", a, 0), revision_name("ss", b, 0));
+        assert_ne!(revision_name("ss", a, 0), revision_name("ss", a, 1));
+        assert!(revision_name("ss", a, 0).starts_with("ss-"));
+        assert_eq!(
+            revision_name("ss", a, 0),
+            format!("ss-{}", revision_hash(a, 0))
+        );
+        // A decimal u32 has at most 10 digits.
+        assert!(revision_hash(a, 0).len() <= 10);
+        let long = "s".repeat(300);
+        assert_eq!(
+            revision_name(&long, a, 0).split('-').next().unwrap().len(),
+            223
+        );
     }
 }

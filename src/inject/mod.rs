@@ -586,17 +586,36 @@ pub fn for_pod_pinned(
 }
 
 /// The SidecarSet as a recorded revision made it: the revision's `spec` (containers, init
-/// containers, volumes, image pull secrets, patchPodMetadata) over the current object, and the
-/// revision's name recorded in the pods' hash annotation.
-pub fn pinned_entry(current: &Entry, revision_name: &str, data: &Value) -> Option<Entry> {
+/// containers, volumes, image pull secrets, patchPodMetadata) over the current object, the
+/// revision's name recorded in the pods' hash annotation, and the revision's hashes: those in
+/// the revision's `annotations` (copied from the SidecarSet when the revision was made), or
+/// computed from the restored spec when the revision has none (as OpenKruise).
+pub fn pinned_entry(
+    current: &Entry,
+    revision_name: &str,
+    data: &Value,
+    annotations: &BTreeMap<String, String>,
+) -> Option<Entry> {
     let spec = data.get("spec")?;
     let mut ss = (*current.ss).clone();
-    let take = |k: &str| spec.get(k).cloned().unwrap_or(Value::Array(vec![]));
+    let take = |k: &str| {
+        spec.get(k)
+            .filter(|v| !v.is_null())
+            .cloned()
+            .unwrap_or(Value::Array(vec![]))
+    };
     ss.spec.containers = serde_json::from_value(take("containers")).ok()?;
     ss.spec.init_containers = serde_json::from_value(take("initContainers")).ok()?;
     ss.spec.volumes = serde_json::from_value(take("volumes")).ok()?;
     ss.spec.image_pull_secrets = serde_json::from_value(take("imagePullSecrets")).ok()?;
     ss.spec.patch_pod_metadata = serde_json::from_value(take("patchPodMetadata")).ok()?;
+    let ann = ss.metadata.annotations.get_or_insert_with(Default::default);
+    for key in [ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE] {
+        match annotations.get(key).filter(|v| !v.is_empty()) {
+            Some(v) => ann.insert(key.to_string(), v.clone()),
+            None => ann.remove(key),
+        };
+    }
     ss.status
         .get_or_insert_with(Default::default)
         .latest_revision = Some(revision_name.to_string());

@@ -1,7 +1,9 @@
 //! Which SidecarSets match a pod. The index holds every SidecarSet with its selectors compiled
 //! once; the webhook and the controller ask the same index, so both agree on what matches.
 
-use crate::api::{Scope, SelectorError, SidecarSet};
+use crate::api::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, Scope, SelectorError, SidecarSet,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -15,12 +17,29 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Compiles the scope and computes the hashes.
+    /// Compiles the scope and takes the hashes from the SidecarSet's annotations
+    /// `kruise.io/sidecarset-hash` and `kruise.io/sidecarset-hash-without-image`, which the
+    /// mutating webhook (ours or OpenKruise's) wrote after defaulting it: like OpenKruise, the
+    /// stored values are used, not recomputed. A hash whose annotation is missing (a SidecarSet
+    /// read from a file by the `inject` command) is computed from the SidecarSet as it is, which
+    /// must then be defaulted already.
     pub fn new(ss: Arc<SidecarSet>) -> Result<Self, SelectorError> {
         let scope = Scope::of(&ss.spec)?;
+        let stored = |key: &str| {
+            ss.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .filter(|v| !v.is_empty())
+                .map(|v| Arc::<str>::from(v.as_str()))
+        };
+        let hash =
+            stored(ANNOTATION_HASH).unwrap_or_else(|| crate::api::sidecarset_hash(&ss).into());
+        let hash_without_image = stored(ANNOTATION_HASH_WITHOUT_IMAGE)
+            .unwrap_or_else(|| crate::api::sidecarset_hash_without_image(&ss).into());
         Ok(Entry {
-            hash: crate::api::sidecarset_hash(&ss).into(),
-            hash_without_image: crate::api::sidecarset_hash_without_image(&ss).into(),
+            hash,
+            hash_without_image,
             ss,
             scope,
         })

@@ -8,7 +8,7 @@ pub mod server;
 
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, SidecarSet, conflicts, default_sidecarset,
-    sidecarset_hash, sidecarset_hash_without_image, validate,
+    sidecarset_hashes_as_submitted, validate,
 };
 use crate::inject;
 use crate::select::{Index, namespace_labels};
@@ -26,8 +26,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use tracing::{debug, info, warn};
 
-/// A SidecarSet revision known to the webhook: (SidecarSet name, custom version, data).
-pub type KnownRevision = (String, Option<String>, serde_json::Value);
+/// A SidecarSet revision known to the webhook.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KnownRevision {
+    /// Its `kruise.io/sidecarset-name` label.
+    pub sidecarset: String,
+    /// Its `apps.kruise.io/sidecarset-custom-version` label.
+    pub custom_version: Option<String>,
+    pub data: serde_json::Value,
+    /// Its annotations (the SidecarSet's hashes when the revision was made).
+    pub annotations: BTreeMap<String, String>,
+}
 
 /// What the webhooks read: the SidecarSet index and namespace labels, replaced by the watchers.
 #[derive(Default)]
@@ -46,7 +55,7 @@ pub struct State {
     /// trusts our CA (v1alpha1 clients depend on it).
     require_conversion: AtomicBool,
     conversion_ok: AtomicBool,
-    /// ControllerRevisions of SidecarSets by name: (SidecarSet name, custom version, data).
+    /// ControllerRevisions of SidecarSets by name.
     revisions: RwLock<Arc<HashMap<String, KnownRevision>>>,
     /// Expiry of the served certificate (unix seconds; 0 when unknown).
     cert_expiry: std::sync::atomic::AtomicI64,
@@ -99,10 +108,7 @@ impl State {
         self.set_namespaces(next);
     }
 
-    pub fn set_revisions(
-        &self,
-        revisions: HashMap<String, (String, Option<String>, serde_json::Value)>,
-    ) {
+    pub fn set_revisions(&self, revisions: HashMap<String, KnownRevision>) {
         if let Ok(mut g) = self.revisions.write() {
             *g = Arc::new(revisions);
         }
@@ -113,15 +119,15 @@ impl State {
     pub fn pinned(&self, e: &crate::select::Entry) -> Option<crate::select::Entry> {
         let want = e.ss.spec.injection_strategy.revision.as_ref()?;
         let revisions = self.revisions.read().ok()?.clone();
-        let found = revisions.iter().find(|(name, (ss, custom, _))| {
-            ss == e.ss.name()
+        let found = revisions.iter().find(|(name, r)| {
+            r.sidecarset == e.ss.name()
                 && (want.revision_name.as_deref() == Some(name.as_str())
                     || (want.revision_name.is_none()
                         && want.custom_version.is_some()
-                        && custom == &want.custom_version))
+                        && r.custom_version == want.custom_version))
         });
         match found {
-            Some((name, (_, _, data))) => inject::pinned_entry(e, name, data),
+            Some((name, r)) => inject::pinned_entry(e, name, &r.data, &r.annotations),
             None => {
                 warn!(sidecarset = e.ss.name(), pinned = ?want, "pinned revision not found; injecting the current spec");
                 None
@@ -621,10 +627,7 @@ pub fn admit_sidecarset_defaults(req: &Request) -> Response {
         Err(denied) => return denied,
     };
     default_sidecarset(&mut defaulted);
-    let (h, hw) = (
-        sidecarset_hash(&defaulted),
-        sidecarset_hash_without_image(&defaulted),
-    );
+    let (h, hw) = sidecarset_hashes_as_submitted(&defaulted, &before);
     let ann = defaulted
         .metadata
         .annotations
