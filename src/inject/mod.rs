@@ -2,6 +2,8 @@
 //! (RFC 6902) of only what changes, addressed against the pod exactly as it was received, so
 //! fields this build does not know about (a newer Kubernetes) are never touched.
 
+pub mod resources;
+
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, ENV_IS_INJECTED,
     PatchPolicy, PodInjectPolicy, SidecarContainer, SidecarSet, SidecarSetUpgradeSpec,
