@@ -3,11 +3,16 @@
 
 mod defaults;
 mod hash;
+mod resources_policy;
 mod selector;
 mod validate;
 
 pub use defaults::{default_container, default_sidecarset};
 pub use hash::{safe_encode, sidecarset_hash, sidecarset_hash_without_image};
+pub use resources_policy::{
+    DEFAULT_TARGET_CONTAINERS_NAME_REGEX, ResourceExprs, ResourcesExpr, ResourcesPolicy,
+    TargetContainersMode,
+};
 pub use selector::{CompiledSelector, Scope, SelectorError, is_qualified_name, selectors_overlap};
 pub use validate::{FieldError, ValidationErrors, conflicts, validate};
 
@@ -151,6 +156,10 @@ pub struct SidecarContainer {
     /// Env vars copied from an app container of the pod into the sidecar.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfer_env: Vec<TransferEnvVar>,
+
+    /// Computes the sidecar's resources at pod creation from the pod's containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources_policy: Option<ResourcesPolicy>,
 }
 
 impl SidecarContainer {
