@@ -156,6 +156,12 @@ pub fn inject_files(
         .clone()
         .unwrap_or_else(|| "default".into());
     let injection = crate::inject::for_pod(&index, &pod, &namespace_labels(&ns, ns_labels), now);
+    if let Some(denied) = &injection.denied {
+        return Err(invalid(
+            pod_file,
+            format!("the webhook would refuse this pod: {denied}"),
+        ));
+    }
     crate::inject::apply(&mut raw, &injection.patch)
         .map_err(|e| invalid(pod_file, format!("the injection patch does not apply: {e}")))?;
     serde_saphyr::to_string(&raw)

@@ -331,10 +331,16 @@ async fn check_openkruise(client: &Client, allow: bool) -> anyhow::Result<()> {
     let vapi: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let mut found = Vec::new();
     if api.get_opt(KRUISE_WEBHOOKS[0]).await?.is_some() {
-        found.push(format!("mutatingwebhookconfiguration/{}", KRUISE_WEBHOOKS[0]));
+        found.push(format!(
+            "mutatingwebhookconfiguration/{}",
+            KRUISE_WEBHOOKS[0]
+        ));
     }
     if vapi.get_opt(KRUISE_WEBHOOKS[1]).await?.is_some() {
-        found.push(format!("validatingwebhookconfiguration/{}", KRUISE_WEBHOOKS[1]));
+        found.push(format!(
+            "validatingwebhookconfiguration/{}",
+            KRUISE_WEBHOOKS[1]
+        ));
     }
     if !found.is_empty() && !allow {
         bail!(

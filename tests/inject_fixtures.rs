@@ -23,6 +23,8 @@ struct Case {
     expected: Value,
     /// `SIDECARSET: REASON` of the matching SidecarSets left out.
     expected_skipped: BTreeMap<String, String>,
+    /// Parts of the message of a refused pod (the pod is then expected unchanged).
+    expected_denied: Vec<String>,
 }
 
 fn load(path: &Path) -> Case {
@@ -46,8 +48,13 @@ fn load(path: &Path) -> Case {
         ns_labels: serde_json::from_value(v["namespaceLabels"].clone()).unwrap_or_default(),
         pod: v["pod"].clone(),
         sidecarsets,
-        expected: v["expected"].clone(),
+        expected: if v["expected"].is_null() {
+            v["pod"].clone()
+        } else {
+            v["expected"].clone()
+        },
         expected_skipped: serde_json::from_value(v["expectedSkipped"].clone()).unwrap_or_default(),
+        expected_denied: serde_json::from_value(v["expectedDenied"].clone()).unwrap_or_default(),
     }
 }
 
@@ -89,6 +96,24 @@ fn fixtures_inject_as_expected() {
             "{}: a skip without a reason for people",
             case.name
         );
+        match (&injection.denied, case.expected_denied.is_empty()) {
+            (None, true) => {}
+            (Some(d), false) => {
+                let message = d.to_string();
+                for part in &case.expected_denied {
+                    assert!(
+                        message.contains(part.as_str()),
+                        "{}: {part:?} not in {message:?}",
+                        case.name
+                    );
+                }
+                assert!(injection.injected.is_empty(), "{}", case.name);
+            }
+            (got, _) => panic!(
+                "{}: denied {got:?}, want {:?}",
+                case.name, case.expected_denied
+            ),
+        }
         if injection.injected.is_empty() {
             assert!(
                 injection.patch.0.is_empty(),
@@ -221,6 +246,7 @@ fn clone_case(c: &Case) -> Case {
         sidecarsets: c.sidecarsets.clone(),
         expected: c.expected.clone(),
         expected_skipped: c.expected_skipped.clone(),
+        expected_denied: c.expected_denied.clone(),
     }
 }
 

@@ -28,10 +28,14 @@ fn has(schema: &Value, path: &str) -> bool {
 #[test]
 fn every_openkruise_field_is_in_our_schema_in_the_same_version() {
     let crd = serde_json::to_value(sidecarset_operator::api::crd()).unwrap();
-    let listed = std::fs::read_to_string("tests/fixtures/kruise-1.9/sidecarset-fields.txt").unwrap();
+    let listed =
+        std::fs::read_to_string("tests/fixtures/kruise-1.9/sidecarset-fields.txt").unwrap();
     let mut missing = Vec::new();
     let mut checked = 0;
-    for line in listed.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+    for line in listed
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
         let (version, path) = line.split_once(' ').unwrap();
         let v = crd["spec"]["versions"]
             .as_array()
@@ -45,7 +49,11 @@ fn every_openkruise_field_is_in_our_schema_in_the_same_version() {
         checked += 1;
     }
     assert!(checked > 200, "only {checked} fields listed");
-    assert!(missing.is_empty(), "fields of OpenKruise 1.9 missing from our CRD:\n{}", missing.join("\n"));
+    assert!(
+        missing.is_empty(),
+        "fields of OpenKruise 1.9 missing from our CRD:\n{}",
+        missing.join("\n")
+    );
 }
 
 #[test]

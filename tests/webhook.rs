@@ -105,6 +105,55 @@ async fn pod_create_is_injected_and_unknown_fields_survive() {
 }
 
 #[tokio::test]
+async fn pod_is_refused_when_a_resources_policy_finds_no_target_and_computed_otherwise() {
+    let (state, mut c) = setup().await;
+    let (index, _) = Index::from_sidecarsets([sidecarset(
+        "mesh",
+        json!({"selector": {"matchLabels": {"app": "web"}}, "containers": [{"name": "proxy", "image": "proxy:1",
+               "resourcesPolicy": {"targetContainersMode": "sum", "targetContainersNameRegex": "^main$",
+                                   "resourcesExpr": {"requests": {"cpu": "max(cpu*50%, 50m)"}}}}]}),
+    )]);
+    state.set_index(index);
+    let mut p = pod("other", json!({"app": "web"}));
+    let (status, body) = c
+        .request(
+            "POST",
+            "/mutate-pod",
+            review("u1", POD, "pods", "CREATE", "other", &p, None),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["response"]["status"]["code"], 403);
+    let (allowed, message, patch) = response(&body);
+    assert!(!allowed);
+    assert!(patch.is_none());
+    assert!(
+        message.starts_with(
+            "SidecarSet \"mesh\" cannot inject container \"proxy\" into this pod: \
+             spec.containers[0].resourcesPolicy.targetContainersNameRegex: no container of the pod matches \"^main$\""
+        ),
+        "{message}"
+    );
+
+    // The pod's container is named main: requests of main are 0, so the floor of 50m applies.
+    p["spec"]["containers"][0]["name"] = json!("main");
+    let (_, body) = c
+        .request(
+            "POST",
+            "/mutate-pod",
+            review("u2", POD, "pods", "CREATE", "other", &p, None),
+        )
+        .await;
+    inject::apply(&mut p, &response(&body).2.unwrap()).unwrap();
+    assert_eq!(names(&p), ["proxy", "main"]);
+    assert_eq!(
+        p["spec"]["containers"][0]["resources"],
+        json!({"requests": {"cpu": "50m"}})
+    );
+}
+
+#[tokio::test]
 async fn unmatched_skipped_and_subresource_requests_pass_unchanged() {
     let (_, mut c) = setup().await;
     for (uid, ns, labels, sub) in [

@@ -58,6 +58,11 @@ fn default_sidecar(c: &mut SidecarContainer, policy: PodInjectPolicy) {
             default_field_selector(fr);
         }
     }
+    // OpenKruise's CRD default: an absent regex is ".*" (an explicit "" stays, and is invalid).
+    if let Some(p) = &mut c.resources_policy {
+        p.target_containers_name_regex
+            .get_or_insert_with(|| super::DEFAULT_TARGET_CONTAINERS_NAME_REGEX.into());
+    }
     default_container(&mut c.container);
 }
 
@@ -248,6 +253,40 @@ mod tests {
         ] {
             assert_eq!(default_pull_policy(image), want, "{image}");
         }
+    }
+
+    #[test]
+    fn resources_policy_regex_defaults_to_every_name_but_an_empty_one_stays() {
+        let mut ss: SidecarSet = serde_saphyr::from_str(
+            r#"
+metadata: {name: s}
+spec:
+  containers:
+  - name: a
+    image: i
+    resourcesPolicy: {targetContainersMode: sum, resourcesExpr: {limits: {cpu: cpu}}}
+  - name: b
+    image: i
+    resourcesPolicy: {targetContainersMode: max, targetContainersNameRegex: "", resourcesExpr: {}}
+  initContainers:
+  - name: c
+    image: i
+    restartPolicy: Always
+    resourcesPolicy: {targetContainersMode: max, targetContainersNameRegex: "^app$", resourcesExpr: {}}
+"#,
+        )
+        .unwrap();
+        default_sidecarset(&mut ss);
+        let regex = |c: &SidecarContainer| {
+            c.resources_policy
+                .as_ref()
+                .unwrap()
+                .target_containers_name_regex
+                .clone()
+        };
+        assert_eq!(regex(&ss.spec.containers[0]).as_deref(), Some(".*"));
+        assert_eq!(regex(&ss.spec.containers[1]).as_deref(), Some(""));
+        assert_eq!(regex(&ss.spec.init_containers[0]).as_deref(), Some("^app$"));
     }
 
     #[test]

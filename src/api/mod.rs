@@ -10,6 +10,7 @@ mod defaults;
 mod gojson;
 mod hash;
 pub mod quantity;
+mod resources_policy;
 mod selector;
 mod update_priority;
 pub mod v1beta1;
@@ -19,6 +20,10 @@ pub use defaults::{default_container, default_sidecarset};
 pub use hash::{
     hash_input, revision_data, safe_encode, sidecarset_hash, sidecarset_hash_without_image,
     sidecarset_hashes_as_submitted,
+};
+pub use resources_policy::{
+    DEFAULT_TARGET_CONTAINERS_NAME_REGEX, ResourceExprs, ResourcesExpr, ResourcesPolicy,
+    TargetContainersMode,
 };
 pub use selector::{CompiledSelector, Scope, SelectorError, is_qualified_name, selectors_overlap};
 pub use update_priority::{
@@ -169,6 +174,10 @@ pub struct SidecarContainer {
     /// Env vars copied from an app container of the pod into the sidecar.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfer_env: Vec<TransferEnvVar>,
+
+    /// Computes the sidecar's resources at pod creation from the pod's containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources_policy: Option<ResourcesPolicy>,
 }
 
 impl SidecarContainer {

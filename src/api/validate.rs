@@ -3,8 +3,8 @@
 
 use super::selector::{Scope, is_dns_label, is_label_value, is_qualified_name};
 use super::{
-    PatchPolicy, SidecarContainer, SidecarSet, SidecarSetSpec, SidecarSetUpdateStrategy,
-    UpdateStrategyType, UpgradeType,
+    PatchPolicy, ResourcesPolicy, SidecarContainer, SidecarSet, SidecarSetSpec,
+    SidecarSetUpdateStrategy, UpdateStrategyType, UpgradeType,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::{BTreeMap, BTreeSet};
@@ -338,6 +338,81 @@ fn validate_container(
             errs.push(tpath, "envName and envNames are mutually exclusive");
         } else if !has_one && t.env_names.is_empty() {
             errs.push(tpath, "set envName or envNames");
+        }
+    }
+    if let Some(policy) = &c.resources_policy {
+        validate_resources_policy(c, policy, &format!("{path}.resourcesPolicy"), is_init, errs);
+    }
+}
+
+/// OpenKruise's checks of a resourcesPolicy, in its order.
+fn validate_resources_policy(
+    c: &SidecarContainer,
+    p: &ResourcesPolicy,
+    path: &str,
+    is_init: bool,
+    errs: &mut ValidationErrors,
+) {
+    use crate::inject::resources::expr::{Value, Variables, evaluate};
+    if is_init && !c.is_native_sidecar() {
+        errs.push(
+            path,
+            "resourcesPolicy works only on native sidecars: set restartPolicy: Always on this init container, or remove resourcesPolicy",
+        );
+    }
+    let set = |l: Option<&BTreeMap<String, _>>| l.is_some_and(|l| !l.is_empty());
+    if c.container
+        .resources
+        .as_ref()
+        .is_some_and(|r| set(r.limits.as_ref()) || set(r.requests.as_ref()))
+    {
+        errs.push(
+            path,
+            "resourcesPolicy and resources cannot be set together: remove resources.limits and resources.requests (the policy computes them), or remove resourcesPolicy",
+        );
+        return;
+    }
+    // Absent is ".*" (the default); an explicit empty one is refused, as by OpenKruise.
+    if let Some(re) = p.target_containers_name_regex.as_deref() {
+        let field = format!("{path}.targetContainersNameRegex");
+        if re.is_empty() {
+            errs.push(
+                field,
+                "required: a regular expression over the pod's container names, such as \".*\" (every container) or \"^app$\"",
+            );
+        } else if let Err(e) = regex::Regex::new(re) {
+            errs.push(
+                field,
+                format!("{re:?} is not a valid regular expression: {e}"),
+            );
+        }
+    }
+    let x = &p.resources_expr;
+    if x.limits.is_none() && x.requests.is_none() {
+        errs.push(
+            format!("{path}.resourcesExpr"),
+            "set limits or requests (or both), each with a cpu and/or a memory expression",
+        );
+        return;
+    }
+    for (kind, exprs) in [("limits", &x.limits), ("requests", &x.requests)] {
+        let Some(exprs) = exprs else { continue };
+        for (var, e) in [("cpu", &exprs.cpu), ("memory", &exprs.memory)] {
+            if e.is_empty() {
+                continue;
+            }
+            // OpenKruise checks an expression by evaluating it with its variable as the number 1.
+            let mut vars = Variables::from([(var.to_string(), Value::Number(1.0))]);
+            if let Err(err) = evaluate(e, &mut vars) {
+                errs.push(
+                    format!("{path}.resourcesExpr.{kind}.{var}"),
+                    format!(
+                        "{e:?} is not a valid expression (checked with {var} = 1): {err}; use numbers, \
+                         percentages (50%), quantities (100m, 512Mi), the variable {var}, + - * /, \
+                         parentheses, max(a, b) and min(a, b)"
+                    ),
+                );
+            }
         }
     }
 }

@@ -2,6 +2,8 @@
 //! (RFC 6902) of only what changes, addressed against the pod exactly as it was received, so
 //! fields this build does not know about (a newer Kubernetes) are never touched.
 
+pub mod resources;
+
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, ENV_IS_INJECTED,
     PatchPolicy, PodInjectPolicy, SidecarContainer, SidecarSet, SidecarSetUpgradeSpec,
@@ -10,7 +12,9 @@ use crate::api::{
 use crate::select::Entry;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use jsonptr::PointerBuf;
-use k8s_openapi::api::core::v1::{Container, EnvVar, LocalObjectReference, Pod, Volume};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, LocalObjectReference, Pod, PodSpec, ResourceRequirements, Volume,
+};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +27,31 @@ pub struct Injection {
     pub injected: Vec<String>,
     /// SidecarSets that match the pod but were not injected, and why.
     pub skipped: Vec<Skipped>,
+    /// Set when the pod must be refused: a matching SidecarSet cannot be injected into it (its
+    /// resourcesPolicy does not fit the pod). The patch is then empty.
+    pub denied: Option<Denial>,
+}
+
+/// Why a pod cannot be created with the SidecarSets that match it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub sidecarset: String,
+    /// The sidecar (container or init container) that cannot be built.
+    pub container: String,
+    /// The SidecarSet's field at fault, e.g. `spec.containers[0].resourcesPolicy.resourcesExpr.limits.cpu`.
+    pub field: String,
+    /// What went wrong and what to change.
+    pub message: String,
+}
+
+impl std::fmt::Display for Denial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SidecarSet {:?} cannot inject container {:?} into this pod: {}: {}",
+            self.sidecarset, self.container, self.field, self.message
+        )
+    }
 }
 
 /// Why a SidecarSet that matches a pod was not injected into it.
@@ -220,24 +249,34 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         &mut ops,
     );
 
-    // 2. Containers, built from the app containers the pod came with.
+    // 2. Containers, built from the app containers the pod came with. A resourcesPolicy reads
+    //    the pod's containers other than those of the matching SidecarSets.
     let apps: Vec<&Container> = spec.containers.iter().collect();
+    let sidecar_names: BTreeSet<&str> = sidecarsets
+        .iter()
+        .flat_map(|e| {
+            e.ss.spec
+                .containers
+                .iter()
+                .chain(e.ss.spec.init_containers.iter())
+                .map(|c| c.name())
+        })
+        .collect();
     let mut sidecars = Vec::new();
     let mut init_sidecars = Vec::new();
     let mut volumes_needed: Vec<&Volume> = Vec::new();
     for ss in todo.iter().map(|e| &e.ss) {
-        let built: Vec<(&SidecarContainer, Container)> = ss
-            .spec
-            .containers
-            .iter()
-            .map(|sc| (sc, build_sidecar(sc, pod, &apps)))
-            .collect();
-        let built_init: Vec<(&SidecarContainer, Container)> = ss
-            .spec
-            .init_containers
-            .iter()
-            .map(|sc| (sc, build_sidecar(sc, pod, &apps)))
-            .collect();
+        let build = |init| build_all(ss, init, pod, spec, &apps, &sidecar_names);
+        let (built_init, built) = match (build(true), build(false)) {
+            (Ok(i), Ok(c)) => (i, c),
+            (Err(denied), _) | (_, Err(denied)) => {
+                return Injection {
+                    skipped,
+                    denied: Some(denied),
+                    ..Default::default()
+                };
+            }
+        };
         for (_, c) in built.iter().chain(built_init.iter()) {
             let mounted = c.volume_mounts.iter().flatten().map(|m| m.name.as_str());
             let devices = c.volume_devices.iter().flatten().map(|d| d.name.as_str());
@@ -304,7 +343,46 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         patch: Patch(ops),
         injected: todo.iter().map(|e| e.ss.name().to_string()).collect(),
         skipped,
+        denied: None,
     }
+}
+
+/// Builds the sidecars of a SidecarSet's init containers or containers, with the resources their
+/// resourcesPolicy computes.
+fn build_all<'a>(
+    ss: &'a SidecarSet,
+    init: bool,
+    pod: &Pod,
+    spec: &PodSpec,
+    apps: &[&Container],
+    sidecar_names: &BTreeSet<&str>,
+) -> Result<Vec<(&'a SidecarContainer, Container)>, Denial> {
+    let (field, list) = if init {
+        ("initContainers", &ss.spec.init_containers)
+    } else {
+        ("containers", &ss.spec.containers)
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, sc)| {
+            let mut c = build_sidecar(sc, pod, apps);
+            if let Some(policy) = &sc.resources_policy {
+                let computed =
+                    resources::compute(policy, spec, sidecar_names).map_err(|e| Denial {
+                        sidecarset: ss.name().to_string(),
+                        container: sc.name().to_string(),
+                        field: format!("spec.{field}[{i}].{}", e.field),
+                        message: e.message,
+                    })?;
+                // Only limits and requests are computed; resource claims stay as they are.
+                let mut r = c.resources.take().unwrap_or_default();
+                r.limits = computed.limits;
+                r.requests = computed.requests;
+                c.resources = (r != ResourceRequirements::default()).then_some(r);
+            }
+            Ok((sc, c))
+        })
+        .collect()
 }
 
 fn patch_metadata(ss: &SidecarSet, ann: &mut BTreeMap<String, String>) {

@@ -435,6 +435,14 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
             let index = state.index();
             let injection =
                 inject::for_pod_pinned(&index, &pod, &ns_labels, now, &|e| state.pinned(e));
+            if let Some(denied) = &injection.denied {
+                // The SidecarSet and the pod do not fit together (OpenKruise refuses the pod
+                // too); the message names the SidecarSet, the sidecar and the field.
+                span.record("sidecarset", denied.sidecarset.as_str());
+                info!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarset = %denied.sidecarset,
+                      container = %denied.container, field = %denied.field, dry_run, "pod refused: {}", denied.message);
+                return Response::deny(&req.uid, 403, denied.to_string());
+            }
             for ss in &injection.injected {
                 m.injections
                     .get_or_create(&crate::telemetry::label(ss))
