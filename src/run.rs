@@ -131,6 +131,12 @@ pub struct RunArgs {
     /// CRD's conversion settings.
     #[arg(long, env = "SSO_MANAGE_CRD_CONVERSION", default_value_t = true, action = clap::ArgAction::Set)]
     pub manage_crd_conversion: bool,
+    /// How rollouts count `partition` and `maxUnavailable`: openkruise (as OpenKruise: partition
+    /// holds back that many upgradable pods; only upgraded pods that are not ready or not yet
+    /// running the new image spend maxUnavailable) or strict (partition counts every pod kept on
+    /// the old sidecars; every not-ready pod spends maxUnavailable).
+    #[arg(long, env = "SSO_ROLLOUT_RULES", default_value = "openkruise", value_parser = ["openkruise", "strict"])]
+    pub rollout_rules: String,
     /// Start even when OpenKruise's webhooks are installed (pods would be injected twice).
     #[arg(long, env = "SSO_ALLOW_OPENKRUISE", default_value_t = false)]
     pub allow_openkruise: bool,
@@ -232,6 +238,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             leader.clone(),
             identity,
             state.clone(),
+            args.rollout_rules.parse().unwrap_or_default(),
         ));
     }
 

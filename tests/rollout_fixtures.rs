@@ -4,6 +4,7 @@
 //! views and what `rollout::plan` and `rollout::status` should answer:
 //!
 //! ```yaml
+//! rules: strict                      # optional: --rollout-rules (default openkruise)
 //! strategy: {maxUnavailable: 1}      # spec.updateStrategy, as written in a SidecarSet
 //! pods:                              # rollout::PodView, camelCase; unset fields default to a
 //! - {key: a, ready: false}           # matched, ready, consistent, upgradable, selected, old pod
@@ -28,7 +29,8 @@ use sidecarset_operator::api::{
 };
 use sidecarset_operator::inject;
 use sidecarset_operator::rollout::{
-    self, Classifier, PodView, Status, image_matches, normalize_image, pod_view, upgrade_patch,
+    self, Classifier, PodView, Rules, Status, image_matches, normalize_image, pod_view,
+    upgrade_patch,
 };
 use sidecarset_operator::select::Entry;
 use std::path::Path;
@@ -36,6 +38,7 @@ use std::sync::Arc;
 
 struct Case {
     name: String,
+    rules: Rules,
     strategy: SidecarSetUpdateStrategy,
     pods: Vec<PodView>,
     expect: Value,
@@ -87,8 +90,13 @@ fn load(path: &Path) -> Case {
             "{name}: unknown expect field {k}"
         );
     }
+    let rules = match v.get("rules").and_then(Value::as_str) {
+        None => Rules::OpenKruise,
+        Some(r) => r.parse().unwrap_or_else(|e| panic!("{name}: rules: {e}")),
+    };
     Case {
         name,
+        rules,
         strategy,
         pods,
         expect,
@@ -115,7 +123,7 @@ fn strings(v: &Value) -> Vec<String> {
 fn fixtures_plan_as_expected() {
     for case in cases() {
         let name = &case.name;
-        let got = rollout::plan(&case.strategy, &case.pods);
+        let got = rollout::plan_with(&case.strategy, &case.pods, case.rules);
         if let Some(err) = case.expect.get("error") {
             let e = got.expect_err(name);
             assert!(e.contains(err.as_str().unwrap()), "{name}: error {e:?}");
@@ -174,12 +182,12 @@ fn fixtures_plan_as_expected() {
 #[test]
 fn plan_does_not_depend_on_input_order() {
     for case in cases() {
-        let Ok(plan) = rollout::plan(&case.strategy, &case.pods) else {
+        let Ok(plan) = rollout::plan_with(&case.strategy, &case.pods, case.rules) else {
             continue;
         };
         let mut reversed = case.pods.clone();
         reversed.reverse();
-        let again = rollout::plan(&case.strategy, &reversed).unwrap();
+        let again = rollout::plan_with(&case.strategy, &reversed, case.rules).unwrap();
         assert_eq!(plan, again, "{}", case.name);
     }
 }
@@ -318,7 +326,7 @@ fn pod_view_of_a_freshly_injected_running_pod() {
             labels: [("app".to_string(), "web".to_string())].into(),
         }
     );
-    assert!(view.matched() && !view.unavailable());
+    assert!(view.matched() && !view.unavailable(Rules::OpenKruise));
 
     // The SidecarSet's images change: old but upgradable.
     let v2 = mesh("proxy:2", "logger:1", "agent:1", "setup:1");
@@ -348,7 +356,7 @@ fn pod_view_readiness_and_ordering_inputs() {
     pod["status"]["initContainerStatuses"][1]["restartCount"] = json!(9); // the native sidecar
     pod["status"]["initContainerStatuses"][0]["restartCount"] = json!(20); // an ordinary init
     let view = pod_view(&typed(&pod), &e);
-    assert!(!view.ready && view.ready_since.is_none() && view.unavailable());
+    assert!(!view.ready && view.ready_since.is_none() && view.unavailable(Rules::Strict));
     assert_eq!(view.restarts, 9);
 
     pod["status"]["phase"] = json!("Pending");
@@ -592,10 +600,12 @@ fn upgrade_patch_changes_only_sidecar_images_and_the_hash() {
 
     // Updated now, not consistent until the kubelet reports the new images: in flight.
     let view = pod_view(&typed(&pod), &e2);
-    assert!(view.updated && view.upgradable && !view.consistent && view.unavailable());
+    assert!(
+        view.updated && view.upgradable && !view.consistent && view.unavailable(Rules::OpenKruise)
+    );
     running(&mut pod, true);
     let view = pod_view(&typed(&pod), &e2);
-    assert!(view.updated && view.consistent && !view.unavailable());
+    assert!(view.updated && view.consistent && !view.unavailable(Rules::OpenKruise));
 
     // Upgrading again changes nothing.
     assert!(upgrade_patch(&typed(&pod), &e2, LATER).is_none());
@@ -712,7 +722,10 @@ fn controller_loop_converges_within_the_budget() {
     for round in 0.. {
         assert!(round < 10, "no convergence");
         let views: Vec<PodView> = pods.iter().map(|p| classifier.view(&typed(p))).collect();
-        let unavailable = views.iter().filter(|v| v.unavailable()).count();
+        let unavailable = views
+            .iter()
+            .filter(|v| v.unavailable(Rules::OpenKruise))
+            .count();
         assert!(unavailable <= 2, "round {round}: {unavailable} unavailable");
         let plan = rollout::plan(&v2.spec.update_strategy, &views).unwrap();
         if plan.done {

@@ -200,6 +200,20 @@ async fn rotations_with_two_replicas_fail_no_admission() -> anyhow::Result<()> {
             async move { Ok(ca_bundles(&c, &name).await.ok().filter(|b| b.iter().all(|x| !x.is_empty())).map(|_| ())) }
         })
         .await?;
+        // Both replicas serving before the first probe (B starts serving once its own first
+        // certificate pass has seen A's webhook configurations).
+        for (who, port) in [("A", pa), ("B", pb)] {
+            eventually(15, &format!("replica {who} serving"), || {
+                let c = c.clone();
+                let name = name.clone();
+                async move {
+                    let bundle = ca_bundles(&c, &name).await?.remove(0);
+                    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                    Ok(served_leaf(addr, &bundle).await.ok().map(|_| ()))
+                }
+            })
+            .await?;
+        }
         let pods: Api<Pod> = Api::namespaced(c.clone(), TARGET_NS);
         let secrets: Api<Secret> = Api::namespaced(c.clone(), &ns);
         let (mut admitted, mut failed) = (0u32, Vec::<String>::new());

@@ -42,6 +42,8 @@ pub struct Ctx {
     pub webhook: Arc<crate::webhook::State>,
     /// `pod uid/SidecarSet` already reported as selected in an excluded namespace.
     reported_excluded: Mutex<std::collections::HashSet<String>>,
+    /// How `partition` and `maxUnavailable` are counted (`--rollout-rules`).
+    pub rules: rollout::Rules,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +65,7 @@ pub async fn run(
     leader: Arc<AtomicBool>,
     identity: String,
     webhook: Arc<crate::webhook::State>,
+    rules: rollout::Rules,
 ) {
     let (pods, writer) = reflector::store();
     let pod_stream = reflector::reflector(
@@ -85,6 +88,7 @@ pub async fn run(
         last_events: Mutex::new(HashMap::new()),
         webhook: webhook.clone(),
         reported_excluded: Mutex::new(Default::default()),
+        rules,
     });
     Controller::new(
         // The stored version: the operator's own watch never goes through its conversion
@@ -227,7 +231,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     if strategy.type_ == Some(UpdateStrategyType::NotUpdate) {
         return Ok(Action::requeue(Duration::from_secs(300)));
     }
-    let plan = rollout::plan(strategy, &views).map_err(Error::Invalid)?;
+    let plan = rollout::plan_with(strategy, &views, ctx.rules).map_err(Error::Invalid)?;
     let by_key: BTreeMap<String, &Arc<SlimPod>> = pods
         .iter()
         .map(|p| {

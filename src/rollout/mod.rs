@@ -83,10 +83,41 @@ impl PodView {
         self.ready && self.consistent
     }
 
-    /// Taking away from availability right now: not ready, or updated and waiting for the
-    /// kubelet to run the new image.
-    pub fn unavailable(&self) -> bool {
-        !self.ready || (self.updated && !self.consistent)
+    /// Spending `maxUnavailable` under `rules`: with OpenKruise's rules a pod upgraded to the
+    /// current sidecars that is not ready or not yet running the new image; with the strict
+    /// rules also any other pod that is not ready.
+    pub fn unavailable(&self, rules: Rules) -> bool {
+        match rules {
+            Rules::OpenKruise => self.updated && (!self.ready || !self.consistent),
+            Rules::Strict => !self.ready || (self.updated && !self.consistent),
+        }
+    }
+}
+
+/// How `partition` and `maxUnavailable` are counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Rules {
+    /// As OpenKruise (`sidecarset_strategy.go`): `partition` holds back that many of the pods
+    /// that could be upgraded now; `maxUnavailable` is spent by pods already upgraded that are
+    /// not ready or not yet running the new image (a pod that was not ready before, for its own
+    /// reasons, spends nothing).
+    #[default]
+    OpenKruise,
+    /// Stricter, opt-in (`--rollout-rules=strict`): `partition` is the number of matched pods
+    /// kept on the old sidecars, counting pods that cannot be upgraded in place; every pod that
+    /// is not ready spends `maxUnavailable`, so an unhealthy workload is never taken further
+    /// down.
+    Strict,
+}
+
+impl std::str::FromStr for Rules {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "openkruise" => Ok(Rules::OpenKruise),
+            "strict" => Ok(Rules::Strict),
+            _ => Err(format!("{s:?}: use openkruise or strict")),
+        }
     }
 }
 
@@ -506,6 +537,15 @@ fn some_keys<'a>(keys: impl Iterator<Item = &'a str>) -> String {
 ///
 /// Errors (a bad or negative partition or maxUnavailable) name the field.
 pub fn plan(strategy: &SidecarSetUpdateStrategy, views: &[PodView]) -> Result<Plan, String> {
+    plan_with(strategy, views, Rules::OpenKruise)
+}
+
+/// [`plan`] with the counting `rules` (OpenKruise's or the strict ones).
+pub fn plan_with(
+    strategy: &SidecarSetUpdateStrategy,
+    views: &[PodView],
+    rules: Rules,
+) -> Result<Plan, String> {
     let matched: Vec<&PodView> = views.iter().filter(|v| v.matched()).collect();
     let total = count(matched.len());
     let partition = resolve_partition(strategy.partition.as_ref(), total)?;
@@ -560,12 +600,18 @@ pub fn plan(strategy: &SidecarSetUpdateStrategy, views: &[PodView]) -> Result<Pl
     let candidates: Vec<&PodView> = order.iter().map(|&i| matched[i]).collect();
 
     let updated = total - count(old.len());
-    let allowed = usize::try_from((total - partition - updated).max(0)).unwrap_or(0);
-    let unavailable: Vec<&PodView> = matched
+    let allowed = match rules {
+        Rules::OpenKruise => candidates
+            .len()
+            .saturating_sub(usize::try_from(partition).unwrap_or(0)),
+        Rules::Strict => usize::try_from((total - partition - updated).max(0)).unwrap_or(0),
+    };
+    let mut unavailable: Vec<&PodView> = matched
         .iter()
         .copied()
-        .filter(|v| v.unavailable())
+        .filter(|v| v.unavailable(rules))
         .collect();
+    unavailable.sort_by(|a, b| a.key.cmp(&b.key));
     let mut budget = (max_unavailable - count(unavailable.len())).max(0);
     let mut blocked = 0usize;
     for v in candidates.iter().take(allowed) {
@@ -1025,15 +1071,18 @@ mod tests {
                     ..v(&format!("p{i}"))
                 })
                 .collect();
-            for mu in 0..3 {
-                for part in 0..6 {
+            for (mu, part, rules) in (0..3).flat_map(|mu| {
+                (0..6)
+                    .flat_map(move |part| [Rules::OpenKruise, Rules::Strict].map(|r| (mu, part, r)))
+            }) {
+                {
                     let st = SidecarSetUpdateStrategy {
                         max_unavailable: Some(int(mu)),
                         partition: Some(int(part)),
                         ..Default::default()
                     };
-                    let p = plan(&st, &views).unwrap();
-                    let unavailable = views.iter().filter(|x| x.unavailable()).count() as i32;
+                    let p = plan_with(&st, &views, rules).unwrap();
+                    let unavailable = views.iter().filter(|x| x.unavailable(rules)).count() as i32;
                     let ready_up = p
                         .upgrade
                         .iter()
