@@ -533,7 +533,7 @@ fn upgrade_patch_changes_only_sidecar_images_and_the_hash() {
     let e2 = entry(v2.clone());
     let before_view = pod_view(&typed(&pod), &e2);
     assert!(!before_view.updated && before_view.upgradable);
-    let patch = upgrade_patch(&typed(&pod), &e2, LATER).expect("a patch");
+    let patch = upgrade_patch(&typed(&pod), &e2, LATER, "ss-rev-2").expect("a patch");
     for op in &patch.0 {
         match op {
             json_patch::PatchOperation::Replace(r) => {
@@ -544,15 +544,17 @@ fn upgrade_patch_changes_only_sidecar_images_and_the_hash() {
                 );
             }
             json_patch::PatchOperation::Add(a) => {
-                assert_eq!(
-                    a.path.to_string(),
-                    "/metadata/annotations/kruise.io~1sidecarset-hash"
+                let p = a.path.to_string();
+                assert!(
+                    p == "/metadata/annotations/kruise.io~1sidecarset-hash"
+                        || p == "/metadata/annotations/kruise.io~1sidecarset-inplace-update-state",
+                    "add of {p}"
                 )
             }
             other => panic!("unexpected op {other:?}"),
         }
     }
-    assert_eq!(patch.0.len(), 3, "{patch:?}");
+    assert_eq!(patch.0.len(), 4, "{patch:?}");
     inject::apply(&mut pod, &patch).unwrap();
 
     assert_eq!(
@@ -588,7 +590,41 @@ fn upgrade_patch_changes_only_sidecar_images_and_the_hash() {
             assert_eq!(&ann[k], v, "annotation {k} changed");
         }
     }
-    assert_eq!(ann.len(), old_ann.len());
+    // One more: the in-place update state, as OpenKruise records it: the revision, when, and
+    // the image IDs the upgraded sidecars (proxy, the native agent) ran before.
+    assert_eq!(ann.len(), old_ann.len() + 1);
+    let state = rollout::inplace_state(Some(
+        &serde_json::from_value(pod["metadata"]["annotations"].clone()).unwrap(),
+    ));
+    let st = &state["mesh"];
+    assert_eq!(st.revision, "ss-rev-2");
+    assert_eq!(st.update_timestamp, LATER);
+    let recorded: Vec<(&str, &str)> = st
+        .last_container_statuses
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.image_id.as_str()))
+        .collect();
+    let status_id = |list: &str, name: &str| {
+        before["status"][list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap()["imageID"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        recorded,
+        [
+            (
+                "agent",
+                status_id("initContainerStatuses", "agent").as_str()
+            ),
+            ("proxy", status_id("containerStatuses", "proxy").as_str())
+        ]
+    );
     let hashes = parse_hash_annotation(ann[ANNOTATION_HASH].as_str().unwrap()).unwrap();
     let h = &hashes["mesh"];
     assert_eq!(h.hash, *e2.hash);
@@ -596,7 +632,8 @@ fn upgrade_patch_changes_only_sidecar_images_and_the_hash() {
     assert_eq!(h.sidecar_set_name, "mesh");
     // Sorted by name, as OpenKruise writes it.
     assert_eq!(h.sidecar_list, ["agent", "logger", "proxy"]);
-    assert_eq!(h.controller_revision, "mesh-abc");
+    // The revision follows the upgrade (OpenKruise writes the latest revision there).
+    assert_eq!(h.controller_revision, "ss-rev-2");
 
     // Updated now, not consistent until the kubelet reports the new images: in flight.
     let view = pod_view(&typed(&pod), &e2);
@@ -608,7 +645,7 @@ fn upgrade_patch_changes_only_sidecar_images_and_the_hash() {
     assert!(view.updated && view.consistent && !view.unavailable(Rules::OpenKruise));
 
     // Upgrading again changes nothing.
-    assert!(upgrade_patch(&typed(&pod), &e2, LATER).is_none());
+    assert!(upgrade_patch(&typed(&pod), &e2, LATER, "ss-rev-2").is_none());
 }
 
 #[test]
@@ -638,7 +675,7 @@ spec:
     let wo_before = pod["metadata"]["annotations"][ANNOTATION_HASH_WITHOUT_IMAGE].clone();
 
     let e2 = entry(mesh("proxy:2", "logger:1", "agent:1", "setup:1"));
-    let patch = upgrade_patch(&typed(&pod), &e2, LATER).unwrap();
+    let patch = upgrade_patch(&typed(&pod), &e2, LATER, "ss-rev-2").unwrap();
     inject::apply(&mut pod, &patch).unwrap();
     let after = parse_hash_annotation(
         pod["metadata"]["annotations"][ANNOTATION_HASH]
@@ -671,15 +708,15 @@ fn upgrade_patch_refuses_what_it_cannot_do() {
     // Not injected by this SidecarSet.
     let mut other = mesh("proxy:2", "logger:1", "agent:1", "setup:1");
     other.metadata.name = Some("other".into());
-    assert!(upgrade_patch(&typed(&pod), &entry(other), LATER).is_none());
+    assert!(upgrade_patch(&typed(&pod), &entry(other), LATER, "ss-rev-2").is_none());
 
     // A field besides the image changed.
     let mut v3 = mesh("proxy:2", "logger:1", "agent:1", "setup:1");
     v3.spec.containers[0].container.args = Some(vec!["--verbose".into()]);
-    assert!(upgrade_patch(&typed(&pod), &entry(v3), LATER).is_none());
+    assert!(upgrade_patch(&typed(&pod), &entry(v3), LATER, "ss-rev-2").is_none());
 
     // Nothing changed.
-    assert!(upgrade_patch(&typed(&pod), &entry(v1.clone()), LATER).is_none());
+    assert!(upgrade_patch(&typed(&pod), &entry(v1.clone()), LATER, "ss-rev-2").is_none());
 
     // No annotations at all.
     let mut bare = pod.clone();
@@ -688,12 +725,12 @@ fn upgrade_patch_refuses_what_it_cannot_do() {
         .unwrap()
         .remove("annotations");
     let e2 = entry(mesh("proxy:2", "logger:1", "agent:1", "setup:1"));
-    assert!(upgrade_patch(&typed(&bare), &e2, LATER).is_none());
+    assert!(upgrade_patch(&typed(&bare), &e2, LATER, "ss-rev-2").is_none());
 
     // The injected list lost this SidecarSet: it is put back.
     let mut lost = pod.clone();
     lost["metadata"]["annotations"][ANNOTATION_INJECTED_LIST] = json!("audit");
-    let patch = upgrade_patch(&typed(&lost), &e2, LATER).unwrap();
+    let patch = upgrade_patch(&typed(&lost), &e2, LATER, "ss-rev-2").unwrap();
     inject::apply(&mut lost, &patch).unwrap();
     assert_eq!(
         lost["metadata"]["annotations"][ANNOTATION_INJECTED_LIST],
@@ -738,7 +775,7 @@ fn controller_loop_converges_within_the_budget() {
                 .iter_mut()
                 .find(|p| format!("shop/{}", p["metadata"]["name"].as_str().unwrap()) == *key)
                 .unwrap();
-            let patch = upgrade_patch(&typed(p), &e2, LATER).unwrap();
+            let patch = upgrade_patch(&typed(p), &e2, LATER, "ss-rev-2").unwrap();
             inject::apply(p, &patch).unwrap();
         }
         // The kubelet catches up with the pods patched two rounds ago, roughly: here, at once
@@ -759,4 +796,129 @@ fn controller_loop_converges_within_the_budget() {
 fn normalisation_and_matching_are_exported() {
     assert_eq!(normalize_image("nginx"), "docker.io/library/nginx:latest");
     assert!(image_matches("repo:tag", "docker.io/library/repo:tag", ""));
+}
+
+#[test]
+fn a_recorded_image_id_that_changed_completes_an_upgrade_to_a_tag_alias() {
+    // OpenKruise's rule, next to ours: the runtime may report the new image under another tag
+    // of the same image; the image ID recorded before the upgrade tells that the container moved.
+    let v1 = mesh("proxy:1", "logger:1", "agent:1", "setup:1");
+    let mut pod = injected_pod(&v1);
+    running(&mut pod, true);
+    let e2 = entry(mesh("proxy:2", "logger:1", "agent:1", "setup:1"));
+    let patch = upgrade_patch(&typed(&pod), &e2, LATER, "rev-2").unwrap();
+    inject::apply(&mut pod, &patch).unwrap();
+    let consistent = |pod: &Value| pod_view(&typed(pod), &e2).consistent;
+    let set = |pod: &mut Value, image: &str, id: &str, started: bool| {
+        for s in pod["status"]["containerStatuses"].as_array_mut().unwrap() {
+            if s["name"] == "proxy" {
+                s["image"] = json!(image);
+                s["imageID"] = json!(id);
+                s["started"] = json!(started);
+            }
+        }
+    };
+    // What `running` reported before the upgrade, as the upgrade recorded it.
+    let state = rollout::inplace_state(Some(
+        &serde_json::from_value(pod["metadata"]["annotations"].clone()).unwrap(),
+    ));
+    let old_id = state["mesh"].last_container_statuses["proxy"]
+        .image_id
+        .clone();
+    assert!(!old_id.is_empty());
+    let old_id = old_id.as_str();
+    let cases = [
+        // (status image, status imageID, started, consistent)
+        ("proxy:1", old_id, true, false), // still the old container
+        ("proxy:latest-alias", old_id, true, false), // another name, same image ID: not moved
+        ("proxy:latest-alias", "sha256:beef", false, false), // new ID, not running yet
+        ("proxy:latest-alias", "sha256:beef", true, true), // new ID, running: done
+        ("proxy:2", "sha256:beef", false, true), // the spec's image by name: done (ours)
+    ];
+    for (image, id, started, want) in cases {
+        set(&mut pod, image, id, started);
+        assert_eq!(consistent(&pod), want, "{image} {id} started={started}");
+    }
+}
+
+#[test]
+fn upgrades_apply_patch_pod_metadata_again_as_openkruise() {
+    let with_meta = |proxy: &str, value: &str| {
+        sidecarset(&MESH_V1.replace("proxy:1", proxy).replace(
+            "  initContainers:",
+            &format!(
+                r#"  patchPodMetadata:
+  - annotations: {{over: "{value}"}}
+    patchPolicy: Overwrite
+  - annotations: {{merged: '{{"v":"{value}"}}'}}
+    patchPolicy: MergePatchJson
+  - annotations: {{kept: "{value}"}}
+    patchPolicy: Retain
+  initContainers:"#
+            ),
+        ))
+    };
+    let v1 = with_meta("proxy:1", "1");
+    let mut pod = injected_pod(&v1);
+    running(&mut pod, true);
+    // The pod's own additions to a merged value survive; Retain keeps what the pod has.
+    pod["metadata"]["annotations"]["merged"] = json!(r#"{"v":"1","own":"x"}"#);
+    pod["metadata"]["annotations"]["kept"] = json!("pod's");
+    let e2 = entry(with_meta("proxy:2", "2"));
+    let patch = upgrade_patch(&typed(&pod), &e2, LATER, "rev-2").unwrap();
+    inject::apply(&mut pod, &patch).unwrap();
+    let ann = &pod["metadata"]["annotations"];
+    assert_eq!(ann["over"], "2");
+    let merged: Value = serde_json::from_str(ann["merged"].as_str().unwrap()).unwrap();
+    assert_eq!(merged, json!({"v": "2", "own": "x"}));
+    assert_eq!(ann["kept"], "pod's");
+    // A Retain key the pod lost is added back (OpenKruise adds what is missing).
+    pod["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("kept");
+    let e3 = entry(with_meta("proxy:3", "3"));
+    let patch = upgrade_patch(&typed(&pod), &e3, LATER, "rev-3").unwrap();
+    inject::apply(&mut pod, &patch).unwrap();
+    assert_eq!(pod["metadata"]["annotations"]["kept"], "3");
+}
+
+#[test]
+fn the_upgradable_condition_keeps_an_entry_per_sidecarset() {
+    use k8s_openapi::api::core::v1::PodCondition;
+    let cond = |v: Value| -> PodCondition { serde_json::from_value(v).unwrap() };
+    let now = "2026-02-03T04:05:06Z";
+    // None recorded: the first not-upgradable SidecarSet makes it False.
+    let c1 = cond(rollout::upgradable_condition(None, "mesh", false, now).unwrap());
+    assert_eq!(
+        (c1.status.as_str(), c1.reason.as_deref()),
+        ("False", Some("UpdateImmutableField"))
+    );
+    assert_eq!(c1.message.as_deref(), Some(r#"{"mesh":false}"#));
+    // Unchanged: no write.
+    assert!(rollout::upgradable_condition(Some(&c1), "mesh", false, "later").is_none());
+    // Another SidecarSet upgraded: its own entry; still False while mesh is not.
+    let c2 = cond(rollout::upgradable_condition(Some(&c1), "audit", true, "later").unwrap());
+    assert_eq!(c2.status, "False");
+    assert_eq!(
+        c2.message.as_deref(),
+        Some(r#"{"audit":true,"mesh":false}"#)
+    );
+    assert_eq!(
+        c2.last_transition_time, c1.last_transition_time,
+        "no flip, no transition"
+    );
+    // mesh upgradable again: True, a new transition time.
+    let c3 = cond(
+        rollout::upgradable_condition(Some(&c2), "mesh", true, "2026-02-03T05:00:00Z").unwrap(),
+    );
+    assert_eq!(
+        (c3.status.as_str(), c3.reason.as_deref()),
+        ("True", Some("AllSidecarsetUpgradable"))
+    );
+    assert_eq!(c3.message.as_deref(), Some(r#"{"audit":true,"mesh":true}"#));
+    assert_ne!(c3.last_transition_time, c2.last_transition_time);
+    // After an upgrade with nothing recorded (OpenKruise writes True then).
+    let c4 = cond(rollout::upgradable_condition(None, "mesh", true, now).unwrap());
+    assert_eq!(c4.status, "True");
 }

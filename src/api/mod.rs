@@ -29,7 +29,7 @@ pub use selector::{CompiledSelector, Scope, SelectorError, is_qualified_name, se
 pub use update_priority::{
     UpdatePriorityOrderTerm, UpdatePriorityStrategy, UpdatePriorityWeightTerm, UpdateScatterTerm,
 };
-pub use validate::{FieldError, ValidationErrors, conflicts, validate};
+pub use validate::{FieldError, ValidationErrors, conflicts, validate, validate_update};
 
 use k8s_openapi::api::core::v1::{Container, LocalObjectReference, ObjectFieldSelector, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;

@@ -54,6 +54,51 @@ impl ValidationErrors {
 }
 
 /// Validates one SidecarSet (as defaulted by the mutating webhook).
+/// What an UPDATE may not change, as OpenKruise refuses it
+/// (`validateSidecarContainerConflict`): every container of the new spec must be a container of
+/// the old one (a renamed or added container would never reach the pods already injected, and
+/// in-place upgrades only change images), and a container's `upgradeStrategy.upgradeType` is
+/// immutable.
+pub fn validate_update(new: &SidecarSet, old: &SidecarSet) -> Result<(), ValidationErrors> {
+    let mut errs = ValidationErrors::default();
+    let old_types: std::collections::BTreeMap<&str, Option<UpgradeType>> = old
+        .spec
+        .containers
+        .iter()
+        .map(|c| {
+            (
+                c.name(),
+                c.upgrade_strategy.as_ref().and_then(|u| u.upgrade_type),
+            )
+        })
+        .collect();
+    for (i, c) in new.spec.containers.iter().enumerate() {
+        match old_types.get(c.name()) {
+            None => errs.push(
+                format!("spec.containers[{i}].name"),
+                format!(
+                    "container {:?} is not in the SidecarSet being updated: containers cannot be renamed or added (pods already injected would never get them); create a new SidecarSet for it, or delete and recreate this one",
+                    c.name()
+                ),
+            ),
+            Some(Some(was)) => {
+                let now = c.upgrade_strategy.as_ref().and_then(|u| u.upgrade_type);
+                if now.is_some_and(|n| n != *was) {
+                    errs.push(
+                        format!("spec.containers[{i}].upgradeStrategy.upgradeType"),
+                        format!(
+                            "is immutable: container {:?} was {was:?}; keep it, or create a new SidecarSet",
+                            c.name()
+                        ),
+                    );
+                }
+            }
+            Some(None) => {}
+        }
+    }
+    if errs.0.is_empty() { Ok(()) } else { Err(errs) }
+}
+
 pub fn validate(ss: &SidecarSet) -> Result<(), ValidationErrors> {
     let mut errs = ValidationErrors::default();
     let name = ss.name();
@@ -598,4 +643,61 @@ fn sidecar_paths(ss: &SidecarSet) -> BTreeMap<&str, String> {
         m.insert(c.name(), format!("spec.containers[{i}]"));
     }
     m
+}
+
+#[cfg(test)]
+mod update_tests {
+    use super::*;
+
+    fn ss(containers: serde_json::Value) -> SidecarSet {
+        let mut s: SidecarSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": "s"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}}, "containers": containers}}))
+        .unwrap();
+        super::super::default_sidecarset(&mut s);
+        s
+    }
+
+    #[test]
+    fn updates_refused_as_openkruise_refuses_them() {
+        let old = ss(
+            serde_json::json!([{"name": "proxy", "image": "p:1"}, {"name": "log", "image": "l:1"}]),
+        );
+        let cases: [(serde_json::Value, Option<&str>); 6] = [
+            // Image, env and order changes are fine; so is dropping a container.
+            (
+                serde_json::json!([{"name": "proxy", "image": "p:2"}, {"name": "log", "image": "l:1"}]),
+                None,
+            ),
+            (
+                serde_json::json!([{"name": "log", "image": "l:1", "env": [{"name": "A", "value": "1"}]}, {"name": "proxy", "image": "p:1"}]),
+                None,
+            ),
+            (serde_json::json!([{"name": "proxy", "image": "p:1"}]), None),
+            // A renamed or added container, an upgrade type changed.
+            (
+                serde_json::json!([{"name": "proxy2", "image": "p:1"}, {"name": "log", "image": "l:1"}]),
+                Some("spec.containers[0].name"),
+            ),
+            (
+                serde_json::json!([{"name": "proxy", "image": "p:1"}, {"name": "log", "image": "l:1"}, {"name": "new", "image": "n:1"}]),
+                Some("spec.containers[2].name"),
+            ),
+            (
+                serde_json::json!([{"name": "proxy", "image": "p:1"}, {"name": "log", "image": "l:1", "upgradeStrategy": {"upgradeType": "HotUpgrade"}}]),
+                Some("spec.containers[1].upgradeStrategy.upgradeType"),
+            ),
+        ];
+        for (containers, want) in cases {
+            let got = validate_update(&ss(containers.clone()), &old);
+            match want {
+                None => assert!(got.is_ok(), "{containers}: {got:?}"),
+                Some(field) => {
+                    let errs = got.expect_err(&containers.to_string());
+                    assert_eq!(errs.0.len(), 1, "{errs}");
+                    assert_eq!(errs.0[0].field, field, "{errs}");
+                }
+            }
+        }
+    }
 }

@@ -182,11 +182,19 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         .state()
         .into_iter()
         .filter(|p| injected_into(p.as_ref()).contains(&name))
+        // As OpenKruise: a pod belongs to the SidecarSet only while its selector, namespace and
+        // namespaceSelector still select it, so narrowing the selector stops counting and
+        // upgrading the pods it no longer selects.
+        .filter(|p| {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("");
+            entry.matches(p.labels(), &ctx.webhook.namespace_labels(ns))
+        })
         .collect();
     // One full Pod at a time, dropped after its view is taken.
     let views: Vec<rollout::PodView> = pods.iter().map(|p| classifier.view(&p.to_pod())).collect();
 
     let (latest_revision, collision_count) = revisions::register(&ctx, &entry, &pods).await?;
+    let revision = latest_revision.clone();
     let st = rollout::status(&views);
     let span = tracing::Span::current();
     span.record("matched", st.matched);
@@ -246,28 +254,22 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         .to_string();
     let mut upgraded = Vec::new();
     // The pods of one step are patched concurrently (the API server is the limit, not us).
-    let patches: Vec<(String, Pod, json_patch::Patch)> = plan
+    // The cache keeps only the injection annotations: with patchPodMetadata that reads the
+    // pod's own values (Retain, MergePatchJson) the pod is read whole first.
+    let read_whole = entry
+        .ss
+        .spec
+        .patch_pod_metadata
+        .iter()
+        .any(|p| p.patch_policy != Some(crate::api::PatchPolicy::Overwrite));
+    let planned: Vec<(String, Pod)> = plan
         .upgrade
         .iter()
-        .filter_map(|key| {
-            let pod = by_key.get(key)?.to_pod();
-            let mut patch = rollout::upgrade_patch(&pod, &entry, &now)?;
-            // Only if the pod is still what we planned on (a stale cache or another leader).
-            if let Some(rv) = pod.resource_version() {
-                patch.0.insert(
-                    0,
-                    json_patch::PatchOperation::Test(json_patch::TestOperation {
-                        path: jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
-                        value: rv.into(),
-                    }),
-                );
-            }
-            Some((key.clone(), pod, patch))
-        })
+        .filter_map(|key| Some((key.clone(), by_key.get(key)?.to_pod())))
         .collect();
-    span.record("upgrading", patches.len());
-    let results: Vec<(String, Result<Pod, kube::Error>)> = futures::stream::iter(patches)
-        .map(|(key, pod, patch)| {
+    span.record("upgrading", planned.len());
+    let results: Vec<(String, Result<Option<Pod>, kube::Error>)> = futures::stream::iter(planned)
+        .map(|(key, pod)| {
             let client = ctx.client.clone();
             let ns = pod.namespace().unwrap_or_default();
             let span = tracing::info_span!(
@@ -276,15 +278,44 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
                 pod = %pod.name_any(),
                 error = tracing::field::Empty,
             );
+            let (entry, now, revision) = (&entry, &now, &revision);
             async move {
                 let api: Api<Pod> = Api::namespaced(client, &ns);
-                let r = api
-                    .patch(
+                let r = async {
+                    let pod = if read_whole {
+                        match api.get(&pod.name_any()).await {
+                            Ok(p) => p,
+                            Err(e) => return Err(e),
+                        }
+                    } else {
+                        pod
+                    };
+                    let Some(mut patch) = rollout::upgrade_patch(&pod, entry, now, revision) else {
+                        return Ok(None);
+                    };
+                    // Only if the pod is still what we planned on (a stale cache or another
+                    // leader).
+                    if let Some(rv) = pod.resource_version() {
+                        patch.0.insert(
+                            0,
+                            json_patch::PatchOperation::Test(json_patch::TestOperation {
+                                path: jsonptr::PointerBuf::from_tokens([
+                                    "metadata",
+                                    "resourceVersion",
+                                ]),
+                                value: rv.into(),
+                            }),
+                        );
+                    }
+                    api.patch(
                         &pod.name_any(),
                         &PatchParams::default(),
                         &Patch::<()>::Json(patch),
                     )
-                    .await;
+                    .await
+                    .map(Some)
+                }
+                .await;
                 if let Err(e) = &r {
                     tracing::Span::current().record("error", e.to_string().as_str());
                 }
@@ -298,11 +329,14 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     let mut first_error = None;
     for (key, r) in results {
         match r {
-            Ok(_) => {
+            Ok(None) => {}
+            Ok(Some(pod)) => {
                 info!(sidecarset = %name, pod = %key, "sidecar images upgraded in place");
                 m.pods_upgraded
                     .get_or_create(&crate::telemetry::label(&name))
                     .inc();
+                // As OpenKruise: upgraded, so upgradable (True once every SidecarSet agrees).
+                set_upgradable(&ctx, &pod, &name, true).await;
                 upgraded.push(key);
             }
             Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
@@ -337,8 +371,23 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         event(&ctx, &ss, EventType::Normal, "NotUpgradablePods", note).await;
         for key in &plan.not_upgradable {
             if let Some(pod) = by_key.get(key) {
-                mark_not_upgradable(&ctx, &pod.to_pod(), &name).await;
+                set_upgradable(&ctx, &pod.to_pod(), &name, false).await;
             }
+        }
+    }
+    // A pod recorded as not upgradable that is again (the SidecarSet went back to what the pod
+    // runs, or changed images only since): its entry goes back to true.
+    for (pod, view) in pods.iter().zip(&views) {
+        let recorded_false = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == rollout::CONDITION_UPGRADABLE))
+            .and_then(|c| c.message.as_deref())
+            .and_then(|m| serde_json::from_str::<BTreeMap<String, bool>>(m).ok())
+            .is_some_and(|m| m.get(&name) == Some(&false));
+        if recorded_false && view.matched() && (view.updated || view.upgradable) {
+            set_upgradable(&ctx, &pod.to_pod(), &name, true).await;
         }
     }
     if let (Some(why), true) = (&plan.waiting, upgraded.is_empty() && !plan.done) {
@@ -496,30 +545,26 @@ async fn event(ctx: &Ctx, ss: &SidecarSet, type_: EventType, reason: &str, note:
     }
 }
 
-/// Sets the pod condition `SidecarSetUpgradable=False` (as OpenKruise does) with the reason.
-async fn mark_not_upgradable(ctx: &Ctx, pod: &Pod, ss: &str) {
-    let already = pod
+/// Records in the pod condition `SidecarSetUpgradable` whether the pod can be upgraded in place
+/// to SidecarSet `ss` (see [`rollout::upgradable_condition`]); writes only a change.
+async fn set_upgradable(ctx: &Ctx, pod: &Pod, ss: &str, upgradable: bool) {
+    let current = pod
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c.type_ == "SidecarSetUpgradable" && c.status == "False")
-        });
-    if already {
+        .and_then(|c| c.iter().find(|c| c.type_ == rollout::CONDITION_UPGRADABLE));
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let Some(cond) = rollout::upgradable_condition(current, ss, upgradable, &now) else {
         return;
-    }
+    };
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
-    let cond = json!({"status": {"conditions": [{
-        "type": "SidecarSetUpgradable", "status": "False", "reason": "UpdateImmutableField",
-        "message": format!("SidecarSet {ss} changed more than images; the pod keeps its sidecars until it is recreated"),
-        "lastTransitionTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    }]}});
     if let Err(e) = api
         .patch_status(
             &pod.name_any(),
             &PatchParams::default(),
-            &Patch::Strategic(cond),
+            &Patch::Strategic(json!({"status": {"conditions": [cond]}})),
         )
         .await
     {

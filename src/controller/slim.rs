@@ -102,6 +102,7 @@ impl SlimPod {
                 k == crate::api::ANNOTATION_HASH
                     || k == crate::api::ANNOTATION_HASH_WITHOUT_IMAGE
                     || k == crate::api::ANNOTATION_INJECTED_LIST
+                    || k == crate::rollout::ANNOTATION_INPLACE_UPDATE_STATE
             });
         }
         if let Some(c) = self.status.as_mut().and_then(|s| s.conditions.as_mut()) {

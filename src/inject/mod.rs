@@ -385,7 +385,9 @@ fn build_all<'a>(
         .collect()
 }
 
-fn patch_metadata(ss: &SidecarSet, ann: &mut BTreeMap<String, String>) {
+/// Applies a SidecarSet's `patchPodMetadata` to a pod's annotations: Retain adds what is
+/// missing, Overwrite sets, MergePatchJson merges JSON objects (RFC 7386).
+pub fn patch_metadata(ss: &SidecarSet, ann: &mut BTreeMap<String, String>) {
     for p in &ss.spec.patch_pod_metadata {
         for (k, v) in &p.annotations {
             match p.patch_policy.unwrap_or(PatchPolicy::Retain) {

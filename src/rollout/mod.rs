@@ -273,25 +273,52 @@ fn pod_consistent(pod: &Pod, ss: &SidecarSet) -> bool {
         .filter(|c| c.is_native_sidecar())
         .map(|c| c.name())
         .collect();
-    statuses_match(&names, &spec.containers, statuses)
+    let recorded = inplace_state(pod.metadata.annotations.as_ref())
+        .remove(ss.name())
+        .map(|s| {
+            s.last_container_statuses
+                .into_iter()
+                .map(|(k, v)| (k, v.image_id))
+                .collect()
+        })
+        .unwrap_or_default();
+    statuses_match(&names, &spec.containers, statuses, &recorded)
         && statuses_match(
             &native,
             spec.init_containers.as_deref().unwrap_or(&[]),
             init_statuses,
+            &recorded,
         )
 }
 
 /// Each of `names` that is in `containers` has a status whose image matches its spec image.
-fn statuses_match(names: &[&str], containers: &[Container], statuses: &[ContainerStatus]) -> bool {
+fn statuses_match(
+    names: &[&str],
+    containers: &[Container],
+    statuses: &[ContainerStatus],
+    recorded: &BTreeMap<String, String>,
+) -> bool {
     names.iter().all(|name| {
         let Some(c) = containers.iter().find(|c| c.name == *name) else {
             return true; // not in this pod: nothing to check
         };
-        statuses
-            .iter()
-            .find(|s| s.name == *name)
-            .is_some_and(|s| image_matches(c.image.as_deref().unwrap_or(""), &s.image, &s.image_id))
+        statuses.iter().find(|s| s.name == *name).is_some_and(|s| {
+            image_matches(c.image.as_deref().unwrap_or(""), &s.image, &s.image_id)
+                || upgraded_by_image_id(recorded.get(*name), s)
+        })
     })
+}
+
+/// OpenKruise's completion rule (`IsSidecarContainerUpdateCompleted`): a container recorded in
+/// `kruise.io/sidecarset-inplace-update-state` before its image was changed runs the new image
+/// once the kubelet reports another image ID than the recorded one (and the container runs).
+/// This is what tells a finished upgrade when the runtime names the new image by another tag of
+/// the same image.
+fn upgraded_by_image_id(recorded: Option<&String>, s: &ContainerStatus) -> bool {
+    let running =
+        s.started == Some(true) || s.state.as_ref().is_some_and(|st| st.running.is_some());
+    recorded.is_some_and(|old| !old.is_empty() && !s.image_id.is_empty() && s.image_id != *old)
+        && running
 }
 
 /// Normalises an image reference the way container runtimes report it:
@@ -747,7 +774,90 @@ fn image_ops(
 /// Returns `None` when the pod was not injected by this SidecarSet, is not upgradable (its
 /// hash-without-image differs: an in-place upgrade would leave it different from the
 /// SidecarSet), or nothing would change.
-pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str) -> Option<Patch> {
+/// Pod condition type OpenKruise keeps on pods of SidecarSets.
+pub const CONDITION_UPGRADABLE: &str = "SidecarSetUpgradable";
+
+/// The pod condition `SidecarSetUpgradable` after recording `upgradable` for SidecarSet `ss`,
+/// as OpenKruise keeps it (`updatePodSidecarSetUpgradableCondition`): the message is a JSON map
+/// of SidecarSet name to whether the pod can be upgraded in place to it, so several SidecarSets
+/// on one pod each keep their own entry; the status is True (reason `AllSidecarsetUpgradable`)
+/// when every entry is true, False (reason `UpdateImmutableField`) otherwise. None when nothing
+/// changes (no write needed). `lastTransitionTime` moves only when the status flips.
+pub fn upgradable_condition(
+    current: Option<&k8s_openapi::api::core::v1::PodCondition>,
+    ss: &str,
+    upgradable: bool,
+    now: &str,
+) -> Option<serde_json::Value> {
+    let mut entries: BTreeMap<String, bool> = current
+        .and_then(|c| c.message.as_deref())
+        .and_then(|m| serde_json::from_str(m).ok())
+        .unwrap_or_default();
+    if current.is_some() && entries.get(ss) == Some(&upgradable) {
+        return None;
+    }
+    entries.insert(ss.to_string(), upgradable);
+    let all = entries.values().all(|v| *v);
+    let status = if all { "True" } else { "False" };
+    let transition = match current {
+        Some(c) if c.status == status => c
+            .last_transition_time
+            .as_ref()
+            .map(|t| t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_else(|| now.to_string()),
+        _ => now.to_string(),
+    };
+    Some(serde_json::json!({
+        "type": CONDITION_UPGRADABLE,
+        "status": status,
+        "reason": if all { "AllSidecarsetUpgradable" } else { "UpdateImmutableField" },
+        "message": serde_json::to_string(&entries).unwrap_or_default(),
+        "lastTransitionTime": transition,
+    }))
+}
+
+/// Pod annotation (OpenKruise's): per SidecarSet, the revision of its last in-place upgrade,
+/// when it was made and the image ID each upgraded sidecar ran before it.
+pub const ANNOTATION_INPLACE_UPDATE_STATE: &str = "kruise.io/sidecarset-inplace-update-state";
+
+/// One SidecarSet's entry of [`ANNOTATION_INPLACE_UPDATE_STATE`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateState {
+    #[serde(default)]
+    pub revision: String,
+    #[serde(default)]
+    pub update_timestamp: String,
+    #[serde(default)]
+    pub last_container_statuses: BTreeMap<String, InPlaceContainerStatus>,
+}
+
+/// What a sidecar ran before its in-place upgrade.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceContainerStatus {
+    #[serde(rename = "imageID", default)]
+    pub image_id: String,
+}
+
+/// The pod's [`ANNOTATION_INPLACE_UPDATE_STATE`]; empty when absent or not JSON of that shape.
+pub fn inplace_state(
+    annotations: Option<&BTreeMap<String, String>>,
+) -> BTreeMap<String, InPlaceUpdateState> {
+    annotations
+        .and_then(|a| a.get(ANNOTATION_INPLACE_UPDATE_STATE))
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// The in-place upgrade of `pod` to `entry`'s sidecars, as OpenKruise makes it
+/// (`updatePodSidecarAndHash`): the sidecar images; the pod's hash entry with the new hash and
+/// `controllerRevision` set to `revision` (the SidecarSet's latest); the in-place update state
+/// with the image IDs the upgraded sidecars ran; the injected list when it lacks the SidecarSet;
+/// and `patchPodMetadata` applied again (Overwrite and MergePatchJson follow the SidecarSet,
+/// Retain only adds what is missing). `pod` must carry every annotation `patchPodMetadata`
+/// names for Retain and MergePatchJson to see the pod's own values.
+pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str, revision: &str) -> Option<Patch> {
     let ss = &entry.ss;
     let name = ss.name();
     let annotations = pod.metadata.annotations.as_ref()?;
@@ -787,6 +897,58 @@ pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str) -> Option<Patch> {
     if ops.is_empty() && listed && old.as_ref().is_some_and(|o| o.hash == *entry.hash) {
         return None;
     }
+    // What the sidecars whose image changes run now, to tell when the kubelet has moved on.
+    let changing: BTreeSet<&str> = ops
+        .iter()
+        .filter_map(|op| match op {
+            PatchOperation::Replace(r) => Some(r.path.as_str()),
+            PatchOperation::Add(a) => Some(a.path.as_str()),
+            _ => None,
+        })
+        .filter_map(|path| {
+            let mut parts = path.trim_start_matches('/').split('/');
+            let (_, field, i) = (parts.next()?, parts.next()?, parts.next()?);
+            let i: usize = i.parse().ok()?;
+            let list = if field == "containers" {
+                &spec.containers
+            } else {
+                spec.init_containers.as_ref()?
+            };
+            list.get(i).map(|c| c.name.as_str())
+        })
+        .collect();
+    let status = pod.status.as_ref();
+    let image_ids: BTreeMap<String, InPlaceContainerStatus> = status
+        .into_iter()
+        .flat_map(|s| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .chain(s.init_container_statuses.iter().flatten())
+        })
+        .filter(|c| changing.contains(c.name.as_str()))
+        .map(|c| {
+            (
+                c.name.clone(),
+                InPlaceContainerStatus {
+                    image_id: c.image_id.clone(),
+                },
+            )
+        })
+        .collect();
+    let mut state = inplace_state(Some(annotations));
+    state.insert(
+        name.to_string(),
+        InPlaceUpdateState {
+            revision: revision.to_string(),
+            update_timestamp: now.to_string(),
+            last_container_statuses: image_ids,
+        },
+    );
+    ops.push(PatchOperation::Add(AddOperation {
+        path: ptr(&["metadata", "annotations", ANNOTATION_INPLACE_UPDATE_STATE]),
+        value: Value::String(serde_json::to_string(&state).unwrap_or_default()),
+    }));
     hashes.insert(
         name.to_string(),
         SidecarSetUpgradeSpec {
@@ -794,9 +956,23 @@ pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str) -> Option<Patch> {
             hash: entry.hash.to_string(),
             sidecar_set_name: name.to_string(),
             sidecar_list: ss.sidecar_list(),
-            controller_revision: old.map(|o| o.controller_revision).unwrap_or_default(),
+            controller_revision: if revision.is_empty() {
+                old.map(|o| o.controller_revision).unwrap_or_default()
+            } else {
+                revision.to_string()
+            },
         },
     );
+    let mut patched = annotations.clone();
+    crate::inject::patch_metadata(ss, &mut patched);
+    for (k, v) in &patched {
+        if annotations.get(k) != Some(v) {
+            ops.push(PatchOperation::Add(AddOperation {
+                path: ptr(&["metadata", "annotations", k]),
+                value: Value::String(v.clone()),
+            }));
+        }
+    }
     let hashes = serde_json::to_string(&hashes).unwrap_or_default();
     ops.push(PatchOperation::Add(AddOperation {
         path: ptr(&["metadata", "annotations", ANNOTATION_HASH]),

@@ -724,6 +724,20 @@ pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
             format!("SidecarSet {:?} is invalid: {e}", ss.name()),
         );
     }
+    if req.operation == "UPDATE"
+        && let Some(old) = req
+            .old_object
+            .as_ref()
+            .and_then(|o| decode_sidecarset(o).ok())
+        && let Err(e) = crate::api::validate_update(&ss, &old.ss)
+    {
+        denial("invalid");
+        return Response::deny(
+            &req.uid,
+            422,
+            format!("SidecarSet {:?} cannot be changed this way: {e}", ss.name()),
+        );
+    }
     let index = state.index();
     if let Err(e) = conflicts(&ss, index.iter().map(|s| s.as_ref())) {
         denial("conflict");
