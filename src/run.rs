@@ -464,6 +464,14 @@ async fn watch_revisions(client: Client, namespace: String, state: Arc<State>) {
                 custom_version: custom,
                 data: r.data.0.clone(),
                 annotations: r.metadata.annotations.clone().unwrap_or_default(),
+                number: r.revision.unwrap_or(0),
+                owner_uid: r
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.kind == "SidecarSet")
+                    .map(|o| o.uid.clone()),
             },
         )
     };

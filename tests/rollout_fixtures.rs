@@ -922,3 +922,30 @@ fn the_upgradable_condition_keeps_an_entry_per_sidecarset() {
     let c4 = cond(rollout::upgradable_condition(None, "mesh", true, now).unwrap());
     assert_eq!(c4.status, "True");
 }
+
+#[test]
+fn injection_records_a_revision_only_for_the_spec_it_injects() {
+    let revision_of = |generation: i64, observed: i64| {
+        let mut ss = mesh("proxy:1", "logger:1", "agent:1", "setup:1");
+        ss.metadata.generation = Some(generation);
+        ss.status = Some(api::SidecarSetStatus {
+            observed_generation: Some(observed),
+            latest_revision: Some("mesh-rev".into()),
+            ..Default::default()
+        });
+        let pod = injected_pod(&ss);
+        parse_hash_annotation(
+            pod["metadata"]["annotations"][ANNOTATION_HASH]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap()["mesh"]
+            .controller_revision
+            .clone()
+    };
+    // The status names the revision of this generation: recorded.
+    assert_eq!(revision_of(3, 3), "mesh-rev");
+    // The spec changed since (generation 4, status of 3): its revision does not exist yet, and
+    // the one in the status is of an older spec: nothing is recorded rather than a wrong one.
+    assert_eq!(revision_of(4, 3), "");
+}

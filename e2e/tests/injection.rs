@@ -332,13 +332,24 @@ async fn a_pinned_revision_is_injected() -> anyhow::Result<()> {
         async move { Ok(sets.get(&ss).await?.status.and_then(|s| s.latest_revision)) }
     })
     .await?;
-    sets.patch(
-        &ss,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {
-        "containers": [{"name": "pinned", "image": "registry.local/pinned:2"}],
-        "injectionStrategy": {"revision": {"revisionName": r1}}}})),
-    )
+    // The pin must name a revision the operator knows (validation), which its revision watch
+    // learns a moment after the status names it.
+    eventually(10, "the pin to be accepted", || {
+        let (sets, ss, r1) = (sets.clone(), ss.clone(), r1.clone());
+        async move {
+            Ok(sets
+                .patch(
+                    &ss,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {
+                    "containers": [{"name": "pinned", "image": "registry.local/pinned:2"}],
+                    "injectionStrategy": {"revision": {"revisionName": r1}}}})),
+                )
+                .await
+                .ok()
+                .map(|_| ()))
+        }
+    })
     .await?;
     let p = pod("p", json!({"e2e-app": label}));
     let got = eventually(30, "a pod injected with the pinned revision", || {
@@ -367,6 +378,121 @@ async fn a_pinned_revision_is_injected() -> anyhow::Result<()> {
     assert!(
         hash.contains(&r1),
         "the hash annotation records the pinned revision {r1}: {hash}"
+    );
+    delete_sidecarset(&c, &ss).await;
+    delete_namespace(&c, &ns).await;
+    Ok(())
+}
+
+/// The image a dry run of a pod labelled `labels` gets for `container`.
+async fn injected_image(
+    c: &kube::Client,
+    ns: &str,
+    labels: serde_json::Value,
+    container: &str,
+) -> anyhow::Result<Option<String>> {
+    let mut probe = pod("probe", labels);
+    probe.metadata.name = None;
+    probe.metadata.generate_name = Some("probe-".into());
+    let d = dry_run(c, ns, &probe).await?;
+    Ok(d.spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|x| x.name == container))
+        .and_then(|x| x.image.clone()))
+}
+
+#[tokio::test]
+async fn the_canary_flow_partial_injects_the_latest_into_canaries_and_the_pinned_version_elsewhere()
+-> anyhow::Result<()> {
+    let c = client().await;
+    let s = suffix();
+    let ns = format!("e2e-canary-{s}");
+    create_namespace(&c, &ns, json!({})).await?;
+    let ss = format!("e2e-canary-{s}");
+    let label = format!("canary-{s}");
+    // v1, with its custom version.
+    create_sidecarset(&c, json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+        "metadata": {"name": ss, "labels": {"apps.kruise.io/sidecarset-custom-version": "v1"}},
+        "spec": {"selector": {"matchLabels": {"e2e-app": label}}, "containers": [{"name": "proxy", "image": "registry.local/proxy:1"}]}
+    })).await?;
+    let sets: Api<SidecarSet> = Api::all(c.clone());
+    let v1 = eventually(30, "the v1 revision", || {
+        let (sets, ss) = (sets.clone(), ss.clone());
+        async move { Ok(sets.get(&ss).await?.status.and_then(|s| s.latest_revision)) }
+    })
+    .await?;
+    // v2 for the canaries only (OpenKruise's documented flow): the new spec, its custom version
+    // added with it, v1 pinned with policy Partial, the update selector naming the canaries.
+    eventually(10, "the v2 spec to be accepted", || {
+        let (sets, ss) = (sets.clone(), ss.clone());
+        async move {
+            Ok(sets.patch(&ss, &PatchParams::default(), &Patch::Merge(json!({
+                "metadata": {"labels": {"apps.kruise.io/sidecarset-custom-version": "v2"}},
+                "spec": {"containers": [{"name": "proxy", "image": "registry.local/proxy:2"}],
+                         "injectionStrategy": {"revision": {"customVersion": "v1", "policy": "Partial"}},
+                         "updateStrategy": {"selector": {"matchLabels": {"canary": "true"}}}}}))).await.ok().map(|_| ()))
+        }
+    })
+    .await?;
+    let canary = json!({"e2e-app": label, "canary": "true"});
+    let stable = json!({"e2e-app": label});
+    eventually(30, "canaries on v2 and the others on v1", || {
+        let (c, ns, canary, stable) = (c.clone(), ns.clone(), canary.clone(), stable.clone());
+        async move {
+            let a = injected_image(&c, &ns, canary, "proxy").await?;
+            let b = injected_image(&c, &ns, stable, "proxy").await?;
+            Ok((a.as_deref() == Some("registry.local/proxy:2")
+                && b.as_deref() == Some("registry.local/proxy:1"))
+            .then_some(()))
+        }
+    })
+    .await?;
+    // The v2 revision carries its custom version (the label added with the change reached it),
+    // and a pod pinned to v1 records v1's revision.
+    let v2 = eventually(30, "the v2 revision", || {
+        let (sets, ss, v1) = (sets.clone(), ss.clone(), v1.clone());
+        async move {
+            Ok(sets
+                .get(&ss)
+                .await?
+                .status
+                .and_then(|s| s.latest_revision)
+                .filter(|r| *r != v1))
+        }
+    })
+    .await?;
+    let revs: Api<k8s_openapi::api::apps::v1::ControllerRevision> =
+        Api::namespaced(c.clone(), &operator_namespace());
+    let labels = revs.get(&v2).await?.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("apps.kruise.io/sidecarset-custom-version")
+            .map(String::as_str),
+        Some("v2")
+    );
+    let mut p = pod("stable", stable.clone());
+    p.metadata.name = Some("stable".into());
+    let created = Api::<Pod>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &p)
+        .await?;
+    let ann = created.metadata.annotations.unwrap_or_default();
+    assert!(ann["kruise.io/sidecarset-hash"].contains(&v1), "{ann:?}");
+    // A pin to a version that has no revision is refused, naming the field.
+    let err = sets
+        .patch(
+            &ss,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"injectionStrategy": {"revision": {"customVersion": "v9"}}}}),
+            ),
+        )
+        .await
+        .expect_err("an unknown custom version is refused");
+    assert!(
+        err.to_string()
+            .contains("spec.injectionStrategy.revision.customVersion"),
+        "{err}"
     );
     delete_sidecarset(&c, &ss).await;
     delete_namespace(&c, &ns).await;

@@ -422,3 +422,225 @@ async fn a_change_beyond_images_is_not_upgraded_and_reported() -> anyhow::Result
     f.cleanup().await;
     Ok(())
 }
+
+// ---- OpenKruise's upgrade semantics -------------------------------------------------------
+
+fn condition(p: &Pod) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "SidecarSetUpgradable")
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+fn hash_entry(p: &Pod, ss: &str) -> sidecarset_operator::api::SidecarSetUpgradeSpec {
+    let ann = p.metadata.annotations.clone().unwrap_or_default();
+    sidecarset_operator::api::parse_hash_annotation(&ann["kruise.io/sidecarset-hash"])
+        .and_then(|mut m| m.remove(ss))
+        .expect("a hash entry")
+}
+
+#[tokio::test]
+async fn metadata_and_the_revision_follow_an_upgrade_and_the_condition_goes_false_and_back()
+-> anyhow::Result<()> {
+    let f = Fixture::new(
+        "meta",
+        json!({"containers": [{"name": "proxy", "image": "registry.local/proxy:1"}],
+               "patchPodMetadata": [{"annotations": {"e2e/tier": "v1"}, "patchPolicy": "Overwrite"},
+                                    {"annotations": {"e2e/kept": "v1"}, "patchPolicy": "Retain"}],
+               "updateStrategy": {"maxUnavailable": 2}}),
+        2,
+    )
+    .await?;
+    // An image and a metadata change: both reach the running pods in the same upgrade.
+    f.patch_spec(json!({"containers": [{"name": "proxy", "image": "registry.local/proxy:2"}],
+                        "patchPodMetadata": [{"annotations": {"e2e/tier": "v2"}, "patchPolicy": "Overwrite"},
+                                             {"annotations": {"e2e/kept": "v2"}, "patchPolicy": "Retain"}]}))
+        .await?;
+    let st = f.wait_status(60, |s| s["updatedReadyPods"] == 2).await?;
+    for p in f.pods().await? {
+        let ann = p.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            ann.get("e2e/tier").map(String::as_str),
+            Some("v2"),
+            "Overwrite follows"
+        );
+        assert_eq!(
+            ann.get("e2e/kept").map(String::as_str),
+            Some("v1"),
+            "Retain keeps"
+        );
+        assert_eq!(
+            hash_entry(&p, &f.ss).controller_revision,
+            st["latestRevision"].as_str().unwrap()
+        );
+        let state: Value = serde_json::from_str(&ann["kruise.io/sidecarset-inplace-update-state"])?;
+        assert_eq!(state[&f.ss]["revision"], st["latestRevision"]);
+        assert!(
+            state[&f.ss]["lastContainerStatuses"]["proxy"]["imageID"].is_string(),
+            "{state}"
+        );
+        let (status, reason, message) = condition(&p).expect("the condition");
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", "AllSidecarsetUpgradable")
+        );
+        assert_eq!(message, format!("{{\"{}\":true}}", f.ss));
+    }
+    // More than images: not upgradable, False with this SidecarSet's entry.
+    f.patch_spec(
+        json!({"containers": [{"name": "proxy", "image": "registry.local/proxy:2",
+                                        "env": [{"name": "NEW", "value": "1"}]}]}),
+    )
+    .await?;
+    eventually(30, "SidecarSetUpgradable=False", || async {
+        Ok(f.pods()
+            .await?
+            .iter()
+            .all(|p| {
+                condition(p).is_some_and(|(s, r, m)| {
+                    s == "False"
+                        && r == "UpdateImmutableField"
+                        && m.contains(&format!("\"{}\":false", f.ss))
+                })
+            })
+            .then_some(()))
+    })
+    .await?;
+    // Back to what the pods run: upgradable again, True.
+    f.patch_spec(
+        json!({"containers": [{"name": "proxy", "image": "registry.local/proxy:2", "env": null}]}),
+    )
+    .await?;
+    eventually(30, "SidecarSetUpgradable back to True", || async {
+        Ok(f.pods()
+            .await?
+            .iter()
+            .all(|p| {
+                condition(p).is_some_and(|(s, _, m)| {
+                    s == "True" && m.contains(&format!("\"{}\":true", f.ss))
+                })
+            })
+            .then_some(()))
+    })
+    .await?;
+    f.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn narrowing_the_selector_stops_counting_and_upgrading_the_pods_left_out()
+-> anyhow::Result<()> {
+    let f = Fixture::new(
+        "narrow",
+        json!({"containers": [{"name": "proxy", "image": "registry.local/proxy:1"}],
+               "updateStrategy": {"maxUnavailable": 3}}),
+        3,
+    )
+    .await?;
+    let pods = f.pods().await?;
+    let keep = pods[0].metadata.name.clone().unwrap_or_default();
+    Api::<Pod>::namespaced(f.c.clone(), &f.ns)
+        .patch(
+            &keep,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e-keep": "yes"}}})),
+        )
+        .await?;
+    f.patch_spec(json!({"selector": {"matchLabels": {"e2e-app": f.label, "e2e-keep": "yes"}}}))
+        .await?;
+    f.wait_status(30, |s| s["matchedPods"] == 1).await?;
+    f.set_image("proxy", "registry.local/proxy:2").await?;
+    f.wait_status(60, |s| s["updatedReadyPods"] == 1).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for p in f.pods().await? {
+        let (spec, _) = images(&p, "proxy");
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let want = if name == keep {
+            "registry.local/proxy:2"
+        } else {
+            "registry.local/proxy:1"
+        };
+        assert_eq!(spec, want, "{name}");
+    }
+    f.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_sidecarsets_on_one_pod_keep_their_own_upgradable_entries() -> anyhow::Result<()> {
+    let f = Fixture::new(
+        "two",
+        json!({"containers": [{"name": "proxy", "image": "registry.local/proxy:1"}]}),
+        1,
+    )
+    .await?;
+    let second = format!("{}-b", f.ss);
+    create_sidecarset(
+        &f.c,
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+        "metadata": {"name": second},
+        "spec": {"selector": {"matchLabels": {"e2e-app": f.label}},
+                 "containers": [{"name": "logger", "image": "registry.local/logger:1"}]}}),
+    )
+    .await?;
+    wait_injectable(
+        &f.c,
+        &f.ns,
+        &pod("probe", json!({"e2e-app": f.label})),
+        "logger",
+        true,
+    )
+    .await?;
+    // A new pod of the Deployment gets both.
+    Api::<Pod>::namespaced(f.c.clone(), &f.ns)
+        .delete_collection(
+            &Default::default(),
+            &ListParams::default().labels(&format!("e2e-app={}", f.label)),
+        )
+        .await?;
+    eventually(60, "a pod with both SidecarSets", || async {
+        Ok(f.pods()
+            .await?
+            .iter()
+            .any(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && container_names(p).contains(&"logger".to_string())
+                    && container_names(p).contains(&"proxy".to_string())
+            })
+            .then_some(()))
+    })
+    .await?;
+    // The first SidecarSet changes more than images; the second only its image.
+    f.patch_spec(json!({"containers": [{"name": "proxy", "image": "registry.local/proxy:1", "env": [{"name": "X", "value": "1"}]}]}))
+        .await?;
+    Api::<SidecarSet>::all(f.c.clone())
+        .patch(&second, &PatchParams::default(), &Patch::Merge(json!({"spec": {"containers": [{"name": "logger", "image": "registry.local/logger:2"}]}})))
+        .await?;
+    let (a, b) = (f.ss.clone(), second.clone());
+    eventually(60, "one entry per SidecarSet", || async {
+        Ok(f.pods()
+            .await?
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .all(|p| {
+                condition(p).is_some_and(|(s, _, m)| {
+                    let m: BTreeMap<String, bool> = serde_json::from_str(&m).unwrap_or_default();
+                    s == "False" && m.get(&a) == Some(&false) && m.get(&b) == Some(&true)
+                })
+            })
+            .then_some(()))
+    })
+    .await?;
+    delete_sidecarset(&f.c, &second).await;
+    f.cleanup().await;
+    Ok(())
+}

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tracing::{Instrument, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 /// Shared by reconciles.
 pub struct Ctx {
@@ -234,6 +234,30 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     }
 
     report_excluded(&ctx, &entry);
+    if let Some(want) = &ss.spec.injection_strategy.revision
+        && !ctx.webhook.pin_resolves(&ss)
+    {
+        // New pods get the current spec instead: say so where users look (the webhook cannot
+        // write Events per pod for this without flooding).
+        let note = format!(
+            "spec.injectionStrategy.revision pins {} but no such ControllerRevision of this SidecarSet exists in {}; new pods get the current spec. Pin an existing revision (kubectl get controllerrevisions -n {} -l kruise.io/sidecarset-name={name})",
+            match (&want.revision_name, &want.custom_version) {
+                (Some(n), _) => format!("revisionName {n:?}"),
+                (None, Some(v)) => format!("customVersion {v:?}"),
+                _ => "nothing".to_string(),
+            },
+            ctx.namespace,
+            ctx.namespace
+        );
+        event(
+            &ctx,
+            &ss,
+            EventType::Warning,
+            "PinnedRevisionNotFound",
+            note,
+        )
+        .await;
+    }
 
     let strategy = &entry.ss.spec.update_strategy;
     if strategy.type_ == Some(UpdateStrategyType::NotUpdate) {
@@ -385,7 +409,11 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             .and_then(|c| c.iter().find(|c| c.type_ == rollout::CONDITION_UPGRADABLE))
             .and_then(|c| c.message.as_deref())
             .and_then(|m| serde_json::from_str::<BTreeMap<String, bool>>(m).ok())
-            .is_some_and(|m| m.get(&name) == Some(&false));
+            // Recorded false, or missing from a condition others keep on a pod that runs our
+            // current sidecars (our write after the upgrade lost a race).
+            .is_some_and(|m| {
+                m.get(&name) == Some(&false) || (view.updated && !m.contains_key(&name))
+            });
         if recorded_false && view.matched() && (view.updated || view.upgradable) {
             set_upgradable(&ctx, &pod.to_pod(), &name, true).await;
         }
@@ -560,15 +588,28 @@ async fn set_upgradable(ctx: &Ctx, pod: &Pod, ss: &str, upgradable: bool) {
         return;
     };
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
-    if let Err(e) = api
+    // Conditional on the pod as we read it: several SidecarSets keep entries in one condition,
+    // and a write from a stale view would drop another's entry (a conflict is retried at the
+    // next reconcile, which the pod's change triggers).
+    let mut body = json!({"status": {"conditions": [cond]}});
+    if let Some(rv) = pod.resource_version() {
+        body["metadata"] = json!({"resourceVersion": rv});
+    }
+    match api
         .patch_status(
             &pod.name_any(),
             &PatchParams::default(),
-            &Patch::Strategic(json!({"status": {"conditions": [cond]}})),
+            &Patch::Strategic(body),
         )
         .await
     {
-        warn!(pod = %pod.name_any(), error = %e, "cannot set the SidecarSetUpgradable condition");
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            debug!(pod = %pod.name_any(), "pod changed meanwhile; the SidecarSetUpgradable condition is written at the next reconcile")
+        }
+        Err(e) => {
+            warn!(pod = %pod.name_any(), error = %e, "cannot set the SidecarSetUpgradable condition")
+        }
     }
 }
 

@@ -88,8 +88,34 @@ pub fn new_revision_metadata(
                 entry.hash_without_image.to_string(),
             ),
         ])),
+        // Owned by the SidecarSet: deleting it deletes its history (the garbage collector), and
+        // a SidecarSet recreated under the same name does not inherit it (see `owned_by_other`).
+        owner_references: entry.ss.metadata.uid.as_ref().map(|uid| {
+            vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: format!("{}/{}", crate::api::GROUP, crate::api::STORAGE_VERSION),
+                    kind: "SidecarSet".into(),
+                    name: ss.to_string(),
+                    uid: uid.clone(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                },
+            ]
+        }),
         ..Default::default()
     }
+}
+
+/// A revision left by an earlier SidecarSet of the same name (its owner is another object):
+/// not part of this SidecarSet's history. Revisions without an owner (OpenKruise's, or made
+/// before owners were set) are adopted as they are.
+pub fn owned_by_other(r: &ControllerRevision, ss_uid: Option<&str>) -> bool {
+    let Some(uid) = ss_uid else { return false };
+    r.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "SidecarSet" && o.uid != uid)
 }
 
 fn custom_version(entry: &Entry) -> Option<&String> {
@@ -149,6 +175,8 @@ pub async fn register(
         .list(&ListParams::default().labels(&format!("{LABEL_SIDECARSET_NAME}={ss}")))
         .await?
         .items;
+    let uid = entry.ss.metadata.uid.as_deref();
+    existing.retain(|r| !owned_by_other(r, uid));
     existing.sort_by_key(|r| r.revision.unwrap_or(0));
     let data = revision_data(entry);
     let data_value: serde_json::Value = serde_json::from_str(&data)

@@ -218,9 +218,15 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
             hash: e.hash.to_string(),
             sidecar_set_name: ss.name().to_string(),
             sidecar_list: ss.sidecar_list(),
+            // The revision of the spec injected, never an older one: the status names it only
+            // once the controller has seen this generation (a pinned entry sets both).
             controller_revision: ss
                 .status
                 .as_ref()
+                .filter(|s| {
+                    ss.metadata.generation.is_none()
+                        || s.observed_generation == ss.metadata.generation
+                })
                 .and_then(|s| s.latest_revision.clone())
                 .unwrap_or_default(),
         };
@@ -696,9 +702,10 @@ pub fn pinned_entry(
             None => ann.remove(key),
         };
     }
-    ss.status
-        .get_or_insert_with(Default::default)
-        .latest_revision = Some(revision_name.to_string());
+    let generation = ss.metadata.generation;
+    let status = ss.status.get_or_insert_with(Default::default);
+    status.latest_revision = Some(revision_name.to_string());
+    status.observed_generation = generation;
     Entry::new(std::sync::Arc::new(ss)).ok()
 }
 

@@ -36,6 +36,63 @@ pub struct KnownRevision {
     pub data: serde_json::Value,
     /// Its annotations (the SidecarSet's hashes when the revision was made).
     pub annotations: BTreeMap<String, String>,
+    /// Its `.revision` number (higher is newer).
+    pub number: i64,
+    /// The uid of the SidecarSet that owns it, when it has an owner.
+    pub owner_uid: Option<String>,
+}
+
+/// Which revision `injectionStrategy.revision` pins for a SidecarSet, among the known ones:
+/// `revisionName` names it; otherwise the newest revision whose custom-version label is
+/// `customVersion` (as OpenKruise's `GetHistorySidecarSet`). None when none fits.
+pub fn resolve_pin<'a>(
+    sidecarset: &SidecarSet,
+    want: &crate::api::SidecarSetInjectRevision,
+    revisions: &'a HashMap<String, KnownRevision>,
+) -> Option<(&'a String, &'a KnownRevision)> {
+    // Revisions of an earlier SidecarSet of this name are not this one's history.
+    let uid = sidecarset.metadata.uid.as_deref();
+    let mine = revisions.iter().filter(|(_, r)| {
+        r.sidecarset == sidecarset.name()
+            && (uid.is_none() || r.owner_uid.is_none() || r.owner_uid.as_deref() == uid)
+    });
+    match (&want.revision_name, &want.custom_version) {
+        (Some(name), _) => mine.into_iter().find(|(n, _)| *n == name),
+        (None, Some(v)) => mine
+            .filter(|(_, r)| r.custom_version.as_ref() == Some(v))
+            .max_by(|a, b| a.1.number.cmp(&b.1.number).then(a.0.cmp(b.0))),
+        (None, None) => None,
+    }
+}
+
+/// Whether a new pod gets the pinned revision (`true`) or the latest spec (`false`), as
+/// `injectionStrategy.revision.policy` says: `Always` pins every pod; `Partial` (the canary
+/// flow) gives the latest spec to the pods `updateStrategy.selector` selects and the pinned
+/// revision to the others; with no update selector, `Partial` pins a `partition` percentage of
+/// pods (decided from the pod's name, so a recreated pod keeps its side) and none for an integer
+/// partition, as OpenKruise.
+pub fn pod_gets_pin(ss: &SidecarSet, pod_labels: &BTreeMap<String, String>, pod_key: &str) -> bool {
+    let Some(want) = &ss.spec.injection_strategy.revision else {
+        return false;
+    };
+    if want.policy != Some(crate::api::InjectRevisionPolicy::Partial) {
+        return true;
+    }
+    let strategy = &ss.spec.update_strategy;
+    if let Some(sel) = &strategy.selector {
+        return !crate::api::CompiledSelector::compile(sel).is_ok_and(|s| s.matches(pod_labels));
+    }
+    match &strategy.partition {
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(p)) => {
+            let pct: u64 = p.trim_end_matches('%').trim().parse().unwrap_or(0);
+            // FNV-1a of the pod's key, spread over 0..100.
+            let h = pod_key.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+            });
+            h % 100 < pct
+        }
+        _ => false,
+    }
 }
 
 /// What the webhooks read: the SidecarSet index and namespace labels, replaced by the watchers.
@@ -116,23 +173,36 @@ impl State {
 
     /// The revision an entry's `injectionStrategy.revision` pins, when it is known; otherwise
     /// None (the current spec is injected and a warning logged).
-    pub fn pinned(&self, e: &crate::select::Entry) -> Option<crate::select::Entry> {
+    pub fn pinned(
+        &self,
+        e: &crate::select::Entry,
+        pod_labels: &BTreeMap<String, String>,
+        pod_key: &str,
+    ) -> Option<crate::select::Entry> {
         let want = e.ss.spec.injection_strategy.revision.as_ref()?;
+        if !pod_gets_pin(&e.ss, pod_labels, pod_key) {
+            return None;
+        }
         let revisions = self.revisions.read().ok()?.clone();
-        let found = revisions.iter().find(|(name, r)| {
-            r.sidecarset == e.ss.name()
-                && (want.revision_name.as_deref() == Some(name.as_str())
-                    || (want.revision_name.is_none()
-                        && want.custom_version.is_some()
-                        && r.custom_version == want.custom_version))
-        });
-        match found {
+        match resolve_pin(&e.ss, want, &revisions) {
             Some((name, r)) => inject::pinned_entry(e, name, &r.data, &r.annotations),
             None => {
                 warn!(sidecarset = e.ss.name(), pinned = ?want, "pinned revision not found; injecting the current spec");
                 None
             }
         }
+    }
+
+    /// Whether `injectionStrategy.revision` of `ss` names a known revision (for validation and
+    /// the controller's condition). True when nothing is pinned.
+    pub fn pin_resolves(&self, ss: &SidecarSet) -> bool {
+        let Some(want) = &ss.spec.injection_strategy.revision else {
+            return true;
+        };
+        self.revisions
+            .read()
+            .ok()
+            .is_some_and(|r| resolve_pin(ss, want, &r).is_some())
     }
 
     /// Labels of a namespace, as the API server sets them (the name label always present).
@@ -433,8 +503,17 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
         "CREATE" => {
             let ns_labels = state.namespace_labels(&namespace);
             let index = state.index();
-            let injection =
-                inject::for_pod_pinned(&index, &pod, &ns_labels, now, &|e| state.pinned(e));
+            let injection = inject::for_pod_pinned(&index, &pod, &ns_labels, now, &|e| {
+                let empty = BTreeMap::new();
+                let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+                // A generated name is not known yet: the request's uid decides instead.
+                let key = if name.is_empty() {
+                    req.uid.clone()
+                } else {
+                    format!("{namespace}/{name}")
+                };
+                state.pinned(e, labels, &key)
+            });
             if let Some(denied) = &injection.denied {
                 // The SidecarSet and the pod do not fit together (OpenKruise refuses the pod
                 // too); the message names the SidecarSet, the sidecar and the field.
@@ -724,11 +803,47 @@ pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
             format!("SidecarSet {:?} is invalid: {e}", ss.name()),
         );
     }
-    if req.operation == "UPDATE"
-        && let Some(old) = req
-            .old_object
-            .as_ref()
-            .and_then(|o| decode_sidecarset(o).ok())
+    let old = (req.operation == "UPDATE")
+        .then(|| {
+            req.old_object
+                .as_ref()
+                .and_then(|o| decode_sidecarset(o).ok())
+        })
+        .flatten();
+    // A pinned revision must exist, as OpenKruise requires (checked when the pin is new or
+    // changed, so that other edits of a SidecarSet whose pinned revision was since deleted
+    // still go through).
+    let pin = ss.spec.injection_strategy.revision.as_ref();
+    let pin_changed = old
+        .as_ref()
+        .is_none_or(|o| o.ss.spec.injection_strategy.revision.as_ref() != pin);
+    if let Some(want) = pin
+        && pin_changed
+        && (want.revision_name.is_some() || want.custom_version.is_some())
+        && !state.pin_resolves(&ss)
+    {
+        denial("invalid");
+        let (field, what) = match (&want.revision_name, &want.custom_version) {
+            (Some(n), _) => ("revisionName", format!("no ControllerRevision {n:?}")),
+            (None, Some(v)) => (
+                "customVersion",
+                format!(
+                    "no ControllerRevision labelled apps.kruise.io/sidecarset-custom-version={v:?}"
+                ),
+            ),
+            _ => unreachable!("checked above"),
+        };
+        return Response::deny(
+            &req.uid,
+            422,
+            format!(
+                "SidecarSet {:?} is invalid: spec.injectionStrategy.revision.{field}: {what} belongs to this SidecarSet; pin a revision it has (kubectl get controllerrevisions -l kruise.io/sidecarset-name={} in the operator's namespace)",
+                ss.name(),
+                ss.name()
+            ),
+        );
+    }
+    if let Some(old) = &old
         && let Err(e) = crate::api::validate_update(&ss, &old.ss)
     {
         denial("invalid");
