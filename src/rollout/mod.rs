@@ -5,13 +5,18 @@
 //! which pods to upgrade this round, and sends [`upgrade_patch`] for each of them (as a JSON
 //! patch with a `resourceVersion` precondition). Nothing here does I/O.
 //!
-//! The rules are OpenKruise's (`sidecarset_strategy.go`), with its known problems fixed:
-//! * `partition` is the number of matched pods kept on the old sidecars, counting every pod that
-//!   is not updated (OpenKruise held back `partition` pods among the candidates only, so pods
-//!   that could not be upgraded were held twice).
-//! * Completion is decided from the image *name* the kubelet reports (normalised), not from a
-//!   change of imageID, so switching between two tags of the same image (`nginx` →
-//!   `nginx:1.23`, kruise#1270) completes.
+//! The rules are OpenKruise's (`sidecarset_strategy.go`, `sidecarset_processor.go`):
+//! * `partition` holds back that many of the pods that could be upgraded now, and
+//!   `maxUnavailable` is spent by upgraded pods not yet ready or not yet running the new image
+//!   ([`Rules::OpenKruise`]); [`Rules::Strict`] (`--rollout-rules=strict`) counts every pod kept
+//!   on the old sidecars against `partition` and every not-ready pod against `maxUnavailable`.
+//! * Completion: the kubelet reports the spec's image (by name, normalised, so `nginx` and
+//!   `docker.io/library/nginx:latest` are one image, kruise#1270), or, as OpenKruise, another
+//!   image ID than the one recorded in `kruise.io/sidecarset-inplace-update-state` before the
+//!   upgrade (a tag alias of the new image).
+//! * An upgrade writes the latest revision into the pod's hash entry, the in-place update state,
+//!   and `patchPodMetadata` again; the pod condition `SidecarSetUpgradable` keeps one entry per
+//!   SidecarSet ([`upgradable_condition`]).
 //! * A small percentage of `maxUnavailable` rounds up to at least one pod (kruise#1832).
 //! * Native sidecars (init containers with `restartPolicy: Always`) are upgraded like
 //!   containers.
