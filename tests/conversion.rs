@@ -4,6 +4,8 @@
 
 mod common;
 
+mod arb;
+
 use common::{Client, pki, response, review, serve};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -363,33 +365,19 @@ proptest! {
 }
 
 fn arb_json(depth: u32) -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i32>().prop_map(|i| json!(i)),
-        "[a-z]{0,6}".prop_map(Value::String),
-    ];
-    leaf.prop_recursive(depth, 32, 4, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::btree_map(
-                prop::sample::select(vec![
-                    "metadata",
-                    "spec",
-                    "namespace",
-                    "namespaceSelector",
-                    "labels",
-                    "annotations",
-                    "customVersion",
-                    "matchLabels",
-                    "apps.kruise.io/sidecarset-custom-version",
-                    "conversion.sidecarset-operator.io/v1alpha1-namespace",
-                ])
-                .prop_map(String::from),
-                inner,
-                0..4
-            )
-            .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
+    arb::json_value(
+        depth,
+        &[
+            "metadata",
+            "spec",
+            "namespace",
+            "namespaceSelector",
+            "labels",
+            "annotations",
+            "customVersion",
+            "matchLabels",
+            "apps.kruise.io/sidecarset-custom-version",
+            "conversion.sidecarset-operator.io/v1alpha1-namespace",
+        ],
+    )
 }

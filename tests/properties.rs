@@ -2,6 +2,8 @@
 //! and SidecarSets the injection patch always applies, never touches the app containers, and is
 //! idempotent.
 
+mod arb;
+
 use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -132,31 +134,17 @@ proptest! {
 }
 
 fn arb_json(depth: u32) -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i32>().prop_map(|i| json!(i)),
-        "[a-z]{0,6}".prop_map(Value::String),
-    ];
-    leaf.prop_recursive(depth, 32, 4, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::btree_map(
-                prop::sample::select(vec![
-                    "metadata",
-                    "spec",
-                    "containers",
-                    "name",
-                    "labels",
-                    "selector",
-                    "image",
-                    "kind"
-                ])
-                .prop_map(String::from),
-                inner,
-                0..4
-            )
-            .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
+    arb::json_value(
+        depth,
+        &[
+            "metadata",
+            "spec",
+            "containers",
+            "name",
+            "labels",
+            "selector",
+            "image",
+            "kind",
+        ],
+    )
 }
