@@ -23,8 +23,17 @@ impl Entry {
     /// stored values are used, not recomputed. A hash whose annotation is missing (a SidecarSet
     /// read from a file by the `inject` command) is computed from the SidecarSet as it is, which
     /// must then be defaulted already.
+    ///
+    /// An empty pod selector is refused here too (validation refuses it, but a SidecarSet stored
+    /// while the webhook was away may have one): it would inject into every pod.
     pub fn new(ss: Arc<SidecarSet>) -> Result<Self, SelectorError> {
         let scope = Scope::of(&ss.spec)?;
+        if scope.pods.is_empty() {
+            return Err(SelectorError {
+                field: "spec.selector".into(),
+                message: "is empty: it would select every pod, so this SidecarSet injects nothing until it names the pods it is for".into(),
+            });
+        }
         let stored = |key: &str| {
             ss.metadata
                 .annotations
@@ -169,4 +178,38 @@ pub fn namespace_labels(name: &str, labels: &BTreeMap<String, String>) -> BTreeM
     let mut l = labels.clone();
     l.insert(crate::api::LABEL_NAMESPACE_NAME.into(), name.into());
     l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ss(name: &str, selector: serde_json::Value) -> SidecarSet {
+        serde_json::from_value(serde_json::json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": name}, "spec": {"selector": selector, "containers": [{"name": "c", "image": "i"}]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_stored_sidecarset_with_an_empty_or_invalid_selector_never_injects() {
+        let (index, errors) = Index::from_sidecarsets([
+            ss("empty", serde_json::json!({})),
+            ss("bad", serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In"}]})),
+            ss("good", serde_json::json!({"matchLabels": {"app": "web"}})),
+        ]);
+        let names: Vec<&str> = errors.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["empty", "bad"]);
+        assert!(errors[0].1.field == "spec.selector" && errors[0].1.message.contains("every pod"));
+        let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
+        let ns = namespace_labels("default", &BTreeMap::new());
+        let matched: Vec<&str> = index
+            .matching_split(&labels, &ns)
+            .0
+            .iter()
+            .map(|e| e.ss.name())
+            .collect();
+        assert_eq!(matched, ["good"]);
+        // Any other pod: nothing at all.
+        assert!(index.matching_split(&BTreeMap::new(), &ns).0.is_empty());
+    }
 }
