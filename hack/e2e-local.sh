@@ -50,11 +50,14 @@ SSO_OPERATOR_KUBECONFIG=$WORK/sa.kubeconfig SSO_MANAGE_WEBHOOKS=false KUBECTL=$W
 log "running the e2e suite with the operator up"
 cargo test -p sidecarset-e2e -- --test-threads=4
 
-log "stopping the operator; checking failurePolicy=$SSO_FAILURE_POLICY and excluded namespaces"
+log "pods for the operator-down checks (an injected one, a plain one)"
+cargo test -p sidecarset-e2e --test operator_down prepare_pods -- --ignored
+
+log "stopping the operator; checking failurePolicy=$SSO_FAILURE_POLICY, excluded namespaces, pod updates"
 kill "$(cat "$WORK/operator.pid")"
 rm -f "$WORK/operator.pid"
 sleep 1
-cargo test -p sidecarset-e2e --test operator_down -- --ignored
+cargo test -p sidecarset-e2e --test operator_down -- --ignored --skip prepare_pods
 
 log "uninstalling the chart; tests that start their own operators (fresh start, rotation, leader change, files mode)"
 "$HELM_BIN/helm" uninstall sidecarset-operator -n sidecarset-system --wait >/dev/null

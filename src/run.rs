@@ -544,6 +544,13 @@ async fn watch_namespaces(client: Client, state: Arc<State>) {
     }
 }
 
+/// The pod webhook for CREATE (injection).
+pub const POD_CREATE_WEBHOOK: &str = "mpod.sidecarset-operator.io";
+/// The pod webhook for UPDATE (keeps injection annotations truthful), failing open.
+pub const POD_UPDATE_WEBHOOK: &str = "mpod-update.sidecarset-operator.io";
+/// CEL: the pod as it was carried our injection annotation.
+pub const POD_UPDATE_MATCH: &str = "oldObject != null && has(oldObject.metadata.annotations) && 'kruise.io/sidecarset-injected-list' in oldObject.metadata.annotations";
+
 /// Both served versions go to the SidecarSet webhooks as they are (no conversion on the way).
 const SIDECARSET_VERSIONS: &[&str] = &[crate::api::VERSION, crate::api::STORAGE_VERSION];
 
@@ -578,12 +585,16 @@ pub fn webhook_configurations(
         }]),
         match_labels: None,
     };
-    let rule = |group: &str, versions: &[&str], resource: &str| RuleWithOperations {
-        api_groups: Some(vec![group.into()]),
-        api_versions: Some(versions.iter().map(|v| v.to_string()).collect()),
-        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-        resources: Some(vec![resource.into()]),
-        scope: None,
+    let rule_for =
+        |ops: &[&str], group: &str, versions: &[&str], resource: &str| RuleWithOperations {
+            api_groups: Some(vec![group.into()]),
+            api_versions: Some(versions.iter().map(|v| v.to_string()).collect()),
+            operations: Some(ops.iter().map(|o| o.to_string()).collect()),
+            resources: Some(vec![resource.into()]),
+            scope: None,
+        };
+    let rule = |group: &str, versions: &[&str], resource: &str| {
+        rule_for(&["CREATE", "UPDATE"], group, versions, resource)
     };
     let meta = || ObjectMeta {
         name: Some(args.webhook_config_name.clone()),
@@ -597,15 +608,37 @@ pub fn webhook_configurations(
         metadata: meta(),
         webhooks: Some(vec![
             MutatingWebhook {
-                name: "mpod.sidecarset-operator.io".into(),
+                name: POD_CREATE_WEBHOOK.into(),
                 client_config: client_config("/mutate-pod"),
-                rules: Some(vec![rule("", &["v1"], "pods")]),
-                namespace_selector: Some(ns_selector),
+                rules: Some(vec![rule_for(&["CREATE"], "", &["v1"], "pods")]),
+                namespace_selector: Some(ns_selector.clone()),
                 failure_policy: Some(args.failure_policy.clone()),
                 side_effects: "None".into(),
                 admission_review_versions: vec!["v1".into()],
                 timeout_seconds: Some(args.webhook_timeout_seconds),
                 reinvocation_policy: Some("IfNeeded".into()),
+                match_policy: Some("Equivalent".into()),
+                ..Default::default()
+            },
+            // Pod UPDATE only restores injection annotations an update dropped: it is called
+            // only for pods that carried them, and never blocks an update (Ignore), so labels,
+            // finalizers and unrelated pods never wait on the operator.
+            MutatingWebhook {
+                name: POD_UPDATE_WEBHOOK.into(),
+                client_config: client_config("/mutate-pod"),
+                rules: Some(vec![rule_for(&["UPDATE"], "", &["v1"], "pods")]),
+                namespace_selector: Some(ns_selector),
+                match_conditions: Some(vec![
+                    k8s_openapi::api::admissionregistration::v1::MatchCondition {
+                        name: "injected-by-a-sidecarset".into(),
+                        expression: POD_UPDATE_MATCH.into(),
+                    },
+                ]),
+                failure_policy: Some("Ignore".into()),
+                side_effects: "None".into(),
+                admission_review_versions: vec!["v1".into()],
+                timeout_seconds: Some(args.webhook_timeout_seconds),
+                reinvocation_policy: Some("Never".into()),
                 match_policy: Some("Equivalent".into()),
                 ..Default::default()
             },

@@ -328,7 +328,7 @@ def check_bundle(csv, annotations, dockerfile, crd, pdb):
     need(len(examples) >= 1, "alm-examples needs an example of the owned API")
 
     webhooks = spec.get("webhookdefinitions", [])
-    need(len(webhooks) == 4, f"expected 4 webhook definitions, got {len(webhooks)}")
+    need(len(webhooks) == 5, f"expected 5 webhook definitions, got {len(webhooks)}")
     names = set()
     for w in webhooks:
         n = w.get("generateName", "?")
@@ -352,7 +352,8 @@ def check_bundle(csv, annotations, dockerfile, crd, pdb):
             need(not ({"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} & set(r.get("resources", []))),
                  f"webhook {n}: OLM refuses rules on webhook configurations")
         need("namespaceSelector" not in w, f"webhook {n}: OLM webhook definitions have no namespaceSelector")
-    need(names == {"mpod.sidecarset-operator.io", "msidecarset.sidecarset-operator.io", "vsidecarset.sidecarset-operator.io",
+    need(names == {"mpod.sidecarset-operator.io", "mpod-update.sidecarset-operator.io",
+                   "msidecarset.sidecarset-operator.io", "vsidecarset.sidecarset-operator.io",
                    "csidecarset.sidecarset-operator.io"},
          f"webhook names {sorted(names)}")
     need("caBundle" not in json.dumps(csv), "the CSV must not carry a caBundle (OLM injects it)")

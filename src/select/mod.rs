@@ -194,7 +194,10 @@ mod tests {
     fn a_stored_sidecarset_with_an_empty_or_invalid_selector_never_injects() {
         let (index, errors) = Index::from_sidecarsets([
             ss("empty", serde_json::json!({})),
-            ss("bad", serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In"}]})),
+            ss(
+                "bad",
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
+            ),
             ss("good", serde_json::json!({"matchLabels": {"app": "web"}})),
         ]);
         let names: Vec<&str> = errors.iter().map(|(n, _)| n.as_str()).collect();
