@@ -684,6 +684,7 @@ for v in patch update; do
   can "$v" "mutatingwebhookconfigurations/$CFG"
   can "$v" "validatingwebhookconfigurations/$CFG"
 done
+for v in get list watch patch; do can "$v" customresourcedefinitions.apiextensions.k8s.io/sidecarsets.apps.kruise.io; done
 can create secrets -n "$NS"
 for v in get list watch update patch; do can "$v" "secrets/$SECRET" -n "$NS"; done
 for v in get list watch create; do can "$v" leases.coordination.k8s.io -n "$NS"; done
@@ -705,6 +706,8 @@ cannot delete pods -n default
 cannot create sidecarsets.apps.kruise.io
 cannot delete sidecarsets.apps.kruise.io
 cannot create customresourcedefinitions.apiextensions.k8s.io
+cannot patch customresourcedefinitions.apiextensions.k8s.io/some-other-crd.example.com
+cannot delete customresourcedefinitions.apiextensions.k8s.io/sidecarsets.apps.kruise.io
 cannot create clusterrolebindings.rbac.authorization.k8s.io
 cannot update leases.coordination.k8s.io/some-other-lease -n "$NS"
 cannot create controllerrevisions.apps -n default

@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Field manager of everything the operator writes.
 pub const FIELD_MANAGER: &str = "sidecarset-operator";
@@ -137,6 +137,11 @@ pub struct RunArgs {
     /// the old sidecars; every not-ready pod spends maxUnavailable).
     #[arg(long, env = "SSO_ROLLOUT_RULES", default_value = "openkruise", value_parser = ["openkruise", "strict"])]
     pub rollout_rules: String,
+    /// Keep the pod webhook's matchConditions (CEL) to the union of the SidecarSets' pod
+    /// selectors, so that the API server calls it only for pods some SidecarSet could select.
+    /// Off when OLM owns the webhook configurations.
+    #[arg(long, env = "SSO_POD_MATCH_CONDITIONS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub pod_match_conditions: bool,
     /// Start even when OpenKruise's webhooks are installed (pods would be injected twice).
     #[arg(long, env = "SSO_ALLOW_OPENKRUISE", default_value_t = false)]
     pub allow_openkruise: bool,
@@ -210,6 +215,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     tokio::spawn(watch_sidecarsets(client.clone(), state.clone()));
     tokio::spawn(watch_namespaces(client.clone(), state.clone()));
+    if args.pod_match_conditions {
+        tokio::spawn(keep_pod_match_conditions(
+            client.clone(),
+            state.clone(),
+            args.webhook_config_name.clone(),
+        ));
+    }
     tokio::spawn(watch_revisions(
         client.clone(),
         args.namespace.clone(),
@@ -700,6 +712,116 @@ async fn apply_webhook_configurations(client: &Client, args: &RunArgs) -> anyhow
         .with_context(|| format!("cannot apply ValidatingWebhookConfiguration {name}"))?;
     info!(name = %name, url = ?args.webhook_url, "webhook configurations applied");
     Ok(())
+}
+
+/// Field manager of the pod webhook's matchConditions. Not [`FIELD_MANAGER`]: an apply of only
+/// the conditions under the manager that owns caBundle would take caBundle away.
+pub const MATCH_CONDITIONS_FIELD_MANAGER: &str = "sidecarset-operator-match-conditions";
+
+/// Keeps the CREATE pod webhook's matchConditions to the SidecarSets' selectors
+/// ([`crate::select::cel`]): written when the index changes (and every 5 minutes), with no
+/// condition when the expression would be too long for the API server or it refuses it.
+async fn keep_pod_match_conditions(client: Client, state: Arc<State>, config: String) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client);
+    let mut applied: Option<Option<String>> = None;
+    let mut retry = Duration::from_secs(1);
+    loop {
+        let mut wait = Duration::from_secs(300);
+        if state.sidecarsets_synced() {
+            let mut want = crate::select::cel::pod_match_expression(&state.index());
+            if want.is_none() && applied.as_ref().is_none_or(|a| a.is_some()) {
+                warn!(
+                    limit = crate::select::cel::MAX_EXPRESSION_BYTES,
+                    "the SidecarSets' selectors make a match condition too long: the pod webhook is called for every pod"
+                );
+            }
+            if applied.as_ref() != Some(&want) {
+                let mut result = apply_match_condition(&api, &config, want.as_deref()).await;
+                if let (Err(e), Some(_)) = (&result, &want)
+                    && e.refused
+                {
+                    warn!(error = %e.message, "the API server refused the pod webhook's match condition: the webhook is called for every pod");
+                    want = None;
+                    result = apply_match_condition(&api, &config, None).await;
+                }
+                match result {
+                    Ok(()) => {
+                        info!(
+                            bytes = want.as_ref().map_or(0, String::len),
+                            "pod webhook match condition written"
+                        );
+                        applied = Some(want);
+                        retry = Duration::from_secs(1);
+                    }
+                    Err(e) => {
+                        debug!(error = %e.message, "cannot write the pod webhook's match condition yet");
+                        wait = retry;
+                        retry = (retry * 2).min(Duration::from_secs(30));
+                    }
+                }
+            }
+        } else {
+            wait = Duration::from_millis(500);
+        }
+        tokio::select! {
+            _ = state.index_changed() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Why a match condition was not written: `refused` when the API server found it invalid.
+struct NotWritten {
+    refused: bool,
+    message: String,
+}
+
+async fn apply_match_condition(
+    api: &Api<MutatingWebhookConfiguration>,
+    config: &str,
+    expression: Option<&str>,
+) -> Result<(), NotWritten> {
+    let other = |e: kube::Error| NotWritten {
+        refused: false,
+        message: e.to_string(),
+    };
+    // Only into an existing entry (an apply would otherwise create an incomplete one).
+    let existing = api.get(config).await.map_err(other)?;
+    if !existing
+        .webhooks
+        .iter()
+        .flatten()
+        .any(|w| w.name == POD_CREATE_WEBHOOK)
+    {
+        return Err(NotWritten {
+            refused: false,
+            message: format!("{config} has no webhook {POD_CREATE_WEBHOOK} yet"),
+        });
+    }
+    let mut entry = serde_json::json!({"name": POD_CREATE_WEBHOOK});
+    if let Some(e) = expression {
+        entry["matchConditions"] =
+            serde_json::json!([{"name": "selected-by-a-sidecarset", "expression": e}]);
+    }
+    let patch = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": config}, "webhooks": [entry],
+    });
+    match api
+        .patch(
+            config,
+            &PatchParams::apply(MATCH_CONDITIONS_FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 422 => Err(NotWritten {
+            refused: true,
+            message: e.message.clone(),
+        }),
+        Err(e) => Err(other(e)),
+    }
 }
 
 /// Where the API server reaches this operator's `/convert`: its URL (a local process) or its

@@ -1,6 +1,7 @@
-//! Run with the operator STOPPED (`cargo test -p sidecarset-e2e --test operator_down -- --ignored`;
-//! `make test` does so after stopping it): pods in an excluded namespace are still created; in a
-//! selected namespace, creation follows the pod webhook's failurePolicy.
+//! Run with the operator STOPPED (`make test` runs `prepare_pods_for_the_operator_down_checks`
+//! while it is up, stops it, then runs the others with `--ignored`): pods in an excluded
+//! namespace and pods no SidecarSet selects are still created, a pod a SidecarSet selects
+//! follows the pod webhook's failurePolicy, and any pod's labels and finalizers still change.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -26,8 +27,25 @@ async fn with_the_operator_down_excluded_namespaces_work_and_others_follow_failu
 
     let ns = format!("e2e-down-{s}");
     create_namespace(&c, &ns, json!({})).await?;
+    // A pod no SidecarSet selects never reaches the webhook (its matchConditions), whatever
+    // the failure policy: created as it is.
+    let plain = Api::<Pod>::namespaced(c.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &pod("plain", json!({"e2e-down": "nobody-selects-this"})),
+        )
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("a pod no SidecarSet selects was refused with the operator down: {e}")
+        })?;
+    assert_eq!(container_names(&plain), ["app"]);
+    // One a SidecarSet selects (prepare_pods_for_the_operator_down_checks made it) follows the
+    // failure policy.
     let result = Api::<Pod>::namespaced(c.clone(), &ns)
-        .create(&PostParams::default(), &pod("p", json!({})))
+        .create(
+            &PostParams::default(),
+            &pod("p", json!({"e2e-down": "injected"})),
+        )
         .await;
     match failure_policy().as_str() {
         "Fail" => {

@@ -208,8 +208,11 @@ def build(args):
     # and needs no access to CRDs.
     for c in dep_spec["template"]["spec"]["containers"]:
         if c.get("name") == container["name"]:
-            c.setdefault("args", []).append("--manage-crd-conversion=false")
-    cluster_rules = [r for r in objs["ClusterRole"]["rules"] if "apiextensions.k8s.io" not in r.get("apiGroups", [])]
+            c.setdefault("args", []).extend(["--manage-crd-conversion=false", "--pod-match-conditions=false"])
+    # ... nor the webhook configurations, which OLM makes from webhookdefinitions.
+    cluster_rules = [r for r in objs["ClusterRole"]["rules"]
+                     if "apiextensions.k8s.io" not in r.get("apiGroups", [])
+                     and not ("admissionregistration.k8s.io" in r.get("apiGroups", []) and "patch" in r.get("verbs", []))]
     install = {
         "strategy": "deployment",
         "spec": {

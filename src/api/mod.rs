@@ -25,7 +25,9 @@ pub use resources_policy::{
     DEFAULT_TARGET_CONTAINERS_NAME_REGEX, ResourceExprs, ResourcesExpr, ResourcesPolicy,
     TargetContainersMode,
 };
-pub use selector::{CompiledSelector, Scope, SelectorError, is_qualified_name, selectors_overlap};
+pub use selector::{
+    CompiledSelector, Op, Scope, SelectorError, is_qualified_name, selectors_overlap,
+};
 pub use update_priority::{
     UpdatePriorityOrderTerm, UpdatePriorityStrategy, UpdatePriorityWeightTerm, UpdateScatterTerm,
 };

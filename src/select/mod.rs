@@ -1,6 +1,8 @@
 //! Which SidecarSets match a pod. The index holds every SidecarSet with its selectors compiled
 //! once; the webhook and the controller ask the same index, so both agree on what matches.
 
+pub mod cel;
+
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, Scope, SelectorError, SidecarSet,
 };

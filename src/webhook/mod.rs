@@ -118,6 +118,8 @@ pub struct State {
     cert_expiry: std::sync::atomic::AtomicI64,
     /// Where notices of skipped injections go (see [`events`]); none: not recorded.
     skip_events: std::sync::OnceLock<events::Sender>,
+    /// Woken whenever the index is replaced.
+    index_changed: tokio::sync::Notify,
 }
 
 impl State {
@@ -136,6 +138,18 @@ impl State {
         if let Ok(mut g) = self.index.write() {
             *g = Arc::new(index);
         }
+        self.index_changed.notify_one();
+    }
+
+    /// Returns once the index has changed since the last call (or at once, the first time after
+    /// a change).
+    pub async fn index_changed(&self) {
+        self.index_changed.notified().await
+    }
+
+    /// True once the SidecarSets have been listed.
+    pub fn sidecarsets_synced(&self) -> bool {
+        self.sidecarsets_synced.load(Ordering::SeqCst)
     }
 
     /// Applies a change to a copy of the index and publishes it (readers never wait on a writer
