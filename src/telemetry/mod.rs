@@ -60,6 +60,7 @@ pub struct Metrics {
     pub reconcile_seconds: Histogram,
     pub pods: Family<PodsLabels, Gauge>,
     pub rollout_in_progress: Family<SidecarSetLabel, Gauge>,
+    pub rollout_stalled: Family<SidecarSetLabel, Gauge>,
     pub pods_upgraded: Family<SidecarSetLabel, Counter>,
     pub cert_expiry: Gauge<i64, AtomicI64>,
     pub cert_changes: Family<ReasonLabel, Counter>,
@@ -86,6 +87,7 @@ fn build() -> Metrics {
         reconcile_seconds,
         pods: Family::default(),
         rollout_in_progress: Family::default(),
+        rollout_stalled: Family::default(),
         pods_upgraded: Family::default(),
         cert_expiry: Gauge::default(),
         cert_changes: Family::default(),
@@ -142,6 +144,11 @@ fn build() -> Metrics {
         "rollout_in_progress",
         "1 while a SidecarSet's pods are not all updated and ready",
         m.rollout_in_progress.clone(),
+    );
+    registry.register(
+        "rollout_stalled",
+        "1 while a SidecarSet's Stalled condition is True (paused, NotUpdate, pods not upgradable, image pull failures, invalid strategy)",
+        m.rollout_stalled.clone(),
     );
     registry.register(
         "pods_upgraded",
