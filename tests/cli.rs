@@ -223,7 +223,41 @@ fn crd_is_structural_small_and_has_the_columns() {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(cols, ["MATCHED", "UPDATED", "READY", "AGE"]);
+        assert_eq!(
+            cols,
+            [
+                "MATCHED", "UPDATED", "READY", "HEALTHY", "STATUS", "AGE", "MESSAGE"
+            ]
+        );
+        let ready = |field: &str| format!(".status.conditions[?(@.type==\"Ready\")].{field}");
+        for (col, path, priority) in [
+            ("HEALTHY", ready("status"), None),
+            ("STATUS", ready("reason"), None),
+            ("MESSAGE", ready("message"), Some(1)),
+        ] {
+            let c = v["additionalPrinterColumns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == col)
+                .unwrap();
+            assert_eq!(c["jsonPath"], path, "{version}: {col}");
+            assert_eq!(c["priority"].as_i64(), priority, "{version}: {col}");
+        }
+        let conditions =
+            &v["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"];
+        assert_eq!(conditions["x-kubernetes-list-type"], "map", "{version}");
+        assert_eq!(conditions["x-kubernetes-list-map-keys"], json!(["type"]));
+        for f in ["type", "status", "reason", "message", "lastTransitionTime"] {
+            assert!(
+                conditions["items"]["required"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(f)),
+                "{version}: conditions[].{f} is not required"
+            );
+        }
+        assert!(conditions["items"]["properties"]["observedGeneration"].is_object());
         let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert!(spec["description"].as_str().unwrap().contains("injected"));
         assert_eq!(
