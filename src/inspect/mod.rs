@@ -12,6 +12,8 @@ pub mod cluster;
 pub mod diff;
 pub mod explain;
 pub mod pods;
+#[cfg(test)]
+mod tests;
 
 use crate::cli::InputError;
 use crate::select::Index;
