@@ -211,23 +211,19 @@ pub async fn explain_pod(args: &ExplainPodArgs) -> Result<Outcome, ToolError> {
                 "name the pod (NAMESPACE/NAME, or NAME -n NAMESPACE), or give -f POD_FILE --sidecarsets DIR to work offline".into(),
             ));
         };
-        let c = cluster::Cluster::connect(args.common.context.as_deref()).await?;
         let (ns, name) = match target.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
-                (ns.to_string(), name.to_string())
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                (Some(ns.to_string()), name.to_string())
             }
             Some(_) => {
                 return Err(ToolError::Usage(format!(
                     "{target:?} is not NAMESPACE/NAME"
                 )));
             }
-            None => (
-                args.namespace
-                    .clone()
-                    .unwrap_or_else(|| c.default_namespace.clone()),
-                target.to_string(),
-            ),
+            None => (args.namespace.clone(), target.to_string()),
         };
+        let c = cluster::Cluster::connect(args.common.context.as_deref()).await?;
+        let ns = ns.unwrap_or_else(|| c.default_namespace.clone());
         let pod = c.pod(&ns, &name).await?;
         let ns_labels = c.namespace_labels(&ns).await?;
         let sidecarsets = c.sidecarsets().await?;
