@@ -299,7 +299,7 @@ pub fn differences(pod: &Pod, entry: &Entry, now: &str) -> Result<Vec<String>, S
                 (None, Some(_)) => out.push(format!("{list}[{n}] (added to the SidecarSet)")),
                 (Some(a), Some(w)) => walk(
                     &format!("{list}[{n}]"),
-                    &Value::Object(comparable(a)),
+                    &Value::Object(comparable(&without_api_server_mounts(a, w))),
                     &Value::Object(comparable(w)),
                     &mut out,
                 ),
@@ -308,6 +308,27 @@ pub fn differences(pod: &Pod, entry: &Entry, now: &str) -> Result<Vec<String>, S
         }
     }
     Ok(out)
+}
+
+/// Where the API server's ServiceAccount admission mounts the token into every container of a
+/// pod (also into the sidecars, as it runs again after the webhooks).
+pub const SERVICE_ACCOUNT_TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// `actual` without the volume mounts the API server adds after injection (the service account
+/// token) when `wanted` does not mount that path itself.
+fn without_api_server_mounts(actual: &Container, wanted: &Container) -> Container {
+    let mut a = actual.clone();
+    let wants_token = wanted
+        .volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| m.mount_path == SERVICE_ACCOUNT_TOKEN_PATH);
+    if let Some(m) = a.volume_mounts.as_mut()
+        && !wants_token
+    {
+        m.retain(|m| m.mount_path != SERVICE_ACCOUNT_TOKEN_PATH);
+    }
+    a
 }
 
 /// A container as a JSON object without its image, defaulted as the API server defaults it,

@@ -451,6 +451,32 @@ fn explain_revisions_upgradability_and_next_step() {
             "{what}"
         );
     }
+    // The API server mounts the service account token into the sidecars too (its admission runs
+    // again after the webhooks): not a difference.
+    let mut with_token = pod(
+        "token",
+        "shop",
+        web.clone(),
+        Some(60),
+        &[with_env(&v1, "b")],
+    );
+    for c in &mut with_token.spec.as_mut().unwrap().containers {
+        c.volume_mounts.get_or_insert_with(Vec::new).push(
+            serde_json::from_value(json!({"name": "kube-api-access-x", "readOnly": true,
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}))
+            .unwrap(),
+        );
+    }
+    let w = World {
+        sets: vec![v2.clone()],
+        peers: BTreeMap::new(),
+    };
+    assert_eq!(
+        w.verdict(&with_token, "mesh").next,
+        Some(NextStep::NotUpgradable {
+            differences: vec!["containers[proxy].env[MODE].value: \"b\" -> \"a\"".into()]
+        })
+    );
     // Up to date.
     let w = world(vec![v1.clone()]);
     let v = w.verdict(&old("a", 10), "mesh");

@@ -277,7 +277,7 @@ mod tests {
             .filter_map(|l| {
                 let (name, rest) = l.split_once('`')?;
                 let kind = rest
-                    .trim_start_matches(|c| c == ' ' || c == '|')
+                    .trim_start_matches([' ', '|'])
                     .split([';', ' ', '|'])
                     .next()?;
                 let name = format!("sidecarset_operator_{name}");
