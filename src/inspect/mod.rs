@@ -241,7 +241,16 @@ pub async fn explain_pod(args: &ExplainPodArgs) -> Result<Outcome, ToolError> {
         let mut peers = BTreeMap::new();
         let mut revisions = Vec::new();
         for ss in index.iter().filter(|s| injected.contains(s.name())) {
-            peers.insert(ss.name().to_string(), c.pods_selected(ss).await?);
+            match c.pods_selected(ss).await {
+                Ok(pods) => {
+                    peers.insert(ss.name().to_string(), pods);
+                }
+                // Without the other pods the step is planned with this one alone.
+                Err(e) => stderr.push(format!(
+                    "note: the next rollout step of {:?} is planned with this pod alone: {e}",
+                    ss.name()
+                )),
+            }
             match c.revisions(&args.common.operator_namespace, ss.name()).await {
                 Some(r) => revisions.extend(r),
                 None => stderr.push(format!(
