@@ -7,7 +7,9 @@
 #                OTEL_* variable by default, the OTLP endpoint, protocol, sampler, resource
 #                attributes and headers Secret of ci/tracing-values.yaml otherwise, the CA and
 #                client certificate files, their Secret volumes and mounts of
-#                ci/tracing-tls-values.yaml (and refusals of tracing.tls without https)
+#                ci/tracing-tls-values.yaml (and refusals of tracing.tls without https); the Grafana
+#                dashboard ConfigMap and PrometheusRule: off by default, rendered and valid with
+#                ci/monitoring-values.yaml, refused without metrics.enabled
 #   2. dry-run   helm template of each values file, then a server-side dry run of the result (and of
 #                the CRD); kinds whose CRDs the cluster does not serve (cert-manager's Certificate
 #                and Issuer, prometheus-operator's ServiceMonitor) are left out and listed
@@ -387,6 +389,64 @@ print((d["spec"]["template"]["spec"].get("securityContext") or {}).get("fsGroup"
   fi
   grep -qF "tracing.tls.caSecret.key is required" <<<"$bad" || die "tracing.tls.caSecret without key: unexpected error: $bad"
   pass "tracing.tls.caSecret.name with an empty .key: helm template fails and names tracing.tls.caSecret.key"
+
+  monitoring_checks
+}
+
+# monitoring_of RENDERED: "dashboard=<labels>/<panels> rules=<alert names>" of the Grafana
+# dashboard ConfigMap and the PrometheusRule in RENDERED (<none> when absent), or <error: ...>.
+monitoring_of() {
+  python3 -c '
+import json, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+cms = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]
+rules = [d for d in docs if d["kind"] == "PrometheusRule"]
+out = []
+if cms:
+    cm = cms[0]
+    try:
+        dash = json.loads(cm["data"]["sidecarset-operator.json"])
+    except Exception as e:
+        print("<error: the dashboard is not JSON: %s>" % e); sys.exit()
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    labels = ",".join("%s=%s" % kv for kv in sorted(cm["metadata"]["labels"].items()) if kv[0] == "grafana_dashboard")
+    out.append("dashboard=%s/%d" % (labels, len(exprs)))
+else:
+    out.append("dashboard=<none>")
+if rules:
+    rs = [r for g in rules[0]["spec"]["groups"] for r in g["rules"]]
+    bad = [r["alert"] for r in rs if "namespace=\"%s\"" % sys.argv[2] not in r["expr"]]
+    if bad:
+        print("<error: alerts not scoped to the release namespace: %s>" % bad); sys.exit()
+    out.append("rules=" + ",".join(r["alert"] for r in rs))
+else:
+    out.append("rules=<none>")
+print(" ".join(out))' "$1" "$NS"
+}
+
+# Grafana dashboard and PrometheusRule: off by default, both with ci/monitoring-values.yaml,
+# refused without metrics.enabled.
+monitoring_checks() {
+  local r=$OUT/monitoring-default.yaml f=$CHART/ci/monitoring-values.yaml bad got
+  render "$r"
+  expect_eq "default values: no dashboard ConfigMap, no PrometheusRule" "$(monitoring_of "$r")" "dashboard=<none> rules=<none>"
+  r=$OUT/monitoring.yaml
+  render "$r" "$f"
+  got=$(monitoring_of "$r")
+  expect_eq "$(label_of "$f"): the dashboard ConfigMap (label grafana_dashboard=1, valid JSON, its queries) and the alerts, scoped to namespace $NS" \
+    "$got" "dashboard=grafana_dashboard=1/$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(len(p.get("targets", [])) for p in d["panels"]))' "$CHART/dashboards/sidecarset-operator.json") rules=SidecarSetOperatorWebhookErrors,SidecarSetOperatorPodsRefused,SidecarSetOperatorWebhookSlow,SidecarSetOperatorCertificateExpiring,SidecarSetRolloutStalled,SidecarSetPodsCreatedWithoutSidecars,SidecarSetOperatorLeaderMissing"
+  for v in dashboard prometheusRule; do
+    if bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" --set "metrics.$v.enabled=true" 2>&1); then
+      die "metrics.$v.enabled without metrics.enabled was rendered"
+    fi
+    grep -qF "metrics.$v.enabled needs metrics.enabled=true" <<<"$bad" || die "metrics.$v.enabled without metrics: unexpected error: $bad"
+  done
+  pass "metrics.dashboard.enabled / metrics.prometheusRule.enabled without metrics.enabled: helm template fails and says so"
+  if "$HELM" template "$RELEASE" "$CHART" -n "$NS" --set metrics.enabled=true --set metrics.prometheusRule.enabled=true \
+      --set metrics.prometheusRule.stalledFor=soon >/dev/null 2>&1; then
+    die "values.schema.json accepted metrics.prometheusRule.stalledFor=soon"
+  fi
+  pass "values.schema.json refuses metrics.prometheusRule.stalledFor=soon"
 }
 
 # ---------------------------------------------------------------------------------------------

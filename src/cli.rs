@@ -55,43 +55,61 @@ pub fn read_pod(path: &Path) -> Result<(Value, Pod), InputError> {
     Ok((raw, pod))
 }
 
-/// Reads SidecarSets from a YAML file (several documents allowed) or every `.yaml`, `.yml` and
-/// `.json` file of a folder (documents of other kinds are skipped); defaults and validates each,
-/// and checks them for conflicts.
-pub fn read_sidecarsets(path: &Path) -> Result<Vec<SidecarSet>, InputError> {
-    let files = if path.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|source| InputError::Read {
-                path: path.into(),
-                source,
-            })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("yaml" | "yml" | "json")
-                )
-            })
-            .collect();
-        files.sort();
-        files
-    } else {
-        vec![path.to_path_buf()]
-    };
-    let mut out: Vec<(PathBuf, SidecarSet)> = Vec::new();
-    for file in files {
+/// A SidecarSet read from a file: where, its JSON as written (converted to v1alpha1), and the
+/// SidecarSet defaulted and validated.
+#[derive(Debug, Clone)]
+pub struct SidecarSetDoc {
+    pub file: PathBuf,
+    pub raw: Value,
+    pub ss: SidecarSet,
+}
+
+fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, InputError> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|source| InputError::Read {
+            path: path.into(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            )
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Reads the SidecarSets of a YAML file (several documents allowed, and lists such as `kubectl
+/// get sidecarsets -o yaml` writes) or of every `.yaml`, `.yml` and `.json` file of a folder;
+/// documents of other kinds are skipped. `apps.kruise.io/v1beta1` objects are converted to
+/// v1alpha1 as the conversion webhook does. Each is defaulted and validated; a name may appear
+/// once.
+pub fn read_sidecarset_docs(path: &Path) -> Result<Vec<SidecarSetDoc>, InputError> {
+    let mut out: Vec<SidecarSetDoc> = Vec::new();
+    for file in yaml_files(path)? {
         let text = std::fs::read_to_string(&file).map_err(|source| InputError::Read {
             path: file.clone(),
             source,
         })?;
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
             .map_err(|e| invalid(&file, format!("not YAML: {e}")))?;
+        let mut objects: Vec<(String, Value)> = Vec::new();
         for (i, doc) in docs.into_iter().enumerate().filter(|(_, d)| !d.is_null()) {
             let at = format!("document {}", i + 1);
             match doc.get("kind").and_then(Value::as_str) {
-                Some("SidecarSet") => {}
-                // Other manifests may share the folder or file (a Deployment, a Namespace).
-                Some(_) => continue,
+                Some(k) if k.ends_with("List") => {
+                    let items = doc.get("items").and_then(Value::as_array);
+                    for (j, item) in items.into_iter().flatten().enumerate() {
+                        objects.push((format!("{at}, items[{j}]"), item.clone()));
+                    }
+                }
+                Some(_) => objects.push((at, doc)),
                 None => {
                     return Err(invalid(
                         &file,
@@ -99,32 +117,57 @@ pub fn read_sidecarsets(path: &Path) -> Result<Vec<SidecarSet>, InputError> {
                     ));
                 }
             }
+        }
+        for (at, doc) in objects {
+            // Other manifests may share the folder or file (a Deployment, a Namespace).
+            if doc.get("kind").and_then(Value::as_str) != Some("SidecarSet") {
+                continue;
+            }
+            let doc = if doc.get("apiVersion").and_then(Value::as_str)
+                == Some(crate::api::convert::API_VERSION_V1BETA1)
+            {
+                crate::api::convert::convert(&doc, crate::api::convert::API_VERSION_V1ALPHA1)
+                    .map_err(|e| invalid(&file, format!("{at}: {e}")))?
+            } else {
+                doc
+            };
             let mut ss: SidecarSet =
                 decode(&doc).map_err(|m| invalid(&file, format!("{at}: {m}")))?;
             default_sidecarset(&mut ss);
             validate(&ss)
                 .map_err(|e| invalid(&file, format!("SidecarSet {:?}: {e}", ss.name())))?;
-            if let Some((other, _)) = out.iter().find(|(_, o)| o.name() == ss.name()) {
+            if let Some(other) = out.iter().find(|o| o.ss.name() == ss.name()) {
                 return Err(invalid(
                     &file,
                     format!(
                         "SidecarSet {:?} is defined twice (also in {})",
                         ss.name(),
-                        other.display()
+                        other.file.display()
                     ),
                 ));
             }
-            out.push((file.clone(), ss));
+            out.push(SidecarSetDoc {
+                file: file.clone(),
+                raw: doc,
+                ss,
+            });
         }
     }
     if out.is_empty() {
         return Err(invalid(path, "holds no SidecarSet"));
     }
-    for (file, ss) in &out {
-        conflicts(ss, out.iter().map(|(_, o)| o))
-            .map_err(|e| invalid(file, format!("SidecarSet {:?}: {e}", ss.name())))?;
+    Ok(out)
+}
+
+/// [`read_sidecarset_docs`], checked for conflicts between them as the validating webhook
+/// checks them.
+pub fn read_sidecarsets(path: &Path) -> Result<Vec<SidecarSet>, InputError> {
+    let out = read_sidecarset_docs(path)?;
+    for d in &out {
+        conflicts(&d.ss, out.iter().map(|o| &o.ss))
+            .map_err(|e| invalid(&d.file, format!("SidecarSet {:?}: {e}", d.ss.name())))?;
     }
-    Ok(out.into_iter().map(|(_, s)| s).collect())
+    Ok(out.into_iter().map(|d| d.ss).collect())
 }
 
 /// Parses `k=v[,k=v...]`.

@@ -9,6 +9,7 @@ pub mod certs;
 pub mod cli;
 pub mod controller;
 pub mod inject;
+pub mod inspect;
 pub mod rollout;
 pub mod run;
 pub mod select;

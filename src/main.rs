@@ -1,7 +1,7 @@
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use sidecarset_operator::telemetry::otel as telemetry;
-use sidecarset_operator::{api, cli, run};
-use std::path::PathBuf;
+use sidecarset_operator::{api, cli, inspect, run};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 // jemalloc returns freed memory to the system and fragments less than glibc's malloc with many
@@ -10,7 +10,11 @@ use std::process::ExitCode;
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Injects sidecar containers into pods and keeps them up to date, driven by SidecarSets
-/// (apps.kruise.io/v1alpha1, compatible with OpenKruise).
+/// (apps.kruise.io v1alpha1 and v1beta1, compatible with OpenKruise).
+///
+/// Exit codes of the commands: 0 done; 1 bad usage or input (including a SidecarSet the API
+/// server would refuse); 2 no access to the cluster (no kubeconfig, unreachable, credentials
+/// refused, forbidden by RBAC); 3 not found (the pod, its namespace, the SidecarSet API).
 #[derive(Parser)]
 #[command(name = "sidecarset-operator", version)]
 struct Cli {
@@ -43,19 +47,107 @@ enum Command {
         #[arg(long, default_value = "")]
         namespace_labels: String,
     },
+    /// Explain an object: `explain pod NAMESPACE/NAME` (against the cluster), or `explain pod -f
+    /// pod.yaml --sidecarsets DIR` (offline).
+    Explain {
+        #[command(subcommand)]
+        what: inspect::ExplainCommand,
+    },
+    /// Preview a SidecarSet change against the cluster before applying it: the pods it would
+    /// select, upgrade in place or leave alone (and why), conflicts with other SidecarSets, and
+    /// the rollout order.
+    Diff(inspect::DiffArgs),
+}
+
+/// The name kubectl runs a plugin `kubectl sidecarset` by.
+const PLUGIN_NAME: &str = "kubectl-sidecarset";
+
+/// Invoked as `kubectl sidecarset ...` (the binary installed, or linked, as kubectl-sidecarset).
+fn invoked_as_plugin() -> bool {
+    std::env::args_os()
+        .next()
+        .and_then(|a| {
+            Path::new(&a)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+        })
+        .is_some_and(|s| s == PLUGIN_NAME)
+}
+
+/// Runs a tool command (explain, diff) on a small runtime and prints what it says.
+fn tool(
+    f: impl std::future::Future<Output = Result<inspect::Outcome, inspect::ToolError>>,
+) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(inspect::EXIT_INPUT);
+        }
+    };
+    match rt.block_on(f) {
+        Ok(out) => {
+            print!("{}", out.stdout);
+            for line in &out.stderr {
+                eprintln!("{line}");
+            }
+            ExitCode::from(out.code)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let command = cli.command.unwrap_or_else(|| {
-        use clap::FromArgMatches;
-        let m = <run::RunArgs as clap::Args>::augment_args(clap::Command::new("run"))
-            .get_matches_from(["run"]);
-        Command::Run(Box::new(
-            run::RunArgs::from_arg_matches(&m).expect("defaults parse"),
-        ))
-    });
+    let plugin = invoked_as_plugin();
+    let mut app = Cli::command();
+    if plugin {
+        app = app
+            .name("kubectl sidecarset")
+            .bin_name("kubectl sidecarset")
+            .mut_subcommand("run", |s| s.hide(true));
+    }
+    let help = app.render_long_help();
+    // Usage errors exit with 1 (clap's own 2 is "no cluster access" here).
+    let cli = match app
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                inspect::EXIT_INPUT
+            } else {
+                inspect::EXIT_OK
+            });
+        }
+    };
+    let command = match cli.command {
+        Some(c) => c,
+        // `kubectl sidecarset` alone: the help, never the operator.
+        None if plugin => {
+            eprint!("{help}");
+            return ExitCode::from(inspect::EXIT_INPUT);
+        }
+        None => {
+            let m = <run::RunArgs as clap::Args>::augment_args(clap::Command::new("run"))
+                .get_matches_from(["run"]);
+            Command::Run(Box::new(
+                run::RunArgs::from_arg_matches(&m).expect("defaults parse"),
+            ))
+        }
+    };
     match command {
+        Command::Explain {
+            what: inspect::ExplainCommand::Pod(args),
+        } => tool(inspect::explain_pod(&args)),
+        Command::Diff(args) => tool(inspect::diff(&args)),
         Command::Crd => match api::crd_yaml() {
             Ok(y) => {
                 print!("{y}");
@@ -75,7 +167,7 @@ fn main() -> ExitCode {
                 Ok(l) => l,
                 Err(e) => {
                     eprintln!("error: --namespace-labels: {e}");
-                    return ExitCode::from(2);
+                    return ExitCode::from(inspect::EXIT_INPUT);
                 }
             };
             let now = jiff::Timestamp::now()

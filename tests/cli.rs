@@ -223,7 +223,41 @@ fn crd_is_structural_small_and_has_the_columns() {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(cols, ["MATCHED", "UPDATED", "READY", "AGE"]);
+        assert_eq!(
+            cols,
+            [
+                "MATCHED", "UPDATED", "READY", "HEALTHY", "STATUS", "AGE", "MESSAGE"
+            ]
+        );
+        let ready = |field: &str| format!(".status.conditions[?(@.type==\"Ready\")].{field}");
+        for (col, path, priority) in [
+            ("HEALTHY", ready("status"), None),
+            ("STATUS", ready("reason"), None),
+            ("MESSAGE", ready("message"), Some(1)),
+        ] {
+            let c = v["additionalPrinterColumns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == col)
+                .unwrap();
+            assert_eq!(c["jsonPath"], path, "{version}: {col}");
+            assert_eq!(c["priority"].as_i64(), priority, "{version}: {col}");
+        }
+        let conditions =
+            &v["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"];
+        assert_eq!(conditions["x-kubernetes-list-type"], "map", "{version}");
+        assert_eq!(conditions["x-kubernetes-list-map-keys"], json!(["type"]));
+        for f in ["type", "status", "reason", "message", "lastTransitionTime"] {
+            assert!(
+                conditions["items"]["required"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(f)),
+                "{version}: conditions[].{f} is not required"
+            );
+        }
+        assert!(conditions["items"]["properties"]["observedGeneration"].is_object());
         let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert!(spec["description"].as_str().unwrap().contains("injected"));
         assert_eq!(
@@ -324,5 +358,169 @@ fn run_refuses_trace_settings_it_cannot_honour_before_touching_the_cluster() {
             stderr.contains(&want),
             "{vars:?}: want {want:?} in {stderr}"
         );
+    }
+}
+
+/// The binary linked as kubectl-sidecarset, as kubectl finds a plugin on PATH.
+fn plugin() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sso-cli-plugin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("kubectl-sidecarset");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sidecarset-operator"), &link).unwrap();
+    link
+}
+
+#[test]
+fn works_as_the_kubectl_plugin() {
+    let p = plugin();
+    let run = |args: &[&str]| {
+        Command::new(&p)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .output()
+            .unwrap()
+    };
+    // `kubectl sidecarset` alone prints the help and never starts the operator.
+    let out = run(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Usage: kubectl sidecarset"), "{err}");
+    let out = run(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    for c in ["explain", "diff", "inject", "crd"] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(c)),
+            "{c} missing: {help}"
+        );
+    }
+    assert!(
+        !help.lines().any(|l| l.trim_start().starts_with("run ")),
+        "the operator's `run` is hidden from the plugin: {help}"
+    );
+    // The same commands as the binary.
+    let out = run(&[
+        "explain",
+        "pod",
+        "-f",
+        "config/samples/pod.yaml",
+        "--sidecarsets",
+        "config/samples",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["pod"], "demo/demo");
+    assert_eq!(e["sidecarsets"][0]["injection"], "notSelected");
+    assert_eq!(
+        e["sidecarsets"][0]["missed"][0]["requirement"],
+        "sidecar-injection=enabled"
+    );
+}
+
+#[test]
+fn tool_errors_are_one_line_with_documented_exit_codes() {
+    let home = std::env::temp_dir().join(format!("sso-cli-home-{}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    // A kubeconfig whose API server does not answer (nothing listens on port 1).
+    let unreachable = tmp(
+        "unreachable.kubeconfig",
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    );
+    let cases: Vec<(Vec<&str>, &str, i32, &str)> = vec![
+        (vec!["explain", "pod"], "", 1, "name the pod"),
+        (
+            vec!["explain", "pod", "shop/"],
+            "",
+            1,
+            "is not NAMESPACE/NAME",
+        ),
+        (
+            vec!["explain", "pod", "-f", "config/samples/pod.yaml"],
+            "",
+            1,
+            "--sidecarsets",
+        ),
+        (vec!["explain", "pod", "--bogus"], "", 1, "--bogus"),
+        (
+            vec!["explain", "pod", "shop/web"],
+            "/nonexistent/kubeconfig",
+            2,
+            "no cluster configuration",
+        ),
+        (
+            vec!["explain", "pod", "shop/web"],
+            unreachable.as_str(),
+            2,
+            "cannot reach the API server at https://127.0.0.1:1/",
+        ),
+        (
+            vec!["diff", "-f", "config/samples/sidecarset.yaml"],
+            unreachable.as_str(),
+            2,
+            "cannot reach the API server",
+        ),
+        (
+            vec!["diff", "-f", "/nonexistent/ss.yaml"],
+            unreachable.as_str(),
+            1,
+            "/nonexistent/ss.yaml: cannot read",
+        ),
+    ];
+    for (args, kubeconfig, code, needle) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_sidecarset-operator"))
+            .args(&args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOME", &home)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} printed to stdout");
+        // clap's usage errors add a usage hint; ours are one line.
+        if !needle.starts_with("--") {
+            assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn the_krew_manifest_installs_the_binary_as_kubectl_sidecarset() {
+    let m: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string("plugins/sidecarset.yaml").unwrap())
+            .unwrap();
+    assert_eq!(m["kind"], "Plugin");
+    assert_eq!(
+        m["apiVersion"],
+        "krew.googlecontainertools.github.com/v1alpha2"
+    );
+    assert_eq!(m["metadata"]["name"], "sidecarset");
+    assert_eq!(
+        m["spec"]["version"],
+        format!("v{}", env!("CARGO_PKG_VERSION"))
+    );
+    let platforms = m["spec"]["platforms"].as_array().unwrap();
+    assert!(!platforms.is_empty());
+    for p in platforms {
+        assert_eq!(p["bin"], "kubectl-sidecarset");
+        assert!(
+            p["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["from"] == "kubectl-sidecarset")
+        );
+        assert_eq!(p["sha256"].as_str().unwrap().len(), 64);
+        assert!(p["selector"]["matchLabels"]["os"].is_string());
     }
 }

@@ -95,9 +95,28 @@ pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
         json_path = ".status.readyPods"
     ),
     printcolumn(
+        name = "HEALTHY",
+        type_ = "string",
+        description = "The Ready condition: every matched pod runs the current sidecars and is ready",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "STATUS",
+        type_ = "string",
+        description = "Why the SidecarSet is (not) ready: the Ready condition's reason",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
         name = "AGE",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "MESSAGE",
+        type_ = "string",
+        priority = "1",
+        description = "The Ready condition's message",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message"
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -384,6 +403,13 @@ pub struct SidecarSetStatus {
     /// Count of hash collisions of the ControllerRevision name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collision_count: Option<i32>,
+    /// Standard conditions, for `kubectl wait`, Argo CD, Flux and kstatus: `Ready` (every
+    /// matched pod runs the current sidecars and is ready), `Progressing` and `Reconciling` (a
+    /// rollout is moving), `Stalled` (it cannot move without a change: paused, NotUpdate, pods
+    /// not upgradable in place, an image that cannot be pulled, an invalid strategy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 }
 
 impl SidecarSet {

@@ -18,6 +18,33 @@ pub struct Requirement {
     pub op: Op,
 }
 
+impl Requirement {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let v = labels.get(&self.key);
+        match &self.op {
+            Op::In(vals) => v.is_some_and(|v| vals.contains(v)),
+            Op::NotIn(vals) => v.is_none_or(|v| !vals.contains(v)),
+            Op::Exists => v.is_some(),
+            Op::DoesNotExist => v.is_none(),
+        }
+    }
+}
+
+/// As kubectl writes selectors: `app=web`, `tier in (a,b)`, `env notin (dev)`, `canary`,
+/// `!canary`.
+impl std::fmt::Display for Requirement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |v: &BTreeSet<String>| v.iter().cloned().collect::<Vec<_>>().join(",");
+        match &self.op {
+            Op::In(v) if v.len() == 1 => write!(f, "{}={}", self.key, list(v)),
+            Op::In(v) => write!(f, "{} in ({})", self.key, list(v)),
+            Op::NotIn(v) => write!(f, "{} notin ({})", self.key, list(v)),
+            Op::Exists => write!(f, "{}", self.key),
+            Op::DoesNotExist => write!(f, "!{}", self.key),
+        }
+    }
+}
+
 /// A label selector ready to match: `matchLabels` become `In` requirements.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CompiledSelector {
@@ -101,15 +128,12 @@ impl CompiledSelector {
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.reqs.iter().all(|r| {
-            let v = labels.get(&r.key);
-            match &r.op {
-                Op::In(vals) => v.is_some_and(|v| vals.contains(v)),
-                Op::NotIn(vals) => v.is_none_or(|v| !vals.contains(v)),
-                Op::Exists => v.is_some(),
-                Op::DoesNotExist => v.is_none(),
-            }
-        })
+        self.reqs.iter().all(|r| r.matches(labels))
+    }
+
+    /// The requirements these labels do not meet (empty when the selector matches).
+    pub fn misses<'a>(&'a self, labels: &BTreeMap<String, String>) -> Vec<&'a Requirement> {
+        self.reqs.iter().filter(|r| !r.matches(labels)).collect()
     }
 
     pub fn requirements(&self) -> &[Requirement] {
@@ -259,6 +283,40 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn missed_requirements_in_kubectl_syntax() {
+        let s = sel("{matchLabels: {app: web}, matchExpressions: [
+            {key: tier, operator: In, values: [b, a]}, {key: env, operator: NotIn, values: [dev]},
+            {key: canary, operator: Exists}, {key: legacy, operator: DoesNotExist}]}");
+        let all: Vec<String> = s.requirements().iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            all,
+            [
+                "app=web",
+                "tier in (a,b)",
+                "env notin (dev)",
+                "canary",
+                "!legacy"
+            ]
+        );
+        let missed = |l: &[(&str, &str)]| -> Vec<String> {
+            s.misses(&labels(l)).iter().map(|r| r.to_string()).collect()
+        };
+        assert_eq!(
+            missed(&[("app", "web"), ("tier", "a"), ("canary", "")]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            missed(&[
+                ("app", "api"),
+                ("tier", "a"),
+                ("env", "dev"),
+                ("legacy", "1")
+            ]),
+            ["app=web", "env notin (dev)", "canary", "!legacy"]
+        );
     }
 
     #[test]

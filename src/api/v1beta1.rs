@@ -54,9 +54,28 @@ pub const VERSION: &str = "v1beta1";
         json_path = ".status.readyPods"
     ),
     printcolumn(
+        name = "HEALTHY",
+        type_ = "string",
+        description = "The Ready condition: every matched pod runs the current sidecars and is ready",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "STATUS",
+        type_ = "string",
+        description = "Why the SidecarSet is (not) ready: the Ready condition's reason",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
         name = "AGE",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "MESSAGE",
+        type_ = "string",
+        priority = "1",
+        description = "The Ready condition's message",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message"
     )
 )]
 #[serde(rename_all = "camelCase")]

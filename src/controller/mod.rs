@@ -2,6 +2,7 @@
 //! decisions are in the pure [`crate::rollout`]; this shell reads pods from a slim cache,
 //! writes status and revisions, patches pods, and records Events. Only the leader writes.
 
+pub mod conditions;
 pub mod leader;
 pub mod revisions;
 pub mod slim;
@@ -196,6 +197,8 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     let (latest_revision, collision_count) = revisions::register(&ctx, &entry, &pods).await?;
     let revision = latest_revision.clone();
     let st = rollout::status(&views);
+    let planned = rollout::plan_with(&entry.ss.spec.update_strategy, &views, ctx.rules);
+    let health = health(&entry, &pods, &views, &st, &planned);
     let span = tracing::Span::current();
     span.record("matched", st.matched);
     span.record("updated", st.updated);
@@ -208,6 +211,29 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         updated_ready_pods: st.updated_ready,
         latest_revision: Some(latest_revision),
         collision_count: Some(collision_count).filter(|c| *c > 0),
+        conditions: {
+            let previous = ss.status.as_ref().map_or(&[][..], |s| &s.conditions);
+            let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+                    .unwrap_or_else(|_| jiff::Timestamp::now()),
+            );
+            let mut c = conditions::conditions(&health, ss.metadata.generation, previous, &now);
+            if let Some(want) = &ss.spec.injection_strategy.revision {
+                let pin = match (&want.revision_name, &want.custom_version) {
+                    (Some(n), _) => format!("revisionName {n:?}"),
+                    (None, Some(v)) => format!("customVersion {v:?}"),
+                    _ => "nothing".to_string(),
+                };
+                c.push(conditions::pinned_revision_condition(
+                    ctx.webhook.pin_resolves(&ss),
+                    &pin,
+                    ss.metadata.generation,
+                    previous,
+                    &now,
+                ));
+            }
+            c
+        },
     };
     let m = crate::telemetry::metrics();
     for (state, n) in [
@@ -223,6 +249,9 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             })
             .set(i64::from(n));
     }
+    m.rollout_stalled
+        .get_or_create(&crate::telemetry::label(&name))
+        .set(i64::from(health.phase == conditions::Phase::Stalled));
     if ss.status.as_ref() != Some(&status) {
         let api: Api<StoredSidecarSet> = Api::all(ctx.client.clone());
         api.patch_status(
@@ -263,7 +292,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     if strategy.type_ == Some(UpdateStrategyType::NotUpdate) {
         return Ok(Action::requeue(Duration::from_secs(300)));
     }
-    let plan = rollout::plan_with(strategy, &views, ctx.rules).map_err(Error::Invalid)?;
+    let plan = planned.map_err(Error::Invalid)?;
     let by_key: BTreeMap<String, &Arc<SlimPod>> = pods
         .iter()
         .map(|p| {
@@ -435,6 +464,32 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         Action::requeue(Duration::from_secs(300))
     } else {
         Action::requeue(Duration::from_secs(2))
+    })
+}
+
+/// The SidecarSet's state for its conditions (see [`conditions::assess`]); the pods' container
+/// statuses are read only for matched pods that are not ready (image pull failures).
+fn health(
+    entry: &Entry,
+    pods: &[Arc<SlimPod>],
+    views: &[rollout::PodView],
+    st: &rollout::Status,
+    planned: &Result<rollout::Plan, String>,
+) -> conditions::Health {
+    let pull_failures: Vec<(String, String)> = pods
+        .iter()
+        .zip(views)
+        .filter(|(_, v)| v.matched() && !v.ready_and_consistent())
+        .filter_map(|(p, v)| {
+            conditions::image_pull_failure(&p.to_pod(), &entry.ss).map(|why| (v.key.clone(), why))
+        })
+        .collect();
+    conditions::assess(&conditions::Observed {
+        status: st,
+        strategy: &entry.ss.spec.update_strategy,
+        plan: planned.as_ref().map_err(String::as_str),
+        views,
+        pull_failures: &pull_failures,
     })
 }
 

@@ -5,7 +5,8 @@
 //! takes a `Pod`: [`SlimPod::to_pod`] builds one for a pod when it is looked at.
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+    Container, ContainerState, ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodSpec,
+    PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
@@ -70,6 +71,21 @@ pub struct SlimContainerStatus {
     pub restart_count: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<bool>,
+    /// Only `state.waiting.reason` is kept (an image that cannot be pulled stalls a rollout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<SlimContainerState>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct SlimContainerState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<SlimWaiting>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct SlimWaiting {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl k8s_openapi::Resource for SlimPod {
@@ -105,6 +121,18 @@ impl SlimPod {
                     || k == crate::rollout::ANNOTATION_INPLACE_UPDATE_STATE
             });
         }
+        if let Some(s) = self.status.as_mut() {
+            for c in s
+                .container_statuses
+                .iter_mut()
+                .chain(s.init_container_statuses.iter_mut())
+                .flatten()
+            {
+                if c.state.as_ref().is_some_and(|s| s.waiting.is_none()) {
+                    c.state = None;
+                }
+            }
+        }
         if let Some(c) = self.status.as_mut().and_then(|s| s.conditions.as_mut()) {
             c.retain(|c| c.type_ == "Ready" || c.type_ == "SidecarSetUpgradable");
             for c in c.iter_mut() {
@@ -128,6 +156,17 @@ impl SlimPod {
             ready: c.ready,
             restart_count: c.restart_count,
             started: c.started,
+            state: c
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .map(|w| ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: w.reason.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
             ..Default::default()
         };
         Pod {
@@ -189,7 +228,8 @@ mod tests {
                 "containerStatuses": [
                     {"name": "mesh", "image": "m:1", "imageID": "sha256:1", "ready": true, "restartCount": 2, "started": true,
                      "state": {"running": {"startedAt": "2026-11-30T10:00:03Z"}}},
-                    {"name": "app", "image": "a:1", "imageID": "", "ready": true, "restartCount": 0}],
+                    {"name": "app", "image": "a:1", "imageID": "", "ready": false, "restartCount": 0,
+                     "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"a:1\""}}}],
                 "initContainerStatuses": [{"name": "sidecar", "image": "s:1", "imageID": "", "ready": true, "restartCount": 1}]}
         })
     }
@@ -209,8 +249,19 @@ mod tests {
             ..Default::default()
         };
         let spec = want.spec.as_ref().unwrap();
+        // Of the state, only a waiting reason.
         let keep_status = |c: &ContainerStatus| ContainerStatus {
-            state: None,
+            state: c
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .map(|w| ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: w.reason.clone(),
+                        message: None,
+                    }),
+                    ..Default::default()
+                }),
             ..c.clone()
         };
         let status = want.status.as_ref().unwrap();

@@ -60,6 +60,7 @@ pub struct Metrics {
     pub reconcile_seconds: Histogram,
     pub pods: Family<PodsLabels, Gauge>,
     pub rollout_in_progress: Family<SidecarSetLabel, Gauge>,
+    pub rollout_stalled: Family<SidecarSetLabel, Gauge>,
     pub pods_upgraded: Family<SidecarSetLabel, Counter>,
     pub cert_expiry: Gauge<i64, AtomicI64>,
     pub cert_changes: Family<ReasonLabel, Counter>,
@@ -86,6 +87,7 @@ fn build() -> Metrics {
         reconcile_seconds,
         pods: Family::default(),
         rollout_in_progress: Family::default(),
+        rollout_stalled: Family::default(),
         pods_upgraded: Family::default(),
         cert_expiry: Gauge::default(),
         cert_changes: Family::default(),
@@ -142,6 +144,11 @@ fn build() -> Metrics {
         "rollout_in_progress",
         "1 while a SidecarSet's pods are not all updated and ready",
         m.rollout_in_progress.clone(),
+    );
+    registry.register(
+        "rollout_stalled",
+        "1 while a SidecarSet's Stalled condition is True (paused, NotUpdate, pods not upgradable, image pull failures, invalid strategy)",
+        m.rollout_stalled.clone(),
     );
     registry.register(
         "pods_upgraded",
@@ -250,6 +257,97 @@ mod tests {
             assert_eq!(super::content_type(accept), want, "{accept:?}");
         }
         assert!(super::encode().ends_with("# EOF\n"));
+    }
+
+    /// The names registered (families without series are not encoded, so they come from the
+    /// registrations), with their type as the chart README's table gives it.
+    fn registered_with_types() -> std::collections::BTreeMap<String, String> {
+        let readme = include_str!("../../charts/sidecarset-operator/README.md");
+        let source = include_str!("mod.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap()];
+        let registered: std::collections::BTreeSet<String> = source
+            .split("registry.register(")
+            .skip(1)
+            .filter_map(|r| r.split('"').nth(1))
+            .map(|n| format!("sidecarset_operator_{n}"))
+            .collect();
+        readme
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `sidecarset_operator_"))
+            .filter_map(|l| {
+                let (name, rest) = l.split_once('`')?;
+                let kind = rest
+                    .trim_start_matches([' ', '|'])
+                    .split([';', ' ', '|'])
+                    .next()?;
+                let name = format!("sidecarset_operator_{name}");
+                let base = name.strip_suffix("_total").unwrap_or(&name).to_string();
+                Some((base, kind.to_string()))
+            })
+            .filter(|(n, _)| registered.contains(n))
+            .collect()
+    }
+
+    /// Every metric the chart's Grafana dashboard and PrometheusRule query is registered, with
+    /// the suffix of its type: `_total` for counters, `_bucket`/`_sum`/`_count` for histograms,
+    /// none for gauges.
+    #[test]
+    fn the_dashboard_and_the_alerts_use_registered_metrics() {
+        let known = registered_with_types();
+        assert!(known.len() >= 17, "{known:?}");
+        let dashboard =
+            include_str!("../../charts/sidecarset-operator/dashboards/sidecarset-operator.json");
+        let rules = include_str!("../../charts/sidecarset-operator/templates/monitoring.yaml");
+        let d: serde_json::Value = serde_json::from_str(dashboard).expect("the dashboard is JSON");
+        let exprs: Vec<String> = d["panels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+            .map(|t| t["expr"].as_str().unwrap().to_string())
+            .collect();
+        assert!(exprs.len() >= 15, "{exprs:?}");
+        let mut used = std::collections::BTreeSet::new();
+        for (file, text) in [("dashboard", dashboard), ("rules", rules)] {
+            let mut found = 0;
+            let mut rest = text;
+            while let Some(i) = rest.find("sidecarset_operator_") {
+                let name: String = rest[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                rest = &rest[i + name.len()..];
+                found += 1;
+                let (base, kind) = [
+                    ("_bucket", "histogram"),
+                    ("_sum", "histogram"),
+                    ("_count", "histogram"),
+                    ("_total", "counter"),
+                ]
+                .iter()
+                .find_map(|(suffix, kind)| {
+                    name.strip_suffix(suffix).map(|b| (b.to_string(), *kind))
+                })
+                .unwrap_or((name.clone(), "gauge"));
+                let have = known.get(&base).map(String::as_str);
+                assert_eq!(
+                    have,
+                    Some(kind),
+                    "{file}: {name} is not a registered {kind}"
+                );
+                used.insert(base);
+            }
+            assert!(found > 5, "{file}: no metric found");
+        }
+        for must in [
+            "sidecarset_operator_rollout_stalled",
+            "sidecarset_operator_leader",
+            "sidecarset_operator_serving_certificate_expiry_timestamp_seconds",
+            "sidecarset_operator_admission_duration_seconds",
+            "sidecarset_operator_injections_skipped",
+        ] {
+            assert!(used.contains(must), "{must} is not used");
+        }
     }
 
     /// The chart's README has a table of the metrics: it names every one registered here, and

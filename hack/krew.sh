@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Packages the operator binary as the kubectl plugin `kubectl sidecarset` for Krew: an archive
+# holding the binary named kubectl-sidecarset, and plugins/sidecarset.yaml with its sha256.
+#
+#   hack/krew.sh [OUT]     OUT defaults to .local/krew
+#
+# Environment:
+#   BIN            the binary to package (default target/release/sidecarset-operator, built
+#                  when missing)
+#   KREW_BASE_URL  where the archive will be published (the manifest's uri); default: the
+#                  placeholder of plugins/sidecarset.yaml (fine for a local install with --archive)
+# Then: kubectl krew install --manifest=OUT/sidecarset.yaml --archive=OUT/<archive>
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+OUT=${1:-.local/krew}
+BIN=${BIN:-target/release/sidecarset-operator}
+VERSION=v$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+case $(uname -m) in x86_64) ARCH=amd64 ;; aarch64 | arm64) ARCH=arm64 ;; *) ARCH=$(uname -m) ;; esac
+OS=$(uname -s | tr '[:upper:]' '[:lower:]')
+[ -x "$BIN" ] || cargo build --release --bin sidecarset-operator
+mkdir -p "$OUT/stage"
+cp "$BIN" "$OUT/stage/kubectl-sidecarset"
+ARCHIVE=kubectl-sidecarset_${VERSION}_${OS}_${ARCH}.tar.gz
+tar -C "$OUT/stage" -czf "$OUT/$ARCHIVE" kubectl-sidecarset
+rm -rf "$OUT/stage"
+SHA=$(sha256sum "$OUT/$ARCHIVE" | cut -d' ' -f1)
+BASE=${KREW_BASE_URL:-https://releases.example.invalid/sidecarset-operator/$VERSION}
+python3 - "$REPO/plugins/sidecarset.yaml" "$OUT/sidecarset.yaml" "$OS" "$ARCH" "$BASE/$ARCHIVE" "$SHA" "$VERSION" <<'PY'
+import sys, yaml
+src, out, os_, arch, uri, sha, version = sys.argv[1:]
+m = yaml.safe_load(open(src))
+m["spec"]["version"] = version
+m["spec"]["platforms"] = [{
+    "selector": {"matchLabels": {"os": os_, "arch": arch}},
+    "uri": uri, "sha256": sha, "bin": "kubectl-sidecarset",
+    "files": [{"from": "kubectl-sidecarset", "to": "."}],
+}]
+yaml.safe_dump(m, open(out, "w"), sort_keys=False)
+PY
+echo "wrote $OUT/$ARCHIVE and $OUT/sidecarset.yaml (sha256 $SHA)" >&2
+echo "install: kubectl krew install --manifest=$OUT/sidecarset.yaml --archive=$OUT/$ARCHIVE" >&2
