@@ -52,11 +52,24 @@ pub async fn delete_namespace(c: &Client, name: &str) {
         .await;
 }
 
+/// Creates a v1alpha1 SidecarSet. The API server converts it to v1beta1 through the operator's
+/// `/convert`; right after an operator (re)points the CRD's conversion webhook at itself the API
+/// server may still call the previous one for a moment, so a conversion failure is retried for
+/// up to 15 s (any other error is returned at once).
 pub async fn create_sidecarset(c: &Client, v: Value) -> kube::Result<SidecarSet> {
     let ss: SidecarSet = serde_json::from_value(v).expect("test SidecarSet decodes");
-    Api::<SidecarSet>::all(c.clone())
-        .create(&PostParams::default(), &ss)
-        .await
+    let api = Api::<SidecarSet>::all(c.clone());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match api.create(&PostParams::default(), &ss).await {
+            Err(kube::Error::Api(e))
+                if e.message.contains("conversion webhook") && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            other => return other,
+        }
+    }
 }
 
 pub async fn delete_sidecarset(c: &Client, name: &str) {
