@@ -1075,3 +1075,90 @@ async fn a_collector_outage_is_counted_and_logged_and_export_resumes() -> anyhow
     cleanup(&c, &name, &ns).await;
     result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
 }
+
+/// The CRD's conversion caBundle, decoded (PEM), and where it points.
+async fn crd_conversion(c: &kube::Client) -> anyhow::Result<(Vec<u8>, Option<String>)> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd = Api::<CustomResourceDefinition>::all(c.clone())
+        .get(sidecarset_operator::api::CRD_NAME)
+        .await?;
+    let cc = crd
+        .spec
+        .conversion
+        .and_then(|cv| cv.webhook)
+        .and_then(|w| w.client_config);
+    Ok((
+        cc.as_ref()
+            .and_then(|c| c.ca_bundle.clone())
+            .map(|b| b.0)
+            .unwrap_or_default(),
+        cc.and_then(|c| c.url),
+    ))
+}
+
+#[tokio::test]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn the_crd_conversion_webhook_points_here_and_is_repaired_when_overwritten()
+-> anyhow::Result<()> {
+    let c = client().await;
+    let s = suffix();
+    let (ns, name) = (format!("e2e-conv-{s}"), format!("e2e-conv-{s}"));
+    create_namespace(&c, &ns, json!({})).await?;
+    let port = free_port();
+    let log = log_path(&name);
+    let op = Operator::start(&as_strs(&standalone_args(&ns, &name, port)), port, &log)?;
+    let url = format!("https://127.0.0.1:{port}/convert");
+    let result = async {
+        let ours = eventually(15, "the CRD's conversion webhook to point here", || {
+            let (c, url) = (c.clone(), url.clone());
+            async move {
+                let (bundle, at) = crd_conversion(&c).await?;
+                Ok((at.as_deref() == Some(url.as_str()) && !bundle.is_empty()).then_some(bundle))
+            }
+        })
+        .await?;
+        // Someone else overwrites caBundle (another manager, forced).
+        let other = certs::generate_ca(
+            &certs::CertConfig {
+                service: "x".into(), namespace: "x".into(), extra_dns: vec![], extra_ips: vec![],
+                ca_validity: Duration::from_secs(86400), leaf_validity: Duration::from_secs(3600),
+                renew_at: 0.5, overlap: Duration::from_secs(60),
+            },
+            jiff::Timestamp::now().as_second(),
+        )
+        .map_err(anyhow::Error::msg)?
+        .0;
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        Api::<CustomResourceDefinition>::all(c.clone())
+            .patch(
+                sidecarset_operator::api::CRD_NAME,
+                &PatchParams::apply("e2e-intruder").force(),
+                &Patch::Apply(&sidecarset_operator::api::conversion_patch(
+                    &sidecarset_operator::api::ConversionTarget::Url(format!("https://127.0.0.1:{port}")),
+                    Some(&other),
+                )),
+            )
+            .await?;
+        let t = Instant::now();
+        eventually(10, "the conversion caBundle to be repaired", || {
+            let (c, ours) = (c.clone(), ours.clone());
+            async move {
+                let (bundle, _) = crd_conversion(&c).await?;
+                Ok((bundle == ours).then_some(()))
+            }
+        })
+        .await?;
+        println!("CRD conversion caBundle repaired {:?} after it was overwritten", t.elapsed());
+        // v1alpha1 works through it.
+        create_sidecarset(&c, json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"e2e-app": format!("conv-{s}")}}, "containers": [{"name": "c", "image": "registry.local/c:1"}]}}))
+        .await?;
+        delete_sidecarset(&c, &name).await;
+        anyhow::Ok(())
+    }
+    .await;
+    drop(op);
+    cleanup(&c, &name, &ns).await;
+    result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
+}
