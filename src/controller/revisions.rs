@@ -301,6 +301,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_recreated_sidecarset_does_not_inherit_the_history_of_the_last_one() {
+        let rev = |owner: Option<&str>| -> ControllerRevision {
+            let mut v = json!({"metadata": {"name": "mesh-1"}, "revision": 1});
+            if let Some(uid) = owner {
+                v["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps.kruise.io/v1beta1",
+                    "kind": "SidecarSet", "name": "mesh", "uid": uid, "controller": true}]);
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        assert!(!owned_by_other(&rev(Some("u-2")), Some("u-2")), "its own");
+        assert!(
+            owned_by_other(&rev(Some("u-1")), Some("u-2")),
+            "an earlier SidecarSet's"
+        );
+        // No owner (OpenKruise's, or older ones of ours): adopted.
+        assert!(!owned_by_other(&rev(None), Some("u-2")));
+        assert!(!owned_by_other(&rev(Some("u-1")), None));
+    }
+
+    #[test]
+    fn new_revisions_are_owned_by_their_sidecarset() {
+        let ss: crate::api::SidecarSet = serde_json::from_value(json!({"apiVersion": "apps.kruise.io/v1alpha1",
+            "kind": "SidecarSet", "metadata": {"name": "mesh", "uid": "u-9"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}}, "containers": [{"name": "c", "image": "i"}]}}))
+        .unwrap();
+        let entry = Entry::new(Arc::new(ss)).unwrap();
+        let m = new_revision_metadata(&entry, "ops", "mesh-1", "{}", 0);
+        let owner = &m.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.name.as_str()),
+            ("SidecarSet", "u-9", "mesh")
+        );
+        assert_eq!(owner.api_version, "apps.kruise.io/v1beta1");
+        assert_eq!(owner.controller, Some(true));
+    }
+
+    #[test]
     fn fnv1_is_not_fnv1a() {
         // Reference values of FNV-1 32-bit.
         assert_eq!(fnv1_32(&[b""]), 0x811c_9dc5);
