@@ -507,11 +507,11 @@ cmd_up() {
   log "$(el) s  starting the control plane in the namespace (hack/cluster.sh up)"
   # The API server: webhooks and conversion go to endpoint IPs (no kube-proxy), the kubelet is
   # reached at its InternalIP with kwok's admin certificate, pods reach it at the kubernetes
-  # Service IP (in its certificate); nothing in 10/8 goes through cluster.sh's dead proxy.
+  # Service IP (in its certificate); nothing in 10/8 or *.svc goes through cluster.sh's dead proxy.
   local pki=$CLUSTER_WORK/kwok/clusters/$CLUSTER_NAME/pki
   innet env SSO_WORK="$CLUSTER_WORK" SSO_CLUSTER_NAME=$CLUSTER_NAME SSO_NODES=1 SSO_BIND_ADDRESS=0.0.0.0 \
     SSO_APISERVER_EXTRA_ARGS="enable-aggregator-routing=true kubelet-preferred-address-types=InternalIP service-cluster-ip-range=$SERVICE_CIDR kubelet-client-certificate=$pki/admin.crt kubelet-client-key=$pki/admin.key" \
-    SSO_APISERVER_CERT_SANS="$KUBERNETES_SVC_IP,$NODE_IP" SSO_NO_PROXY_EXTRA=10.0.0.0/8 \
+    SSO_APISERVER_CERT_SANS="$KUBERNETES_SVC_IP,$NODE_IP" SSO_NO_PROXY_EXTRA=10.0.0.0/8,.svc,.cluster.local \
     "$REPO/hack/cluster.sh" up 7>&- || die "hack/cluster.sh up failed in the namespace"
   KUBECTL=$CLUSTER_WORK/bin/kubectl
   log "$(el) s  control plane up"
