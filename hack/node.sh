@@ -445,6 +445,13 @@ build_images() {
   stamp=$(sha256sum "$REPO/hack/images.sh" /bin/busybox | sha256sum | cut -c1-16)
   if [ "$(cat "$IMG_DIR/test.stamp" 2>/dev/null)" != "$stamp" ] || ! [ -s "$IMG_DIR/busybox-v3.tar" ]; then
     "$REPO/hack/images.sh" test "$IMG_DIR"
+    # The image IDs the kubelet reports (containerd: the config digest), for the tests.
+    local t id
+    for t in v1 v2 v3; do
+      id=sha256:$(skopeo inspect --config --raw "docker-archive:$IMG_DIR/busybox-$t.tar" | sha256sum | cut -d' ' -f1)
+      echo "$TEST_REPO/busybox:$t $id"
+      [ "$t" = v2 ] && echo "$TEST_REPO/busybox:v2-alias $id"
+    done >"$IMG_DIR/image-ids"
     echo "$stamp" >"$IMG_DIR/test.stamp"
   fi
   local bin=$REPO/target/release/sidecarset-operator
@@ -596,13 +603,17 @@ cmd_env() {
   printf 'export SSO_NODE_NAME=%q\n' "$NODE_NAME"
   printf 'export SSO_NODE_NS_PID=%q\n' "$(ns_pid || true)"
   printf 'export SSO_NODE_KUBECTL=%q\n' "$CLUSTER_WORK/bin/kubectl"
+  printf 'export SSO_E2E_REAL_NODE=%q\n' "$NODE_NAME"
+  printf 'export SSO_E2E_IMAGE_IDS=%q\n' "$IMG_DIR/image-ids"
+  printf 'export SSO_OPERATOR_IMAGE=%q\n' "$OPERATOR_IMAGE"
 }
 
 cmd_exec() {
   ns_alive || die "the node is not running (hack/node.sh up)"
   [ $# -gt 0 ] || die "usage: hack/node.sh exec CMD..."
   [ "$1" = kubectl ] && { shift; set -- "$CLUSTER_WORK/bin/kubectl" "$@"; }
-  KUBECONFIG=$KUBECONFIG_FILE SSO_NODE_NAME=$NODE_NAME exec nsenter -t "$(ns_pid)" -n -- "$@"
+  KUBECONFIG=$KUBECONFIG_FILE SSO_NODE_NAME=$NODE_NAME SSO_E2E_REAL_NODE=$NODE_NAME SSO_E2E_IMAGE_IDS=$IMG_DIR/image-ids \
+    exec nsenter -t "$(ns_pid)" -n -- "$@"
 }
 
 cmd_images() {
