@@ -36,7 +36,9 @@
 # Measured on cgroup v1 (hybrid layout) with containerd 1.6.20 and runc 1.1.5 (Debian 12).
 #
 # Env: SSO_WORK (default <repo>/.local), SSO_NODE_DIR (default $SSO_WORK/node), SSO_NODE_NAME
-# (default sso-real-node), SSO_TIMEOUT (default 180), SSO_NODE_NO_INSTALL=1 (never apt-get).
+# (default sso-real-node), SSO_TIMEOUT (default 180), SSO_NODE_NO_INSTALL=1 (never apt-get),
+# SSO_OPERATOR_BIN (the binary of the operator image; default target/release/sidecarset-operator),
+# SSO_KEEP_ON_FAILURE=1 (leave a node whose 'up' failed running).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -454,7 +456,7 @@ build_images() {
     done >"$IMG_DIR/image-ids"
     echo "$stamp" >"$IMG_DIR/test.stamp"
   fi
-  local bin=$REPO/target/release/sidecarset-operator
+  local bin=${SSO_OPERATOR_BIN:-$REPO/target/release/sidecarset-operator}
   if [ -x "$bin" ]; then
     if [ "$(cat "$IMG_DIR/operator.tar.bin-sha256" 2>/dev/null)" != "$(sha256sum "$bin" | cut -d' ' -f1)" ] \
        || [ "$REPO/hack/images.sh" -nt "$IMG_DIR/operator.tar" ]; then
@@ -590,7 +592,7 @@ cmd_status() {
   log "namespace holder $(ns_pid) ($(cat "$NODE_DIR/ns.net")), cgroup root /$CGROUP_ROOT"
   for p in $(ns_pids | sort -un); do
     rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)
-    n=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-60)
+    n=$({ tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | cut -c1-60)
     printf '[node]   %7s %7s MiB  %s\n' "$p" "$((rss / 1024))" "$n" >&2
   done
   printf '[node]   total RSS %s MiB\n' "$(for p in $(ns_pids | sort -un); do awk '/^VmRSS/ { print $2 }' "/proc/$p/status" 2>/dev/null; done | awk '{ s += $1 } END { printf "%d", s / 1024 }')" >&2
