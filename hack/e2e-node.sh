@@ -187,6 +187,7 @@ check_injected_pod() { # POD: created, injected, the sidecar runs and logs its l
   pass "pod $1 injected; its sidecar runs on the real node and logs: $line"
 }
 check_injected_pod hello-1
+hack/node.sh status 2>&1 | grep 'RSS:' | sed 's/^\[node\]   /[e2e-node] memory with the operator installed: /' >&2 || true
 
 # ---------------------------------------------------------------------------------------------
 section "rollout: in-place upgrades on the real kubelet (e2e/tests/real_node.rs)"
@@ -194,6 +195,8 @@ filter=()
 [ -z "${SSO_E2E_NODE_FILTER:-}" ] || filter=("$SSO_E2E_NODE_FILTER")
 hack/node.sh exec cargo test --offline -p sidecarset-e2e --test real_node -- --ignored --nocapture \
   --test-threads="${SSO_E2E_NODE_THREADS:-3}" "${filter[@]}"
+
+hack/node.sh status 2>&1 | grep 'RSS:' | sed 's/^\[node\]   /[e2e-node] memory after the rollout tests: /' >&2 || true
 
 # ---------------------------------------------------------------------------------------------
 section "upgrade: helm upgrade"

@@ -595,7 +595,14 @@ cmd_status() {
     n=$({ tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | cut -c1-60)
     printf '[node]   %7s %7s MiB  %s\n' "$p" "$((rss / 1024))" "$n" >&2
   done
-  printf '[node]   total RSS %s MiB\n' "$(for p in $(ns_pids | sort -un); do awk '/^VmRSS/ { print $2 }' "/proc/$p/status" 2>/dev/null; done | awk '{ s += $1 } END { printf "%d", s / 1024 }')" >&2
+  # RSS of the control plane (cluster.sh's processes) and of the node (kubelet, containerd, shims,
+  # containers).
+  local cp=0 nd=0
+  for p in $(ns_pids | sort -un); do
+    rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)
+    if { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | grep -qF "$CLUSTER_WORK/"; then cp=$((cp + ${rss:-0})); else nd=$((nd + ${rss:-0})); fi
+  done
+  printf '[node]   RSS: control plane %d MiB, node (kubelet, containerd, shims, containers) %d MiB\n' $((cp / 1024)) $((nd / 1024)) >&2
   KUBECTL=$CLUSTER_WORK/bin/kubectl
   kube get nodes -o wide >&2 || true
 }
