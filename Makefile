@@ -17,7 +17,10 @@ build: ## Build the operator (debug)
 	cargo build --bin sidecarset-operator
 
 .PHONY: test
-test: lint check-manifests unit helm-lint bundle-validate e2e-local chart-test-local ## Every test: lint, generated-file drift, unit + webhook tests, chart and bundle checks, e2e on local clusters
+test: lint check-manifests unit helm-lint bundle-validate e2e-local chart-test-local e2e-node ## Every test: lint, generated-file drift, unit + webhook tests, chart and bundle checks, e2e on local clusters and on a real node
+	@if [ -s "$${SSO_WORK:-.local}/skipped-suites" ]; then \
+	  echo "make test: SKIPPED $$(cat "$${SSO_WORK:-.local}/skipped-suites")"; \
+	else echo "make test: every suite ran (kwok and real node)"; fi
 
 .PHONY: unit
 unit: ## Unit, fixture and webhook (TLS) tests
@@ -26,6 +29,18 @@ unit: ## Unit, fixture and webhook (TLS) tests
 .PHONY: e2e-local
 e2e-local: ## The e2e suite on a local kwok cluster built from source (operator as a local process)
 	hack/e2e-local.sh
+
+.PHONY: e2e-node
+e2e-node: ## Real-node suites: operator image, helm install and in-place upgrades on a real kubelet (hack/node.sh; needs root; skipped with the reason where it cannot run, unless CI / SSO_REQUIRE_REAL_NODE=1)
+	hack/e2e-node.sh
+
+.PHONY: node-up
+node-up: ## Start the real node (kubelet + containerd) and its control plane: hack/node.sh up
+	hack/node.sh up
+
+.PHONY: node-down
+node-down: ## Stop the real node: hack/node.sh down
+	hack/node.sh down
 
 .PHONY: e2e
 e2e: ## The e2e suite on kind with the operator image installed by Helm (needs Docker and kind)
@@ -70,8 +85,8 @@ cluster-down: ## Delete the local kwok cluster
 	hack/cluster.sh down
 
 .PHONY: tools
-tools: ## Build the test tools (kube-apiserver, etcd, kwok, helm) into ~/.cache/sidecarset-operator
-	hack/tools.sh all
+tools: ## Build the test tools (kube-apiserver, etcd, kwok, helm, kubelet) into ~/.cache/sidecarset-operator
+	hack/tools.sh all kubelet
 
 .PHONY: bench
 bench: ## Benchmarks: injection core (criterion) and a webhook load run over TLS

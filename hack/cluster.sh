@@ -27,6 +27,13 @@
 #   SSO_KWOK_STAGES     file of kwok Stage documents (default <repo>/hack/kwok-stages.yaml);
 #                       empty: kwok's built-in default Stages only
 #   SSO_KEEP_ON_FAILURE=1  leave a cluster whose 'up' failed running, for debugging
+#   SSO_APISERVER_EXTRA_ARGS  more kube-apiserver flags, "key=value" words separated by spaces
+#   SSO_APISERVER_CERT_SANS   more names/IPs in the API server's certificate, comma-separated
+#   SSO_NO_PROXY_EXTRA        more NO_PROXY entries (hosts, CIDRs) for the cluster's processes
+#   (hack/node.sh uses these three to run this cluster with a real kubelet.)
+#
+# kwok manages only the nodes annotated kwok.x-k8s.io/node=fake (the ones `kwokctl scale node`
+# makes), so a real kubelet can join the cluster without kwok taking over its node and pods.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -85,7 +92,8 @@ kube() { "$KUBECTL" --kubeconfig="$KUBECONFIG_FILE" --request-timeout=10s "$@"; 
 # The lock's file descriptor is closed, or the cluster's daemons would inherit it and hold the lock.
 kwokctl_run() {
   HTTPS_PROXY=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
-    http_proxy=http://127.0.0.1:9 NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost \
+    http_proxy=http://127.0.0.1:9 NO_PROXY=127.0.0.1,localhost${SSO_NO_PROXY_EXTRA:+,$SSO_NO_PROXY_EXTRA} \
+    no_proxy=127.0.0.1,localhost${SSO_NO_PROXY_EXTRA:+,$SSO_NO_PROXY_EXTRA} \
     KUBECONFIG=$KUBECONFIG_FILE PATH="$WORK/bin:$PATH" \
     timeout --kill-after=10 "$TIMEOUT" "$KWOKCTL" "$@" 8>&-
 }
@@ -285,6 +293,30 @@ kind: KwokctlConfiguration
 options:
   bindAddress: $BIND_ADDRESS
 EOF
+  if [ -n "${SSO_APISERVER_CERT_SANS:-}" ]; then
+    printf '  kubeApiserverCertSANs:\n' >>"$WORK/kwokctl-config.yaml"
+    local san
+    for san in ${SSO_APISERVER_CERT_SANS//,/ }; do printf '  - "%s"\n' "$san" >>"$WORK/kwokctl-config.yaml"; done
+  fi
+  # kwokctl's binary runtime always passes --manage-all-nodes=true; the later flags win, so kwok
+  # leaves nodes alone that are not its fake ones (a real kubelet's).
+  cat >>"$WORK/kwokctl-config.yaml" <<EOF
+componentsPatches:
+- name: kwok-controller
+  extraArgs:
+  - key: manage-all-nodes
+    value: "false"
+  - key: manage-nodes-with-annotation-selector
+    value: kwok.x-k8s.io/node=fake
+EOF
+  if [ -n "${SSO_APISERVER_EXTRA_ARGS:-}" ]; then
+    printf -- '- name: kube-apiserver\n  extraArgs:\n' >>"$WORK/kwokctl-config.yaml"
+    local kv
+    for kv in $SSO_APISERVER_EXTRA_ARGS; do
+      case $kv in *=*) ;; *) die "SSO_APISERVER_EXTRA_ARGS: '$kv' is not key=value" ;; esac
+      printf '  - key: "%s"\n    value: "%s"\n' "${kv%%=*}" "${kv#*=}" >>"$WORK/kwokctl-config.yaml"
+    done
+  fi
   # kwokctl hands the Stage documents of its --config to the kwok controller; with any Stage there,
   # kwok's built-in default Stages are not loaded (the file repeats them).
   if [ -n "$STAGES" ]; then

@@ -29,8 +29,8 @@ use sidecarset_operator::api::{
 };
 use sidecarset_operator::inject;
 use sidecarset_operator::rollout::{
-    self, Classifier, PodView, Rules, Status, image_matches, normalize_image, pod_view,
-    upgrade_patch,
+    self, ANNOTATION_INPLACE_UPDATE_STATE, Classifier, PodView, Rules, Status, image_matches,
+    normalize_image, pod_view, upgrade_patch,
 };
 use sidecarset_operator::select::Entry;
 use std::path::Path;
@@ -274,7 +274,7 @@ fn running(pod: &mut Value, ready: bool) {
                 let image = normalize_image(c["image"].as_str().unwrap());
                 json!({
                     "name": c["name"], "image": image, "imageID": format!("{image}@sha256:0"),
-                    "ready": ready, "restartCount": 0
+                    "ready": ready, "restartCount": 0, "started": true
                 })
             })
             .collect()
@@ -398,7 +398,28 @@ fn pod_view_consistency() {
     // Short and long names of the same image are the same.
     set_status_image(&mut pod, "containerStatuses", "proxy", "proxy:1");
     assert!(consistent(&pod));
-    // The status shows another tag, even of the same imageID: the upgrade is not done.
+    // Never upgraded in place: the pod runs what it was created with, whatever tag the runtime
+    // names its image by (a real runtime reports the image's first tag, so an alias shows another).
+    set_status_image(&mut pod, "containerStatuses", "proxy", "proxy:0");
+    assert!(consistent(&pod));
+    running(&mut pod, true);
+
+    // Just upgraded in place (what every container ran is recorded): another tag with the
+    // recorded image ID, running and not restarted is the old instance: not done.
+    let recorded: serde_json::Map<String, Value> = pod["status"]["containerStatuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(pod["status"]["initContainerStatuses"].as_array().unwrap())
+        .map(|c| {
+            let name = c["name"].as_str().unwrap().to_string();
+            (name, json!({"imageID": c["imageID"], "restartCount": 0}))
+        })
+        .collect();
+    pod["metadata"]["annotations"][ANNOTATION_INPLACE_UPDATE_STATE] = json!(
+        json!({"mesh": {"revision": "r", "updateTimestamp": NOW, "lastContainerStatuses": recorded}})
+            .to_string()
+    );
     set_status_image(&mut pod, "containerStatuses", "proxy", "proxy:0");
     assert!(!consistent(&pod));
     running(&mut pod, true);
@@ -827,18 +848,57 @@ fn a_recorded_image_id_that_changed_completes_an_upgrade_to_a_tag_alias() {
         .clone();
     assert!(!old_id.is_empty());
     let old_id = old_id.as_str();
+    let restarts = |pod: &mut Value, n: i32| {
+        for s in pod["status"]["containerStatuses"].as_array_mut().unwrap() {
+            if s["name"] == "proxy" {
+                s["restartCount"] = json!(n);
+            }
+        }
+    };
+    assert_eq!(
+        state["mesh"].last_container_statuses["proxy"].restart_count,
+        Some(0)
+    );
     let cases = [
-        // (status image, status imageID, started, consistent)
-        ("proxy:1", old_id, true, false), // still the old container
-        ("proxy:latest-alias", old_id, true, false), // another name, same image ID: not moved
-        ("proxy:latest-alias", "sha256:beef", false, false), // new ID, not running yet
-        ("proxy:latest-alias", "sha256:beef", true, true), // new ID, running: done
-        ("proxy:2", "sha256:beef", false, true), // the spec's image by name: done (ours)
+        // (status image, status imageID, started, restartCount, consistent)
+        ("proxy:1", old_id, true, 0, false), // still the old container
+        ("proxy:latest-alias", old_id, true, 0, false), // another name, same image ID: not moved
+        // Restarted since, same image ID: the kubelet runs the new tag of the same image (what a
+        // real runtime reports for a tag alias: the image's first tag).
+        ("proxy:latest-alias", old_id, true, 1, true),
+        // Not running: the kubelet stopped the old instance (pulling the new image, failing to,
+        // or starting it). Not ready, so unavailable; not waited for, so a fixed image reaches it.
+        ("proxy:1", old_id, false, 0, true),
+        ("proxy:latest-alias", "sha256:beef", false, 0, true), // new ID, not running yet
+        ("proxy:latest-alias", "sha256:beef", true, 0, true),  // new ID, running: done
+        ("proxy:2", "sha256:beef", false, 0, true), // the spec's image by name: done (ours)
     ];
-    for (image, id, started, want) in cases {
+    for (image, id, started, n, want) in cases {
         set(&mut pod, image, id, started);
-        assert_eq!(consistent(&pod), want, "{image} {id} started={started}");
+        restarts(&mut pod, n);
+        assert_eq!(
+            consistent(&pod),
+            want,
+            "{image} {id} started={started} restarts={n}"
+        );
     }
+    // OpenKruise's record (no restart count): the image ID alone decides.
+    let mut state = state.clone();
+    state
+        .get_mut("mesh")
+        .unwrap()
+        .last_container_statuses
+        .get_mut("proxy")
+        .unwrap()
+        .restart_count = None;
+    pod["metadata"]["annotations"][ANNOTATION_INPLACE_UPDATE_STATE] =
+        json!(serde_json::to_string(&state).unwrap());
+    set(&mut pod, "proxy:latest-alias", old_id, true);
+    restarts(&mut pod, 1);
+    assert!(
+        !consistent(&pod),
+        "OpenKruise's rule: same image ID, not moved"
+    );
 }
 
 #[test]

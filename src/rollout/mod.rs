@@ -10,10 +10,12 @@
 //!   `maxUnavailable` is spent by upgraded pods not yet ready or not yet running the new image
 //!   ([`Rules::OpenKruise`]); [`Rules::Strict`] (`--rollout-rules=strict`) counts every pod kept
 //!   on the old sidecars against `partition` and every not-ready pod against `maxUnavailable`.
-//! * Completion: the kubelet reports the spec's image (by name, normalised, so `nginx` and
-//!   `docker.io/library/nginx:latest` are one image, kruise#1270), or, as OpenKruise, another
-//!   image ID than the one recorded in `kruise.io/sidecarset-inplace-update-state` before the
-//!   upgrade (a tag alias of the new image).
+//! * Completion is decided from the image *name* the kubelet reports (normalised), or from the
+//!   sidecar's instance having changed since the upgrade (a restart, or another image ID than
+//!   the one recorded in `kruise.io/sidecarset-inplace-update-state`), so switching between two
+//!   tags of the same image (`nginx` → `nginx:1.23`, kruise#1270) completes even when the
+//!   runtime reports the other tag; a sidecar that fails after an upgrade (image not pulled) is
+//!   not waited for: the next image change reaches it (measured on a real kubelet).
 //! * An upgrade writes the latest revision into the pod's hash entry, the in-place update state,
 //!   and `patchPodMetadata` again; the pod condition `SidecarSetUpgradable` keeps one entry per
 //!   SidecarSet ([`upgradable_condition`]).
@@ -55,8 +57,9 @@ pub struct PodView {
     /// The pod's hash-without-image entry equals the SidecarSet's current one: only images
     /// differ, so an in-place upgrade can bring the pod up to date.
     pub upgradable: bool,
-    /// The kubelet reports what the spec asks for: as many container statuses as containers,
-    /// and every sidecar's status image equal to its spec image (see [`image_matches`]).
+    /// The kubelet has acted on the spec: as many container statuses as containers, and every
+    /// sidecar's status image equal to its spec image (see [`image_matches`]) or its status not
+    /// the instance an in-place upgrade replaced (see `settled`).
     pub consistent: bool,
     /// Phase Running and condition Ready True.
     pub ready: bool,
@@ -252,10 +255,10 @@ fn hash_entry(
     parse_hash_annotation(annotations.get(key)?)?.remove(name)
 }
 
-/// True when the kubelet reports what the pod spec asks for, as far as this SidecarSet's
-/// sidecars go: as many container statuses as containers, and each sidecar present in the pod
-/// (containers, and native sidecars among the init containers) has a status whose image
-/// matches its spec image.
+/// True when the kubelet has acted on the pod spec, as far as this SidecarSet's sidecars go: as
+/// many container statuses as containers, and each sidecar present in the pod (containers, and
+/// native sidecars among the init containers) has a status whose image matches its spec image,
+/// or that is not the instance an in-place upgrade replaced ([`settled`]).
 fn pod_consistent(pod: &Pod, ss: &SidecarSet) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return false;
@@ -280,12 +283,7 @@ fn pod_consistent(pod: &Pod, ss: &SidecarSet) -> bool {
         .collect();
     let recorded = inplace_state(pod.metadata.annotations.as_ref())
         .remove(ss.name())
-        .map(|s| {
-            s.last_container_statuses
-                .into_iter()
-                .map(|(k, v)| (k, v.image_id))
-                .collect()
-        })
+        .map(|s| s.last_container_statuses)
         .unwrap_or_default();
     statuses_match(&names, &spec.containers, statuses, &recorded)
         && statuses_match(
@@ -296,34 +294,60 @@ fn pod_consistent(pod: &Pod, ss: &SidecarSet) -> bool {
         )
 }
 
-/// Each of `names` that is in `containers` has a status whose image matches its spec image.
+/// Each of `names` that is in `containers` has a status that shows the kubelet acted on its spec
+/// image ([`settled`]).
 fn statuses_match(
     names: &[&str],
     containers: &[Container],
     statuses: &[ContainerStatus],
-    recorded: &BTreeMap<String, String>,
+    recorded: &BTreeMap<String, InPlaceContainerStatus>,
 ) -> bool {
     names.iter().all(|name| {
         let Some(c) = containers.iter().find(|c| c.name == *name) else {
             return true; // not in this pod: nothing to check
         };
-        statuses.iter().find(|s| s.name == *name).is_some_and(|s| {
-            image_matches(c.image.as_deref().unwrap_or(""), &s.image, &s.image_id)
-                || upgraded_by_image_id(recorded.get(*name), s)
-        })
+        statuses
+            .iter()
+            .find(|s| s.name == *name)
+            .is_some_and(|s| settled(c.image.as_deref().unwrap_or(""), recorded.get(*name), s))
     })
 }
 
-/// OpenKruise's completion rule (`IsSidecarContainerUpdateCompleted`): a container recorded in
-/// `kruise.io/sidecarset-inplace-update-state` before its image was changed runs the new image
-/// once the kubelet reports another image ID than the recorded one (and the container runs).
-/// This is what tells a finished upgrade when the runtime names the new image by another tag of
-/// the same image.
-fn upgraded_by_image_id(recorded: Option<&String>, s: &ContainerStatus) -> bool {
+/// Whether status `s` shows that the kubelet has acted on `spec_image`: it names that image
+/// ([`image_matches`]), or it is not the instance that ran when the in-place upgrade was
+/// recorded (`recorded`, from `kruise.io/sidecarset-inplace-update-state`). What a real kubelet
+/// (1.36 with containerd, hack/node.sh) reports after an image change:
+/// * it stops the old instance and starts one from the new spec: restartCount + 1, and another
+///   image ID unless the new tag names the same image; the runtime names the image by one of
+///   its tags, not necessarily the spec's (a tag alias shows the image's first tag);
+/// * when the new image cannot be pulled, or the new instance waits in CrashLoopBackOff, the
+///   status keeps the old image and image ID, not running (waiting, or terminated/Completed for
+///   a native sidecar that exited 0): the kubelet has acted and the sidecar fails. The pod is
+///   not ready, so it counts as unavailable, and it stays upgradable: a fixed image reaches it;
+/// * a pod never upgraded in place runs what it was created with, under whatever tag.
+///
+/// So only a running instance with the recorded image ID and no restart since is the old one.
+/// Records without a restart count (OpenKruise's) decide by the image ID alone, as OpenKruise;
+/// a spec that pins a digest is decided by the image ID.
+fn settled(
+    spec_image: &str,
+    recorded: Option<&InPlaceContainerStatus>,
+    s: &ContainerStatus,
+) -> bool {
+    if image_matches(spec_image, &s.image, &s.image_id) {
+        return true;
+    }
     let running =
         s.started == Some(true) || s.state.as_ref().is_some_and(|st| st.running.is_some());
-    recorded.is_some_and(|old| !old.is_empty() && !s.image_id.is_empty() && s.image_id != *old)
-        && running
+    if !running {
+        return true;
+    }
+    if spec_image.contains('@') {
+        return false;
+    }
+    recorded.is_none_or(|r| {
+        s.image_id != r.image_id || r.restart_count.is_some_and(|n| s.restart_count > n)
+    })
 }
 
 /// Normalises an image reference the way container runtimes report it:
@@ -843,6 +867,10 @@ pub struct InPlaceUpdateState {
 pub struct InPlaceContainerStatus {
     #[serde(rename = "imageID", default)]
     pub image_id: String,
+    /// Its restart count then (ours; OpenKruise ignores it): a restart since means the kubelet
+    /// acted on the new image even when the image ID stays (a tag alias).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_count: Option<i32>,
 }
 
 /// The pod's [`ANNOTATION_INPLACE_UPDATE_STATE`]; empty when absent or not JSON of that shape.
@@ -937,6 +965,7 @@ pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str, revision: &str) -> Opt
                 c.name.clone(),
                 InPlaceContainerStatus {
                     image_id: c.image_id.clone(),
+                    restart_count: Some(c.restart_count),
                 },
             )
         })

@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# The real-node suites, as `make test` runs them (after the kwok suites): on the real node of
+# hack/node.sh (kubelet + containerd + runc, control plane in the node's namespaces):
+#
+#   1. image    the operator's image, built from the release binary with the Dockerfile's runtime
+#               layout (hack/images.sh), agrees with the Dockerfile (user, entrypoint, cmd,
+#               exposed ports, labels) and its binary runs in it as user 65532
+#   2. install  helm install of the chart in Service mode (2 replicas, probes, PDB, the chart's
+#               ServiceAccount and RBAC, self-managed certificates) with that image on the real
+#               node; the API server calls the webhooks and the CRD conversion through the Service
+#               (endpoint routing: the Service's ClusterIP is not reachable here); a pod created
+#               after install is injected and its sidecar really runs
+#   3. rollout  e2e/tests/real_node.rs against that install: in-place upgrades of container and
+#               native sidecars, unpullable images, rollback, tag alias
+#   4. upgrade  helm upgrade keeps the operator's caBundle and certificate, applies new values,
+#               pods are still injected
+#   5. uninstall  removes the chart's objects; the CRD, SidecarSets, certificate Secret and Lease
+#               stay (as the chart README says)
+#
+# On a machine that cannot run the node (hack/node.sh check: not root, not Linux, missing cgroup
+# controllers or kernel features) the suites are skipped with the reason, unless CI is set or
+# SSO_REQUIRE_REAL_NODE=1 (then that is a failure). SSO_REQUIRE_REAL_NODE=0 skips even in CI.
+#
+# Env: SSO_WORK (default <repo>/.local), SSO_E2E_NODE_THREADS (parallel rollout tests, default 3),
+# SSO_E2E_NODE_FILTER (run only the rollout tests whose name contains it), SSO_KEEP_NODE=1
+# (leave the node running afterwards).
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+WORK=${SSO_WORK:-$REPO/.local}
+export SSO_WORK=$WORK
+mkdir -p "$WORK"
+RELEASE=sidecarset-operator
+NS=sidecarset-system
+CRD=sidecarsets.apps.kruise.io
+START=$SECONDS
+
+log() { printf '[e2e-node] %s\n' "$*" >&2; }
+die() { printf '\n[e2e-node] FAILED: %s\n\n' "$*" >&2; exit 1; }
+pass() { printf '[e2e-node]   ok  %s\n' "$*" >&2; }
+section() { printf '\n[e2e-node] ==== %s (%d s)\n' "$*" "$((SECONDS - START))" >&2; }
+
+require=0
+if [ "${SSO_REQUIRE_REAL_NODE:-}" = 1 ]; then require=1
+elif [ "${SSO_REQUIRE_REAL_NODE:-}" != 0 ] && [ -n "${CI:-}" ] && [ "${CI:-}" != false ]; then require=1; fi
+
+rm -f "$WORK/skipped-suites"
+if ! why=$(hack/node.sh check 2>&1); then
+  printf '%s\n' "$why" >&2
+  if [ "$require" = 1 ]; then
+    die "the real-node suites must run here (CI or SSO_REQUIRE_REAL_NODE=1), but this machine cannot run the node (see above)"
+  fi
+  reasons=$(printf '%s\n' "$why" | sed -n 's/^\[node\]   - //p' | paste -sd ';' -)
+  echo "real-node suites (hack/e2e-node.sh: operator image, helm install on a real node, in-place upgrades on a real kubelet): $reasons" \
+    >"$WORK/skipped-suites"
+  log "SKIPPED the real-node suites: this machine cannot run the node: $reasons"
+  log "(set SSO_REQUIRE_REAL_NODE=1 to make this a failure; CI does)"
+  exit 0
+fi
+
+cleanup() {
+  local rc=$?
+  if [ "$rc" != 0 ] && [ -n "${KUBECTL:-}" ] && hack/node.sh status >/dev/null 2>&1; then
+    log "failed; the operator's last log lines:"
+    hack/node.sh exec "$KUBECTL" -n "$NS" logs -l app.kubernetes.io/name=sidecarset-operator --tail=30 --prefix >&2 2>/dev/null || true
+  fi
+  if [ "${SSO_KEEP_NODE:-0}" = 1 ]; then
+    log "SSO_KEEP_NODE=1: the node keeps running (hack/node.sh down)"
+  else
+    hack/node.sh down || true
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+section "build: the release binary (for the image), the e2e tests"
+cargo build --release --bin sidecarset-operator
+cargo build -p sidecarset-e2e --tests
+
+section "node"
+t=$SECONDS
+hack/node.sh up
+log "node up in $((SECONDS - t)) s"
+eval "$(hack/node.sh env)"
+KUBECTL=$SSO_NODE_KUBECTL
+eval "$(hack/tools.sh helm)"
+IMG_DIR=$(dirname "$SSO_E2E_IMAGE_IDS")
+k() { hack/node.sh exec "$KUBECTL" --request-timeout=20s "$@"; }
+helm() { hack/node.sh exec "$HELM_BIN/helm" "$@"; }
+jp() { k "$@" 2>/dev/null || true; }
+
+# ---------------------------------------------------------------------------------------------
+section "image: the local operator image against the Dockerfile"
+hack/images.sh check "$IMG_DIR"
+pass "operator image $SSO_OPERATOR_IMAGE (from target/release) agrees with the Dockerfile"
+
+# ---------------------------------------------------------------------------------------------
+section "install: helm install on the real node (Service mode)"
+VALUES=$WORK/e2e-node-values.yaml
+cat >"$VALUES" <<EOF
+image: {repository: ${SSO_OPERATOR_IMAGE%:*}, tag: ${SSO_OPERATOR_IMAGE##*:}}
+nodeSelector: {kubernetes.io/hostname: $SSO_E2E_REAL_NODE}
+tolerations: [{key: sidecarset-operator.io/real-node, operator: Exists, effect: NoSchedule}]
+EOF
+t=$SECONDS
+helm install "$RELEASE" charts/sidecarset-operator -n "$NS" --create-namespace -f "$VALUES" --wait --timeout 3m >/dev/null
+pass "helm install --wait: done in $((SECONDS - t)) s"
+[ "$(jp -n "$NS" get deploy "$RELEASE" -o jsonpath='{.status.readyReplicas}/{.spec.replicas}')" = 2/2 ] || die "the Deployment is not 2/2 ready"
+pods=$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.spec.serviceAccountName} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].imageID}{"\n"}{end}')
+[ "$(echo "$pods" | grep -c " $SSO_E2E_REAL_NODE $RELEASE true sha256:")" = 2 ] || die "expected 2 ready operator pods on $SSO_E2E_REAL_NODE as ServiceAccount $RELEASE: $pods"
+pass "2 replicas ready on $SSO_E2E_REAL_NODE, running as ServiceAccount $RELEASE, image from the node's containerd"
+probes=$(k -n "$NS" get deploy "$RELEASE" -o jsonpath='{.spec.template.spec.containers[0].startupProbe.httpGet.path} {.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.scheme}')
+[ "$probes" = "/healthz /healthz /readyz HTTPS" ] || die "probes: $probes"
+restarts=$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{.items[*].status.containerStatuses[0].restartCount}')
+[ "$restarts" = "0 0" ] || die "operator restarts: $restarts (liveness or startup probe failed?)"
+pass "startup/liveness /healthz and readiness /readyz over HTTPS pass on the kubelet (no restarts)"
+pdb=$(k -n "$NS" get pdb "$RELEASE" -o jsonpath='{.spec.minAvailable} {.status.currentHealthy} {.status.disruptionsAllowed}')
+[ "$pdb" = "1 2 1" ] || die "PodDisruptionBudget (minAvailable currentHealthy disruptionsAllowed): $pdb"
+pass "PodDisruptionBudget minAvailable 1: 2 healthy, 1 disruption allowed"
+ca_m=$(k get mutatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')
+ca_v=$(k get validatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')
+svc=$(k get mutatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.service.namespace}/{.webhooks[0].clientConfig.service.name}:{.webhooks[0].clientConfig.service.port} url={.webhooks[0].clientConfig.url}')
+[ -n "$ca_m" ] && [ "$ca_m" = "$ca_v" ] || die "caBundle not written to both webhook configurations"
+[ "$svc" = "$NS/$RELEASE-webhook:443 url=" ] || die "the webhooks do not point at the Service: $svc"
+k -n "$NS" get secret "$RELEASE-webhook-certs" >/dev/null || die "no certificate Secret $RELEASE-webhook-certs"
+conv=$(k get crd "$CRD" -o jsonpath='{.spec.conversion.webhook.clientConfig.service.namespace}/{.spec.conversion.webhook.clientConfig.service.name}{.spec.conversion.webhook.clientConfig.service.path}')
+[ "$conv" = "$NS/$RELEASE-webhook/convert" ] || die "CRD conversion webhook: $conv"
+pass "self-managed certificates: Secret $RELEASE-webhook-certs, caBundle in both webhook configurations, CRD conversion via the Service"
+# No kube-proxy: the Service's ClusterIP leads nowhere, so every webhook call below goes to an
+# endpoint IP (--enable-aggregator-routing=true), through the Service's EndpointSlice.
+cip=$(k -n "$NS" get svc "$RELEASE-webhook" -o jsonpath='{.spec.clusterIP}')
+if hack/node.sh exec timeout 3 bash -c "exec 3<>/dev/tcp/$cip/443" 2>/dev/null; then die "the ClusterIP $cip:443 answers: the test would not prove endpoint routing"; fi
+eps=$(k -n "$NS" get endpointslices -l kubernetes.io/service-name="$RELEASE-webhook" -o jsonpath='{.items[*].endpoints[*].addresses[0]}')
+pass "ClusterIP $cip:443 unreachable; endpoints $eps (the pods' IPs)"
+
+DEMO=e2e-node-demo
+k apply -f - >/dev/null <<EOF
+apiVersion: apps.kruise.io/v1beta1
+kind: SidecarSet
+metadata: {name: $DEMO}
+spec:
+  selector: {matchLabels: {app: $DEMO}}
+  containers:
+  - name: hello-sidecar
+    image: localhost/sso-e2e/busybox:v1
+    command: [sh, -c, 'trap "exit 0" TERM; echo hello-sidecar running image \$(cat /etc/image-version); while true; do sleep 1; done']
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: $DEMO}
+EOF
+pass "SidecarSet created (v1beta1): the SidecarSet webhooks answered through the Service"
+alpha=$(k get sidecarsets.v1alpha1.apps.kruise.io "$DEMO" -o jsonpath='{.apiVersion} {.spec.containers[0].name}')
+[ "$alpha" = "apps.kruise.io/v1alpha1 hello-sidecar" ] || die "reading it as v1alpha1 (conversion webhook): $alpha"
+pass "read as v1alpha1: the API server converted it through /convert on the Service"
+# The operator's index follows SidecarSets through a watch: wait until a dry run is injected.
+dry() { k -n "$DEMO" run probe --dry-run=server -o jsonpath='{.spec.containers[*].name}' --image=localhost/sso-e2e/busybox:v1 --labels=app=$DEMO; }
+for i in $(seq 60); do
+  dry 2>/dev/null | grep -q hello-sidecar && break
+  [ "$i" != 60 ] || die "a dry-run pod in $DEMO is not injected after 30 s: $(dry 2>&1)"
+  sleep 0.5
+done
+podspec() {
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: $DEMO, labels: {app: $DEMO}}
+spec:
+  nodeSelector: {kubernetes.io/hostname: $SSO_E2E_REAL_NODE}
+  tolerations: [{key: sidecarset-operator.io/real-node, operator: Exists, effect: NoSchedule}]
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    image: localhost/sso-e2e/busybox:v1
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+EOF
+}
+check_injected_pod() { # POD: created, injected, the sidecar runs and logs its line
+  podspec "$1" | k apply -f - >/dev/null
+  k -n "$DEMO" wait --for=condition=Ready "pod/$1" --timeout=60s >/dev/null || die "pod $1 not Ready"
+  local names line
+  names=$(k -n "$DEMO" get pod "$1" -o jsonpath='{.spec.containers[*].name}')
+  [ "$names" = "hello-sidecar app" ] || die "pod $1 containers: $names"
+  line=$(k -n "$DEMO" logs "$1" -c hello-sidecar)
+  [ "$line" = "hello-sidecar running image v1" ] || die "the sidecar of $1 logged '$line'"
+  pass "pod $1 injected; its sidecar runs on the real node and logs: $line"
+}
+check_injected_pod hello-1
+hack/node.sh status 2>&1 | grep 'RSS:' | sed 's/^\[node\]   /[e2e-node] memory with the operator installed: /' >&2 || true
+
+# ---------------------------------------------------------------------------------------------
+section "rollout: in-place upgrades on the real kubelet (e2e/tests/real_node.rs)"
+filter=()
+[ -z "${SSO_E2E_NODE_FILTER:-}" ] || filter=("$SSO_E2E_NODE_FILTER")
+hack/node.sh exec cargo test --offline -p sidecarset-e2e --test real_node -- --ignored --nocapture \
+  --test-threads="${SSO_E2E_NODE_THREADS:-3}" "${filter[@]}"
+
+hack/node.sh status 2>&1 | grep 'RSS:' | sed 's/^\[node\]   /[e2e-node] memory after the rollout tests: /' >&2 || true
+
+# ---------------------------------------------------------------------------------------------
+section "upgrade: helm upgrade"
+secret_before=$(k -n "$NS" get secret "$RELEASE-webhook-certs" -o jsonpath='{.data}' | sha256sum)
+t=$SECONDS
+helm upgrade "$RELEASE" charts/sidecarset-operator -n "$NS" -f "$VALUES" --set logFormat=text --set replicaCount=3 --wait --timeout 3m >/dev/null
+pass "helm upgrade --wait (logFormat=text, replicaCount=3): done in $((SECONDS - t)) s"
+[ "$(k get mutatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" = "$ca_m" ] || die "helm upgrade changed the caBundle the operator wrote"
+[ "$(k -n "$NS" get secret "$RELEASE-webhook-certs" -o jsonpath='{.data}' | sha256sum)" = "$secret_before" ] || die "the certificate Secret changed"
+pass "caBundle and certificate Secret unchanged"
+args=$(k -n "$NS" get deploy "$RELEASE" -o jsonpath='{.spec.template.spec.containers[0].args}')
+case $args in *--log-format=text*) ;; *) die "the new value is not applied: $args" ;; esac
+[ "$(jp -n "$NS" get deploy "$RELEASE" -o jsonpath='{.status.readyReplicas}/{.status.updatedReplicas}')" = 3/3 ] || die "not 3 updated ready replicas"
+pass "new values applied: 3 replicas with --log-format=text, all ready"
+check_injected_pod hello-2
+
+# ---------------------------------------------------------------------------------------------
+section "uninstall: helm uninstall"
+helm uninstall "$RELEASE" -n "$NS" --wait >/dev/null
+for o in "deploy/$RELEASE" "svc/$RELEASE-webhook" "pdb/$RELEASE" "sa/$RELEASE" "role/$RELEASE"; do
+  [ -z "$(jp -n "$NS" get "$o" -o name)" ] || die "$o is left after uninstall"
+done
+for o in "mutatingwebhookconfiguration/$RELEASE" "validatingwebhookconfiguration/$RELEASE" "clusterrole/$RELEASE"; do
+  [ -z "$(jp get "$o" -o name)" ] || die "$o is left after uninstall"
+done
+pass "the chart's objects are gone"
+k get crd "$CRD" >/dev/null || die "the CRD was deleted"
+k get sidecarsets.v1beta1.apps.kruise.io "$DEMO" >/dev/null || die "the SidecarSet $DEMO was deleted"
+k -n "$NS" get secret "$RELEASE-webhook-certs" >/dev/null || die "the certificate Secret was deleted"
+k -n "$NS" get lease "$RELEASE" >/dev/null || die "the Lease was deleted"
+[ "$(k -n "$DEMO" get pod hello-1 -o jsonpath='{.spec.containers[*].name}')" = "hello-sidecar app" ] || die "pod hello-1 lost its sidecar"
+pass "kept: the CRD, SidecarSet $DEMO (v1beta1), the certificate Secret, the Lease, the injected pods"
+podspec hello-3 | k apply -f - >/dev/null
+[ "$(k -n "$DEMO" get pod hello-3 -o jsonpath='{.spec.containers[*].name}')" = app ] || die "a pod created after uninstall was injected"
+pass "a pod created after uninstall is not injected (no webhook)"
+
+log "real-node suites passed in $((SECONDS - START)) s"
