@@ -71,22 +71,7 @@ pub struct Observed<'a> {
     pub pull_failures: &'a [(String, String)],
 }
 
-fn pods(n: usize) -> String {
-    if n == 1 {
-        "1 pod".into()
-    } else {
-        format!("{n} pods")
-    }
-}
-
-fn some<'a>(keys: impl Iterator<Item = &'a str>) -> String {
-    let all: Vec<&str> = keys.collect();
-    let mut s = all.iter().take(5).copied().collect::<Vec<_>>().join(", ");
-    if all.len() > 5 {
-        s.push_str(&format!(" and {} more", all.len() - 5));
-    }
-    s
-}
+use crate::rollout::{pods, some_keys as some};
 
 fn health(phase: Phase, reason: &'static str, message: String) -> Health {
     Health {

@@ -558,7 +558,8 @@ fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-fn pods(n: usize) -> String {
+/// `1 pod`, `N pods`: for messages.
+pub fn pods(n: usize) -> String {
     if n == 1 {
         "1 pod".to_string()
     } else {
@@ -567,7 +568,7 @@ fn pods(n: usize) -> String {
 }
 
 /// Up to five keys, for messages.
-fn some_keys<'a>(keys: impl Iterator<Item = &'a str>) -> String {
+pub fn some_keys<'a>(keys: impl Iterator<Item = &'a str>) -> String {
     let all: Vec<&str> = keys.collect();
     let mut s = all.iter().take(5).copied().collect::<Vec<_>>().join(", ");
     if all.len() > 5 {
