@@ -178,6 +178,8 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     default_sidecarset(&mut defaulted);
     let entry = Entry::new(Arc::new(defaulted)).map_err(|e| Error::Invalid(e.to_string()))?;
     let classifier = Classifier::new(&entry).map_err(Error::Invalid)?;
+    // Each namespace's labels once per reconcile, not once per pod.
+    let mut ns_labels: HashMap<String, BTreeMap<String, String>> = HashMap::new();
     let pods: Vec<Arc<SlimPod>> = ctx
         .pods
         .state()
@@ -188,7 +190,10 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         // upgrading the pods it no longer selects.
         .filter(|p| {
             let ns = p.metadata.namespace.as_deref().unwrap_or("");
-            entry.matches(p.labels(), &ctx.webhook.namespace_labels(ns))
+            let labels = ns_labels
+                .entry(ns.to_string())
+                .or_insert_with(|| ctx.webhook.namespace_labels(ns));
+            entry.matches(p.labels(), labels)
         })
         .collect();
     // One full Pod at a time, dropped after its view is taken.
