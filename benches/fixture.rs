@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 use sidecarset_operator::api::{SidecarSet, default_sidecarset};
-use sidecarset_operator::select::Index;
+use sidecarset_operator::index::Index;
 
 pub fn pod() -> Value {
     let containers: Vec<Value> = (0..10)

@@ -2,8 +2,8 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
+use sidecarset_operator::index::namespace_labels;
 use sidecarset_operator::inject;
-use sidecarset_operator::select::namespace_labels;
 use std::collections::BTreeMap;
 use std::hint::black_box;
 

@@ -50,7 +50,7 @@ fn main() {
     };
     rt.block_on(async move {
         let state = Arc::new(sidecarset_operator::webhook::State::new(Vec::<String>::new()));
-        state.set_index(fixture::index());
+        state.cluster.set_index(fixture::index());
         let pki = common::pki();
         let addr = common::serve(state, &pki).await;
         let body = common::review("uid", ("", "v1", "Pod"), "pods", "CREATE", "shop", &fixture::pod(), None);

@@ -1,7 +1,7 @@
 //! The offline `inject` command: the same selection and injection as the webhook, on files.
 
 use crate::api::{SidecarSet, conflicts, default_sidecarset, validate};
-use crate::select::{Index, namespace_labels};
+use crate::index::{Index, namespace_labels};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 use std::collections::BTreeMap;

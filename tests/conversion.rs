@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 async fn client() -> Client {
     let state = Arc::new(State::new(["kube-system".to_string()]));
-    state.mark_sidecarsets_synced();
-    state.mark_namespaces_synced();
+    state.cluster.mark_sidecarsets_synced();
+    state.cluster.mark_namespaces_synced();
     let pki = pki();
     let addr = serve(state, &pki).await;
     Client::connect(addr, &pki.ca_pem).await

@@ -8,8 +8,8 @@ use sidecarset_operator::api::{
     self, ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, SidecarSet, default_sidecarset,
     sidecarset_hash, sidecarset_hash_without_image,
 };
+use sidecarset_operator::index::{Index, namespace_labels};
 use sidecarset_operator::inject;
-use sidecarset_operator::select::{Index, namespace_labels};
 use std::collections::BTreeMap;
 use std::path::Path;
 

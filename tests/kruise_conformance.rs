@@ -27,7 +27,7 @@ use sidecarset_operator::controller::revisions::{
     LABEL_CUSTOM_VERSION, LABEL_HASH, LABEL_SIDECARSET_NAME, new_revision_metadata, revision_data,
     revision_hash, revision_name,
 };
-use sidecarset_operator::select::{Entry, Index, namespace_labels};
+use sidecarset_operator::index::{Entry, Index, namespace_labels};
 use sidecarset_operator::{cli, inject, webhook};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

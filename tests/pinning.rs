@@ -4,7 +4,8 @@
 
 use serde_json::json;
 use sidecarset_operator::api::{SidecarSet, SidecarSetInjectRevision};
-use sidecarset_operator::webhook::{KnownRevision, pod_gets_pin, resolve_pin};
+use sidecarset_operator::cluster::{KnownRevision, resolve_pin};
+use sidecarset_operator::inject::pod_gets_pin;
 use std::collections::{BTreeMap, HashMap};
 
 fn rev(ss: &str, custom: Option<&str>, number: i64) -> KnownRevision {

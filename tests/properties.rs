@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use sidecarset_operator::api::{SidecarSet, default_sidecarset};
+use sidecarset_operator::index::{Index, namespace_labels};
 use sidecarset_operator::inject;
-use sidecarset_operator::select::{Index, namespace_labels};
 use sidecarset_operator::webhook::{
     State, admit_pod, admit_sidecarset_defaults, admit_sidecarset_validation, review,
 };

@@ -27,12 +27,12 @@ use sidecarset_operator::api::{
     self, ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, SidecarSet,
     SidecarSetUpdateStrategy, default_sidecarset, parse_hash_annotation,
 };
+use sidecarset_operator::index::Entry;
 use sidecarset_operator::inject;
 use sidecarset_operator::rollout::{
     self, ANNOTATION_INPLACE_UPDATE_STATE, Classifier, PodView, Rules, Status, image_matches,
     normalize_image, pod_view, upgrade_patch,
 };
-use sidecarset_operator::select::Entry;
 use std::path::Path;
 use std::sync::Arc;
 

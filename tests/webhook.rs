@@ -6,8 +6,8 @@ mod common;
 use common::{Client, pki, response, review, serve};
 use serde_json::{Value, json};
 use sidecarset_operator::api::{SidecarSet, default_sidecarset};
+use sidecarset_operator::index::Index;
 use sidecarset_operator::inject;
-use sidecarset_operator::select::Index;
 use sidecarset_operator::webhook::State;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -45,13 +45,13 @@ async fn setup() -> (Arc<State>, Client) {
                    "containers": [{"name": "red", "image": "red:1"}]}),
         ),
     ]);
-    state.set_index(index);
-    state.set_namespaces(HashMap::from([(
+    state.cluster.set_index(index);
+    state.cluster.set_namespaces(HashMap::from([(
         "shop".to_string(),
         BTreeMap::from([("team".to_string(), "red".to_string())]),
     )]));
-    state.mark_sidecarsets_synced();
-    state.mark_namespaces_synced();
+    state.cluster.mark_sidecarsets_synced();
+    state.cluster.mark_namespaces_synced();
     let pki = pki();
     let addr = serve(state.clone(), &pki).await;
     (state, Client::connect(addr, &pki.ca_pem).await)
@@ -113,7 +113,7 @@ async fn pod_is_refused_when_a_resources_policy_finds_no_target_and_computed_oth
                "resourcesPolicy": {"targetContainersMode": "sum", "targetContainersNameRegex": "^main$",
                                    "resourcesExpr": {"requests": {"cpu": "max(cpu*50%, 50m)"}}}}]}),
     )]);
-    state.set_index(index);
+    state.cluster.set_index(index);
     let mut p = pod("other", json!({"app": "web"}));
     let (status, body) = c
         .request(
@@ -385,7 +385,7 @@ async fn health_and_readiness() {
             .unwrap()
             .contains("SidecarSets not listed yet")
     );
-    state.mark_sidecarsets_synced();
-    state.mark_namespaces_synced();
+    state.cluster.mark_sidecarsets_synced();
+    state.cluster.mark_namespaces_synced();
     assert_eq!(c.request("GET", "/readyz", vec![]).await.0, 200);
 }

@@ -21,7 +21,7 @@ pub fn failure_policy() -> String {
 }
 
 pub async fn client() -> Client {
-    sidecarset_operator::webhook::server::install_crypto_provider();
+    sidecarset_operator::tls::install_crypto_provider();
     Client::try_default()
         .await
         .expect("KUBECONFIG must point to the test cluster")
@@ -219,7 +219,7 @@ pub async fn ca_bundles(c: &Client, name: &str) -> anyhow::Result<Vec<Vec<u8>>> 
 pub async fn served_leaf(addr: std::net::SocketAddr, ca_bundle: &[u8]) -> anyhow::Result<Vec<u8>> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, ServerName};
-    sidecarset_operator::webhook::server::install_crypto_provider();
+    sidecarset_operator::tls::install_crypto_provider();
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_bundle) {
         roots.add(c?)?;

@@ -207,8 +207,8 @@ async fn a_sidecarset_selecting_a_pod_in_an_excluded_namespace_is_reported() -> 
 #[tokio::test]
 async fn two_replicas_record_one_event_for_the_same_skip() -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::ObjectReference;
+    use sidecarset_operator::events;
     use sidecarset_operator::inject::{SkipReason, Skipped};
-    use sidecarset_operator::webhook::events;
     let c = client().await;
     let s = suffix();
     let ns = format!("e2e-events-replicas-{s}");

@@ -7,15 +7,26 @@
 
 pub mod convert;
 mod defaults;
+mod field_path;
 mod gojson;
 mod hash;
 pub mod quantity;
-mod resources_policy;
+pub mod resources_policy;
 mod selector;
 mod update_priority;
 pub mod v1beta1;
 mod validate;
 
+pub use field_path::{FieldPath, parse_field_path};
+
+/// Label of a ControllerRevision naming its SidecarSet (as OpenKruise).
+pub const LABEL_SIDECARSET_NAME: &str = "kruise.io/sidecarset-name";
+/// Label of a ControllerRevision with the SidecarSet's custom version (OpenKruise's
+/// `apps.kruise.io/sidecarset-custom-version` label on the SidecarSet), for
+/// `injectionStrategy.revision.customVersion`.
+pub const LABEL_REVISION_CUSTOM_VERSION: &str = convert::LABEL_CUSTOM_VERSION;
+/// Label of a ControllerRevision with the hash its name ends with (Kubernetes' own label).
+pub const LABEL_HASH: &str = "controller.kubernetes.io/hash";
 pub use defaults::{default_container, default_sidecarset};
 pub use hash::{
     hash_input, revision_data, safe_encode, sidecarset_hash, sidecarset_hash_without_image,

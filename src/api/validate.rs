@@ -365,7 +365,7 @@ fn validate_container(
                             "must be v1",
                         );
                     }
-                    if crate::inject::parse_field_path(&fr.field_path).is_none() {
+                    if super::parse_field_path(&fr.field_path).is_none() {
                         errs.push(
                             format!("{tpath}.sourceContainerNameFrom.fieldRef.fieldPath"),
                             format!(
@@ -398,7 +398,7 @@ fn validate_resources_policy(
     is_init: bool,
     errs: &mut ValidationErrors,
 ) {
-    use crate::inject::resources::expr::{Value, Variables, evaluate};
+    use super::resources_policy::expr::{Value, Variables, evaluate};
     if is_init && !c.is_native_sidecar() {
         errs.push(
             path,

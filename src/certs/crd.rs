@@ -109,7 +109,7 @@ pub async fn ensure(
     )
     .await?;
     info!(crd = CRD_NAME, target = ?target, cas = super::bundle_ders(bundle.as_bytes()).len(), "conversion webhook and caBundle written to the CRD");
-    crate::telemetry::metrics().ca_bundle_writes.inc();
+    crate::metrics::metrics().ca_bundle_writes.inc();
     Ok(Outcome::Written)
 }
 

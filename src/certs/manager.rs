@@ -4,7 +4,8 @@
 //! it. Triggered by watches on the Secret and the webhook configurations, and by a resync timer.
 
 use super::{Action, CertConfig, Material, act, bundle_contains, check, decide, ts};
-use crate::webhook::{State, server};
+use crate::health::Gate;
+use crate::tls::{self as server, ServingCert};
 use axum_server::tls_rustls::RustlsConfig;
 use futures::TryStreamExt;
 use k8s_openapi::ByteString;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::Notify;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 /// Settings of the certificate manager.
 #[derive(Clone, Debug)]
@@ -42,11 +43,20 @@ pub struct Settings {
 /// the caBundle of the existing ones is written.
 pub type OwnedConfigs = Option<(MutatingWebhookConfiguration, ValidatingWebhookConfiguration)>;
 
+/// What the manager reports: the certificate served, whether the webhook configurations trust
+/// its CA, and (when it keeps them) whether the CRD's conversion settings point here with it.
+#[derive(Clone, Debug)]
+pub struct Reports {
+    pub cert: ServingCert,
+    pub ca_trusted: Gate,
+    pub conversion: Option<Gate>,
+}
+
 pub struct Manager {
     client: Client,
     settings: Settings,
     owned: OwnedConfigs,
-    state: Arc<State>,
+    reports: Reports,
     /// The material in use: served, and used to recreate a deleted Secret as it was.
     current: Mutex<Option<Material>>,
     tls: Mutex<Option<RustlsConfig>>,
@@ -79,17 +89,23 @@ impl Manager {
         client: Client,
         settings: Settings,
         owned: OwnedConfigs,
-        state: Arc<State>,
+        reports: Reports,
     ) -> Arc<Self> {
         Arc::new(Manager {
             client,
             settings,
             owned,
-            state,
+            reports,
             current: Mutex::new(None),
             tls: Mutex::new(None),
             wake: Notify::new(),
         })
+    }
+
+    fn mark_conversion(&self, ok: bool) {
+        if let Some(g) = &self.reports.conversion {
+            g.set(ok);
+        }
     }
 
     fn secrets(&self) -> Api<Secret> {
@@ -260,9 +276,9 @@ impl Manager {
             Action::PromoteCa => "ca_promoted",
             Action::FinishCaRotation => "ca_rotation_finished",
         };
-        crate::telemetry::metrics()
+        crate::metrics::metrics()
             .cert_changes
-            .get_or_create(&crate::telemetry::reason(kind))
+            .get_or_create(&crate::metrics::reason(kind))
             .inc();
         match action {
             Action::Keep => {}
@@ -372,9 +388,9 @@ impl Manager {
         let expires = super::cert_info(&m.tls_cert, "tls.crt")
             .map(|i| i.not_after)
             .unwrap_or(0);
-        self.state.set_cert_expiry(expires);
-        crate::telemetry::metrics().cert_expiry.set(expires);
+        crate::metrics::metrics().cert_expiry.set(expires);
         if same {
+            self.reports.cert.loaded(expires);
             return Ok(());
         }
         let cfg = server::server_config_from_pem(m.tls_cert.as_bytes(), m.tls_key.as_bytes())?;
@@ -386,7 +402,7 @@ impl Manager {
             Some(existing) => existing.reload_from_config(cfg),
             None => *tls = Some(RustlsConfig::from_config(cfg)),
         }
-        self.state.mark_tls_loaded(true);
+        self.reports.cert.loaded(expires);
         info!(expires = %ts(expires), "serving certificate loaded");
         Ok(())
     }
@@ -427,21 +443,21 @@ impl Manager {
                 .await
             {
                 Ok(super::crd::Outcome::NoCrd) => {
-                    self.state.mark_conversion_ok(false);
+                    self.mark_conversion(false);
                     warn!(
                         crd = crate::api::CRD_NAME,
                         "the SidecarSet CRD is not installed: install it (the chart's crds/, or `sidecarset-operator crd | kubectl apply -f -`)"
                     )
                 }
-                Ok(_) => self.state.mark_conversion_ok(true),
+                Ok(_) => self.mark_conversion(true),
                 Err(e) => {
-                    self.state.mark_conversion_ok(false);
+                    self.mark_conversion(false);
                     warn!(crd = crate::api::CRD_NAME, error = %e, "cannot write the CRD's conversion webhook settings")
                 }
             }
         }
         if self.bundle_applied(&bundle).await? {
-            self.state.mark_ca_trusted(true);
+            self.reports.ca_trusted.set(true);
             return Ok(());
         }
         let pp = PatchParams::apply(&self.settings.field_manager).force();
@@ -490,7 +506,7 @@ impl Manager {
                 let (mnames, vnames) = match (mnames, vnames) {
                     (Ok(m), Ok(v)) => (m, v),
                     (Err(e), _) | (_, Err(e)) => {
-                        self.state.mark_ca_trusted(false);
+                        self.reports.ca_trusted.set(false);
                         return Err(e);
                     }
                 };
@@ -509,8 +525,8 @@ impl Manager {
             }
         }
         info!(name = %name, cas = super::bundle_ders(bundle.as_bytes()).len(), "caBundle written to the webhook configurations");
-        crate::telemetry::metrics().ca_bundle_writes.inc();
-        self.state.mark_ca_trusted(true);
+        crate::metrics::metrics().ca_bundle_writes.inc();
+        self.reports.ca_trusted.set(true);
         Ok(())
     }
 }
@@ -547,58 +563,4 @@ pub fn with_types<K: Resource<DynamicType = ()> + serde::Serialize>(
     v["apiVersion"] = K::api_version(&()).into();
     v["kind"] = K::kind(&()).into();
     Ok(v)
-}
-
-/// Files mode: serve `tls.crt`/`tls.key` from a directory, reload when they change, report not
-/// ready while they are missing, invalid or outside their validity. Patches nothing.
-pub async fn watch_files(dir: std::path::PathBuf, config: RustlsConfig, state: Arc<State>) {
-    let stamp = |d: &std::path::Path| {
-        let m = |n: &str| std::fs::metadata(d.join(n)).and_then(|m| m.modified()).ok();
-        (m("tls.crt"), m("tls.key"))
-    };
-    let mut last = stamp(&dir);
-    loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now_stamp = stamp(&dir);
-        let changed = now_stamp != last;
-        last = now_stamp;
-        match load_files(&dir) {
-            Ok((cfg, expires)) => {
-                if changed {
-                    config.reload_from_config(cfg);
-                    info!(dir = %dir.display(), expires = %ts(expires), "serving certificate reloaded from files");
-                }
-                state.set_cert_expiry(expires);
-                crate::telemetry::metrics().cert_expiry.set(expires);
-                state.mark_tls_loaded(true);
-            }
-            Err(e) => {
-                if changed || state.not_ready().is_empty() {
-                    error!(dir = %dir.display(), error = %e, "serving certificate files are not usable; not ready");
-                }
-                state.mark_tls_loaded(false);
-            }
-        }
-    }
-}
-
-/// Loads and checks the files: usable pair, currently valid. Returns the config and expiry.
-pub fn load_files(dir: &std::path::Path) -> anyhow::Result<(Arc<rustls::ServerConfig>, i64)> {
-    let cert = std::fs::read_to_string(dir.join("tls.crt"))
-        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("tls.crt").display()))?;
-    let key = std::fs::read(dir.join("tls.key"))
-        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.join("tls.key").display()))?;
-    let info = super::cert_info(&cert, "tls.crt").map_err(anyhow::Error::msg)?;
-    let t = now();
-    if t < info.not_before || t >= info.not_after {
-        anyhow::bail!(
-            "tls.crt is not valid now (valid {} to {})",
-            ts(info.not_before),
-            ts(info.not_after)
-        );
-    }
-    Ok((
-        server::server_config_from_pem(cert.as_bytes(), &key)?,
-        info.not_after,
-    ))
 }

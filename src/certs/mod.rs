@@ -24,6 +24,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use crate::tls::pem_der;
+pub use crate::tls::{CertInfo, cert_info, ts};
+
 pub const KEY_CA_CERT: &str = "ca.crt";
 pub const KEY_CA_KEY: &str = "ca.key";
 pub const KEY_TLS_CERT: &str = "tls.crt";
@@ -152,61 +155,6 @@ impl Material {
     }
 }
 
-/// What a certificate is, read back from PEM.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CertInfo {
-    pub not_before: i64,
-    pub not_after: i64,
-    pub is_ca: bool,
-    pub dns_names: Vec<String>,
-    pub ips: Vec<IpAddr>,
-    pub public_key: Vec<u8>,
-    pub der: Vec<u8>,
-}
-
-fn pem_der(pem: &str, what: &str) -> Result<Vec<u8>, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    CertificateDer::pem_slice_iter(pem.as_bytes())
-        .next()
-        .ok_or_else(|| format!("{what}: no CERTIFICATE block"))?
-        .map(|c| c.to_vec())
-        .map_err(|e| format!("{what}: bad PEM: {e}"))
-}
-
-/// Parses the first certificate of a PEM text.
-pub fn cert_info(pem: &str, what: &str) -> Result<CertInfo, String> {
-    let der = pem_der(pem, what)?;
-    let (_, cert) = X509Certificate::from_der(&der)
-        .map_err(|e| format!("{what}: not an X.509 certificate: {e}"))?;
-    let mut dns_names = Vec::new();
-    let mut ips = Vec::new();
-    if let Ok(Some(san)) = cert.subject_alternative_name() {
-        for n in &san.value.general_names {
-            match n {
-                x509_parser::extensions::GeneralName::DNSName(d) => dns_names.push(d.to_string()),
-                x509_parser::extensions::GeneralName::IPAddress(b) => {
-                    if let Ok(a) = <[u8; 4]>::try_from(*b) {
-                        ips.push(IpAddr::from(a));
-                    } else if let Ok(a) = <[u8; 16]>::try_from(*b) {
-                        ips.push(IpAddr::from(a));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    Ok(CertInfo {
-        not_before: cert.validity().not_before.timestamp(),
-        not_after: cert.validity().not_after.timestamp(),
-        is_ca: cert.is_ca(),
-        dns_names,
-        ips,
-        public_key: cert.public_key().subject_public_key.data.to_vec(),
-        der: der.clone(),
-    })
-}
-
 fn key_pair(pem: &str, what: &str) -> Result<KeyPair, String> {
     KeyPair::from_pem(pem).map_err(|e| format!("{what}: not a usable private key: {e}"))
 }
@@ -278,13 +226,6 @@ pub fn check(m: &Material, cfg: &CertConfig, now: i64) -> Result<(CertInfo, Cert
         }
     }
     Ok((ca, leaf))
-}
-
-/// RFC 3339 rendering of unix seconds, for messages.
-pub fn ts(secs: i64) -> String {
-    jiff::Timestamp::from_second(secs)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| secs.to_string())
 }
 
 /// Certificates are valid from a little before their issue time (clock skew between replicas and

@@ -44,7 +44,7 @@ pub async fn run(client: Client, s: Settings, leader: Arc<AtomicBool>) {
             }
         };
         let was = leader.swap(held, Ordering::SeqCst);
-        crate::telemetry::metrics().leader.set(i64::from(held));
+        crate::metrics::metrics().leader.set(i64::from(held));
         if held != was {
             if held {
                 info!(identity = %s.identity, lease = %s.name, "became the leader: reconciling SidecarSets");

@@ -10,7 +10,8 @@ use super::{Ctx, Error};
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, parse_hash_annotation, safe_encode,
 };
-use crate::select::Entry;
+use crate::cluster::KnownRevision;
+use crate::index::Entry;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -19,14 +20,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tracing::info;
 
-/// Label of a revision naming its SidecarSet (as OpenKruise).
-pub const LABEL_SIDECARSET_NAME: &str = "kruise.io/sidecarset-name";
-/// Label of a revision with the SidecarSet's custom version (OpenKruise's
-/// `apps.kruise.io/sidecarset-custom-version` label on the SidecarSet), for
-/// `injectionStrategy.revision.customVersion`.
-pub const LABEL_CUSTOM_VERSION: &str = "apps.kruise.io/sidecarset-custom-version";
-/// Label of a revision with the hash its name ends with (Kubernetes' own label).
-pub const LABEL_HASH: &str = "controller.kubernetes.io/hash";
+pub use crate::api::{
+    LABEL_HASH, LABEL_REVISION_CUSTOM_VERSION as LABEL_CUSTOM_VERSION, LABEL_SIDECARSET_NAME,
+};
 
 /// What a revision records, byte for byte as OpenKruise: the parts of the spec that make the
 /// injected sidecars (see [`crate::api::revision_data`]).
@@ -171,13 +167,20 @@ pub async fn register(
 ) -> Result<(String, i32), Error> {
     let ss = entry.ss.name().to_string();
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let mut existing = api
-        .list(&ListParams::default().labels(&format!("{LABEL_SIDECARSET_NAME}={ss}")))
-        .await?
-        .items;
+    // From the cluster view's watch; listed only until that watch has listed once.
+    let mut existing: Vec<(String, KnownRevision)> = if ctx.cluster.revisions_synced() {
+        ctx.cluster.revisions_of(&ss)
+    } else {
+        api.list(&ListParams::default().labels(&format!("{LABEL_SIDECARSET_NAME}={ss}")))
+            .await?
+            .items
+            .iter()
+            .map(KnownRevision::of)
+            .collect()
+    };
     let uid = entry.ss.metadata.uid.as_deref();
-    existing.retain(|r| !owned_by_other(r, uid));
-    existing.sort_by_key(|r| r.revision.unwrap_or(0));
+    existing.retain(|(_, r)| !r.owned_by_other(uid));
+    existing.sort_by(|a, b| a.1.number.cmp(&b.1.number).then(a.0.cmp(&b.0)));
     let data = revision_data(entry);
     let data_value: serde_json::Value = serde_json::from_str(&data)
         .map_err(|e| Error::Invalid(format!("revision data is not JSON: {e}")))?;
@@ -187,18 +190,18 @@ pub async fn register(
         .as_ref()
         .and_then(|s| s.collision_count)
         .unwrap_or(0);
-    let max = existing.last().and_then(|r| r.revision).unwrap_or(0);
+    let max = existing.last().map_or(0, |(_, r)| r.number);
     let custom = custom_version(entry);
     // The newest revision with these data, whatever its name (it may be OpenKruise's).
-    let name = if let Some(r) = existing.iter().rev().find(|r| r.data.0 == data_value) {
-        let name = r.name_any();
+    let name = if let Some((name, r)) = existing.iter().rev().find(|(_, r)| r.data == data_value) {
+        let name = name.clone();
         let mut change = serde_json::Map::new();
-        if r.revision != Some(max) {
+        if r.number != max {
             // A rollback to an earlier spec: it becomes the newest again.
             change.insert("revision".into(), json!(max + 1));
         }
         if let Some(v) = custom
-            && r.labels().get(LABEL_CUSTOM_VERSION) != Some(v)
+            && r.custom_version.as_ref() != Some(v)
         {
             change.insert(
                 "metadata".into(),
@@ -219,7 +222,7 @@ pub async fn register(
         let first = collision;
         let name = loop {
             let name = revision_name(&ss, &data, collision);
-            if existing.iter().any(|r| r.name_any() == name) {
+            if existing.iter().any(|(n, _)| *n == name) {
                 // Same name, other data: a hash collision.
                 collision += 1;
                 continue;
@@ -230,7 +233,7 @@ pub async fn register(
         match create_revision(ctx, &metadata, &data, max + 1).await {
             Ok(created) => {
                 info!(sidecarset = %ss, revision = %name, number = max + 1, "new revision");
-                existing.push(created);
+                existing.push(KnownRevision::of(&created));
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 // Created meanwhile: compare its data on the next pass.
@@ -249,7 +252,7 @@ pub async fn register(
 async fn truncate(
     api: &Api<ControllerRevision>,
     entry: &Entry,
-    revisions: &[ControllerRevision],
+    revisions: &[(String, KnownRevision)],
     latest: &str,
     pods: &[Arc<super::slim::SlimPod>],
 ) -> Result<(), Error> {
@@ -278,14 +281,14 @@ async fn truncate(
     {
         in_use.insert(pinned);
     }
-    let mut sorted: Vec<&ControllerRevision> = revisions.iter().collect();
-    sorted.sort_by_key(|r| r.revision.unwrap_or(0));
+    let mut sorted: Vec<&(String, KnownRevision)> = revisions.iter().collect();
+    sorted.sort_by_key(|(_, r)| r.number);
     let mut excess = revisions.len() - limit;
-    for r in sorted {
+    for (name, _) in sorted {
         if excess == 0 {
             break;
         }
-        let name = r.name_any();
+        let name = name.clone();
         if in_use.contains(&name) {
             continue;
         }

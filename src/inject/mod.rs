@@ -9,7 +9,7 @@ use crate::api::{
     PatchPolicy, PodInjectPolicy, SidecarContainer, SidecarSet, SidecarSetUpgradeSpec,
     parse_hash_annotation,
 };
-use crate::select::Entry;
+use crate::index::Entry;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::{
@@ -85,31 +85,48 @@ pub struct Skipped {
     pub detail: String,
 }
 
-/// A pod metadata field a transferEnv may take the source container's name from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FieldPath {
-    Name,
-    Label(String),
-    Annotation(String),
+pub use crate::api::{FieldPath, parse_field_path};
+
+/// The skip of a SidecarSet that selects a pod in an excluded namespace.
+pub fn excluded_namespace_skip(sidecarset: &str, namespace: &str) -> Skipped {
+    Skipped {
+        sidecarset: sidecarset.to_string(),
+        reason: SkipReason::NamespaceExcluded,
+        detail: format!(
+            "namespace {namespace} is excluded from injection (the operator's namespace, kube-system and \
+             --skip-namespaces); run the pod in another namespace, or remove the namespace from the exclusions"
+        ),
+    }
 }
 
-/// Parses `metadata.name`, `metadata.labels['KEY']` and `metadata.annotations['KEY']`.
-pub fn parse_field_path(path: &str) -> Option<FieldPath> {
-    if path == "metadata.name" {
-        return Some(FieldPath::Name);
-    }
-    let key = |prefix: &str| {
-        let rest = path.strip_prefix(prefix)?;
-        let inner = rest.strip_prefix('[')?.strip_suffix(']')?;
-        let inner = inner
-            .strip_prefix('\'')
-            .and_then(|s| s.strip_suffix('\''))
-            .or_else(|| inner.strip_prefix('"').and_then(|s| s.strip_suffix('"')))?;
-        (!inner.is_empty()).then(|| inner.to_string())
+/// Whether a new pod gets the pinned revision (`true`) or the latest spec (`false`), as
+/// `injectionStrategy.revision.policy` says: `Always` pins every pod; `Partial` (the canary
+/// flow) gives the latest spec to the pods `updateStrategy.selector` selects and the pinned
+/// revision to the others; with no update selector, `Partial` pins a `partition` percentage of
+/// pods (decided from the pod's name, so a recreated pod keeps its side) and none for an integer
+/// partition, as OpenKruise.
+pub fn pod_gets_pin(ss: &SidecarSet, pod_labels: &BTreeMap<String, String>, pod_key: &str) -> bool {
+    let Some(want) = &ss.spec.injection_strategy.revision else {
+        return false;
     };
-    key("metadata.labels")
-        .map(FieldPath::Label)
-        .or_else(|| key("metadata.annotations").map(FieldPath::Annotation))
+    if want.policy != Some(crate::api::InjectRevisionPolicy::Partial) {
+        return true;
+    }
+    let strategy = &ss.spec.update_strategy;
+    if let Some(sel) = &strategy.selector {
+        return !crate::api::CompiledSelector::compile(sel).is_ok_and(|s| s.matches(pod_labels));
+    }
+    match &strategy.partition {
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(p)) => {
+            let pct: u64 = p.trim_end_matches('%').trim().parse().unwrap_or(0);
+            // FNV-1a of the pod's key, spread over 0..100.
+            let h = pod_key.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+            });
+            h % 100 < pct
+        }
+        _ => false,
+    }
 }
 
 /// True when the pod is still active (not finished, not being deleted): only active pods are
@@ -133,7 +150,7 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-/// Injects SidecarSets (already matched, in order; see [`crate::select::Index`]) into a pod
+/// Injects SidecarSets (already matched, in order; see [`crate::index::Index`]) into a pod
 /// being created. `now` is the RFC 3339 time recorded in the hash annotations. SidecarSets
 /// already recorded in the pod's hash annotation are skipped, so injecting an injected pod
 /// changes nothing.
@@ -616,7 +633,7 @@ fn subpath_vars(expr: &str) -> Vec<String> {
 /// The one entry point for injecting a pod being created, shared by the webhook and the `inject`
 /// command: pick the matching SidecarSets from the index and inject them.
 pub fn for_pod(
-    index: &crate::select::Index,
+    index: &crate::index::Index,
     pod: &Pod,
     ns_labels: &BTreeMap<String, String>,
     now: &str,
@@ -627,7 +644,7 @@ pub fn for_pod(
 /// [`for_pod`], where `pinned` may replace a matched SidecarSet by the revision its
 /// `injectionStrategy.revision` pins (see [`pinned_entry`]).
 pub fn for_pod_pinned(
-    index: &crate::select::Index,
+    index: &crate::index::Index,
     pod: &Pod,
     ns_labels: &BTreeMap<String, String>,
     now: &str,

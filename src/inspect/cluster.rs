@@ -40,7 +40,7 @@ impl Cluster {
     /// Connects with the kubeconfig kubectl would use (`KUBECONFIG`, `~/.kube/config`, or the
     /// in-cluster service account), in `context` when given.
     pub async fn connect(context: Option<&str>) -> Result<Cluster, ToolError> {
-        crate::webhook::server::install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let config = match context {
             Some(c) => kube::Config::from_kubeconfig(&kube::config::KubeConfigOptions {
                 context: Some(c.to_string()),
@@ -126,7 +126,7 @@ impl Cluster {
             .get(name)
             .await
             .map_err(|e| self.error(&format!("get namespace {name}"), "get namespaces", e))?;
-        Ok(crate::select::namespace_labels(
+        Ok(crate::index::namespace_labels(
             name,
             ns.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
         ))
@@ -145,7 +145,7 @@ impl Cluster {
             .into_iter()
             .map(|n| {
                 let name = n.name_any();
-                let labels = crate::select::namespace_labels(
+                let labels = crate::index::namespace_labels(
                     &name,
                     n.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
                 );

@@ -1,13 +1,13 @@
 //! `diff -f sidecarset.yaml`: what applying a SidecarSet would do, before it is applied. The
 //! decisions come from the webhooks' and the controller's code: defaults, validation and
-//! conflicts ([`crate::api`]), hashes ([`crate::select::Entry`]), scopes, and the rollout's
+//! conflicts ([`crate::api`]), hashes ([`crate::index::Entry`]), scopes, and the rollout's
 //! classifier and plan ([`crate::rollout`]). Pure: the caller gathers the cluster's SidecarSets
 //! and pods.
 
 use super::pods::{Hold, NextStep, Rollout, differences, spec_changes};
 use crate::api::{SidecarSet, conflicts, injected_list};
+use crate::index::Entry;
 use crate::rollout::Classifier;
-use crate::select::Entry;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -183,7 +183,7 @@ pub fn diff(input: &DiffInput) -> Result<DiffReport, String> {
         let (change, detail) = if input.skip_namespaces.contains(&ns) {
             (
                 Change::NamespaceExcluded,
-                crate::webhook::excluded_namespace_skip(&name, &ns).detail,
+                crate::inject::excluded_namespace_skip(&name, &ns).detail,
             )
         } else {
             (

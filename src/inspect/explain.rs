@@ -1,6 +1,6 @@
 //! `explain pod`: why a pod is the way it is, SidecarSet by SidecarSet. The decisions come from
 //! the webhook's and the controller's own code: the SidecarSet index and scopes
-//! ([`crate::select`], [`crate::api::Scope`]), the injection ([`crate::inject::for_pod`]), the
+//! ([`crate::index`], [`crate::api::Scope`]), the injection ([`crate::inject::for_pod`]), the
 //! rollout classifier and plan ([`crate::rollout`]). Pure: the caller gathers the pod, its
 //! namespace's labels, the SidecarSets and the other pods of each (from the cluster or files).
 
@@ -8,9 +8,9 @@ use super::pods::{NextStep, Rollout, differences};
 use crate::api::{
     ANNOTATION_HASH, Scope, SidecarSet, SidecarSetUpgradeSpec, injected_list, parse_hash_annotation,
 };
+use crate::index::{Entry, Index};
 use crate::inject::SkipReason;
 use crate::rollout::Classifier;
-use crate::select::{Entry, Index};
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -368,7 +368,7 @@ fn skip_reason(
     let pod = input.pod;
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     if input.skip_namespaces.contains(ns) {
-        let s = crate::webhook::excluded_namespace_skip(name, ns);
+        let s = crate::inject::excluded_namespace_skip(name, ns);
         return (Why::NamespaceExcluded, s.detail);
     }
     if !crate::inject::pod_is_active(pod) {

@@ -16,7 +16,7 @@ pub mod pods;
 mod tests;
 
 use crate::cli::InputError;
-use crate::select::Index;
+use crate::index::Index;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -199,7 +199,7 @@ pub async fn explain_pod(args: &ExplainPodArgs) -> Result<Outcome, ToolError> {
         let (index, _) = Index::from_sidecarsets(docs.into_iter().map(|d| d.ss));
         (
             pod,
-            crate::select::namespace_labels(&ns, &labels),
+            crate::index::namespace_labels(&ns, &labels),
             index,
             args.common.skip_set(),
             BTreeMap::new(),
@@ -334,7 +334,7 @@ pub async fn diff(args: &DiffArgs) -> Result<Outcome, ToolError> {
             ns_labels
                 .get(ns)
                 .cloned()
-                .unwrap_or_else(|| crate::select::namespace_labels(ns, &BTreeMap::new()))
+                .unwrap_or_else(|| crate::index::namespace_labels(ns, &BTreeMap::new()))
         };
         let report = diff::diff(&diff::DiffInput {
             new,

@@ -6,8 +6,8 @@ use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST,
     SidecarSetUpdateStrategy, UpdateStrategyType, default_container, parse_hash_annotation,
 };
+use crate::index::Entry;
 use crate::rollout::{self, Plan, PodView};
-use crate::select::Entry;
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;

@@ -5,7 +5,7 @@ use super::diff::{Change, DiffInput, diff};
 use super::explain::{InjectionState, PodInput, Verdict, Why, explain_pod};
 use super::pods::{Hold, NextStep};
 use crate::api::{SidecarSet, default_sidecarset};
-use crate::select::{Index, namespace_labels};
+use crate::index::{Index, namespace_labels};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};

@@ -30,7 +30,7 @@ use crate::api::{
     SidecarSet, SidecarSetUpdateStrategy, SidecarSetUpgradeSpec, UpdateStrategyType,
     parse_hash_annotation,
 };
-use crate::select::Entry;
+use crate::index::Entry;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};

@@ -468,9 +468,9 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
         let spans = batch.len() as u64;
         let result = self.inner.export(batch).await;
         let label = if result.is_ok() { "exported" } else { "failed" };
-        super::metrics()
+        crate::metrics::metrics()
             .spans_exported
-            .get_or_create(&super::ResultLabel {
+            .get_or_create(&crate::metrics::ResultLabel {
                 result: label.into(),
             })
             .inc_by(spans);
@@ -545,7 +545,7 @@ pub fn init(format: &str, otlp_endpoint: Option<&str>) -> Result<Telemetry, Stri
         fmt.with_filter(filter).boxed()
     };
     // The HTTP exporter's TLS uses the process's crypto provider.
-    crate::webhook::server::install_crypto_provider();
+    crate::tls::install_crypto_provider();
     let provider = export.as_ref().map(provider).transpose()?;
     let traces = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()

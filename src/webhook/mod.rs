@@ -2,16 +2,16 @@
 //! conversion webhook `/convert`, plus `/healthz` and `/readyz`. A thin shell: decode, ask the pure core, encode. Matching uses the
 //! in-memory [`State`] kept current by watchers; no API call is made per admission.
 
-pub mod events;
 pub mod review;
-pub mod server;
 
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, SidecarSet, conflicts, default_sidecarset,
     sidecarset_hashes_as_submitted, validate,
 };
+use crate::cluster::ClusterView;
+use crate::health::Readiness;
 use crate::inject;
-use crate::select::{Index, namespace_labels};
+use crate::tls::ServingCert;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State as AxState};
@@ -21,279 +21,82 @@ use axum::routing::{get, post};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
 use review::{Request, Response};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use tracing::{debug, info, warn};
 
-/// A SidecarSet revision known to the webhook.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct KnownRevision {
-    /// Its `kruise.io/sidecarset-name` label.
-    pub sidecarset: String,
-    /// Its `apps.kruise.io/sidecarset-custom-version` label.
-    pub custom_version: Option<String>,
-    pub data: serde_json::Value,
-    /// Its annotations (the SidecarSet's hashes when the revision was made).
-    pub annotations: BTreeMap<String, String>,
-    /// Its `.revision` number (higher is newer).
-    pub number: i64,
-    /// The uid of the SidecarSet that owns it, when it has an owner.
-    pub owner_uid: Option<String>,
-}
-
-/// Which revision `injectionStrategy.revision` pins for a SidecarSet, among the known ones:
-/// `revisionName` names it; otherwise the newest revision whose custom-version label is
-/// `customVersion` (as OpenKruise's `GetHistorySidecarSet`). None when none fits.
-pub fn resolve_pin<'a>(
-    sidecarset: &SidecarSet,
-    want: &crate::api::SidecarSetInjectRevision,
-    revisions: &'a HashMap<String, KnownRevision>,
-) -> Option<(&'a String, &'a KnownRevision)> {
-    // Revisions of an earlier SidecarSet of this name are not this one's history.
-    let uid = sidecarset.metadata.uid.as_deref();
-    let mine = revisions.iter().filter(|(_, r)| {
-        r.sidecarset == sidecarset.name()
-            && (uid.is_none() || r.owner_uid.is_none() || r.owner_uid.as_deref() == uid)
-    });
-    match (&want.revision_name, &want.custom_version) {
-        (Some(name), _) => mine.into_iter().find(|(n, _)| *n == name),
-        (None, Some(v)) => mine
-            .filter(|(_, r)| r.custom_version.as_ref() == Some(v))
-            .max_by(|a, b| a.1.number.cmp(&b.1.number).then(a.0.cmp(b.0))),
-        (None, None) => None,
-    }
-}
-
-/// Whether a new pod gets the pinned revision (`true`) or the latest spec (`false`), as
-/// `injectionStrategy.revision.policy` says: `Always` pins every pod; `Partial` (the canary
-/// flow) gives the latest spec to the pods `updateStrategy.selector` selects and the pinned
-/// revision to the others; with no update selector, `Partial` pins a `partition` percentage of
-/// pods (decided from the pod's name, so a recreated pod keeps its side) and none for an integer
-/// partition, as OpenKruise.
-pub fn pod_gets_pin(ss: &SidecarSet, pod_labels: &BTreeMap<String, String>, pod_key: &str) -> bool {
-    let Some(want) = &ss.spec.injection_strategy.revision else {
-        return false;
-    };
-    if want.policy != Some(crate::api::InjectRevisionPolicy::Partial) {
-        return true;
-    }
-    let strategy = &ss.spec.update_strategy;
-    if let Some(sel) = &strategy.selector {
-        return !crate::api::CompiledSelector::compile(sel).is_ok_and(|s| s.matches(pod_labels));
-    }
-    match &strategy.partition {
-        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(p)) => {
-            let pct: u64 = p.trim_end_matches('%').trim().parse().unwrap_or(0);
-            // FNV-1a of the pod's key, spread over 0..100.
-            let h = pod_key.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-            });
-            h % 100 < pct
-        }
-        _ => false,
-    }
-}
-
-/// What the webhooks read: the SidecarSet index and namespace labels, replaced by the watchers.
-#[derive(Default)]
+/// What the webhooks read: the cluster view (kept current by its watches), readiness, the
+/// served certificate, and where notices of skipped injections go.
 pub struct State {
-    index: RwLock<Arc<Index>>,
-    namespaces: RwLock<Arc<HashMap<String, BTreeMap<String, String>>>>,
-    /// Namespaces whose pods are never injected (the operator's own, kube-system).
-    pub skip_namespaces: BTreeSet<String>,
-    sidecarsets_synced: AtomicBool,
-    namespaces_synced: AtomicBool,
-    tls_loaded: AtomicBool,
-    /// Self-managed certificates: ready only once the webhook configurations trust our CA.
-    require_ca_trust: AtomicBool,
-    ca_trusted: AtomicBool,
-    /// The operator keeps the CRD's conversion webhook: ready only once it points here and
-    /// trusts our CA (v1alpha1 clients depend on it).
-    require_conversion: AtomicBool,
-    conversion_ok: AtomicBool,
-    /// ControllerRevisions of SidecarSets by name.
-    revisions: RwLock<Arc<HashMap<String, KnownRevision>>>,
-    /// Expiry of the served certificate (unix seconds; 0 when unknown).
-    cert_expiry: std::sync::atomic::AtomicI64,
-    /// Where notices of skipped injections go (see [`events`]); none: not recorded.
-    skip_events: std::sync::OnceLock<events::Sender>,
-    /// Woken whenever the index is replaced.
-    index_changed: tokio::sync::Notify,
+    pub cluster: Arc<ClusterView>,
+    pub readiness: Arc<Readiness>,
+    pub cert: ServingCert,
+    /// Where notices of skipped injections go (see [`crate::events`]); none: not recorded.
+    skip_events: std::sync::OnceLock<crate::events::Sender>,
+    /// For namespaces not in the view yet (none: never fetched, e.g. tests without a server).
+    namespace_fetch: std::sync::OnceLock<(kube::Client, std::time::Duration)>,
 }
 
 impl State {
+    /// A webhook over a new, empty cluster view with its own readiness (tests, benchmarks).
     pub fn new(skip_namespaces: impl IntoIterator<Item = String>) -> Self {
+        let readiness = Arc::new(Readiness::default());
+        let cluster = Arc::new(ClusterView::new(skip_namespaces, &readiness));
+        let cert = ServingCert::new(readiness.gate("no valid serving certificate loaded"));
+        Self::with(cluster, readiness, cert)
+    }
+
+    pub fn with(cluster: Arc<ClusterView>, readiness: Arc<Readiness>, cert: ServingCert) -> Self {
         State {
-            skip_namespaces: skip_namespaces.into_iter().collect(),
-            ..Default::default()
+            cluster,
+            readiness,
+            cert,
+            skip_events: Default::default(),
+            namespace_fetch: Default::default(),
         }
     }
 
-    pub fn index(&self) -> Arc<Index> {
-        self.index.read().map(|g| g.clone()).unwrap_or_default()
-    }
-
-    pub fn set_index(&self, index: Index) {
-        if let Ok(mut g) = self.index.write() {
-            *g = Arc::new(index);
-        }
-        self.index_changed.notify_one();
-    }
-
-    /// Returns once the index has changed since the last call (or at once, the first time after
-    /// a change).
-    pub async fn index_changed(&self) {
-        self.index_changed.notified().await
-    }
-
-    /// True once the SidecarSets have been listed.
-    pub fn sidecarsets_synced(&self) -> bool {
-        self.sidecarsets_synced.load(Ordering::SeqCst)
-    }
-
-    /// Applies a change to a copy of the index and publishes it (readers never wait on a writer
-    /// for longer than a pointer swap).
-    pub fn update_index(&self, f: impl FnOnce(&mut Index)) {
-        let mut next = (*self.index()).clone();
-        f(&mut next);
-        self.set_index(next);
-    }
-
-    pub fn set_namespaces(&self, ns: HashMap<String, BTreeMap<String, String>>) {
-        if let Ok(mut g) = self.namespaces.write() {
-            *g = Arc::new(ns);
-        }
-    }
-
-    pub fn update_namespaces(
-        &self,
-        f: impl FnOnce(&mut HashMap<String, BTreeMap<String, String>>),
-    ) {
-        let mut next = self
-            .namespaces
-            .read()
-            .map(|g| (**g).clone())
-            .unwrap_or_default();
-        f(&mut next);
-        self.set_namespaces(next);
-    }
-
-    pub fn set_revisions(&self, revisions: HashMap<String, KnownRevision>) {
-        if let Ok(mut g) = self.revisions.write() {
-            *g = Arc::new(revisions);
-        }
-    }
-
-    /// The revision an entry's `injectionStrategy.revision` pins, when it is known; otherwise
-    /// None (the current spec is injected and a warning logged).
-    pub fn pinned(
-        &self,
-        e: &crate::select::Entry,
-        pod_labels: &BTreeMap<String, String>,
-        pod_key: &str,
-    ) -> Option<crate::select::Entry> {
-        let want = e.ss.spec.injection_strategy.revision.as_ref()?;
-        if !pod_gets_pin(&e.ss, pod_labels, pod_key) {
-            return None;
-        }
-        let revisions = self.revisions.read().ok()?.clone();
-        match resolve_pin(&e.ss, want, &revisions) {
-            Some((name, r)) => inject::pinned_entry(e, name, &r.data, &r.annotations),
-            None => {
-                warn!(sidecarset = e.ss.name(), pinned = ?want, "pinned revision not found; injecting the current spec");
-                None
-            }
-        }
-    }
-
-    /// Whether `injectionStrategy.revision` of `ss` names a known revision (for validation and
-    /// the controller's condition). True when nothing is pinned.
-    pub fn pin_resolves(&self, ss: &SidecarSet) -> bool {
-        let Some(want) = &ss.spec.injection_strategy.revision else {
-            return true;
-        };
-        self.revisions
-            .read()
-            .ok()
-            .is_some_and(|r| resolve_pin(ss, want, &r).is_some())
-    }
-
-    /// Labels of a namespace, as the API server sets them (the name label always present).
-    pub fn namespace_labels(&self, name: &str) -> BTreeMap<String, String> {
-        let known = self
-            .namespaces
-            .read()
-            .ok()
-            .and_then(|g| g.get(name).cloned())
-            .unwrap_or_default();
-        namespace_labels(name, &known)
-    }
-
-    pub fn mark_sidecarsets_synced(&self) {
-        self.sidecarsets_synced.store(true, Ordering::SeqCst);
-    }
-    pub fn mark_namespaces_synced(&self) {
-        self.namespaces_synced.store(true, Ordering::SeqCst);
-    }
-    pub fn mark_tls_loaded(&self, loaded: bool) {
-        self.tls_loaded.store(loaded, Ordering::SeqCst);
-    }
-    pub fn require_ca_trust(&self) {
-        self.require_ca_trust.store(true, Ordering::SeqCst);
-    }
-    pub fn mark_ca_trusted(&self, trusted: bool) {
-        self.ca_trusted.store(trusted, Ordering::SeqCst);
-    }
-    pub fn require_conversion(&self) {
-        self.require_conversion.store(true, Ordering::SeqCst);
-    }
-    pub fn mark_conversion_ok(&self, ok: bool) {
-        self.conversion_ok.store(ok, Ordering::SeqCst);
-    }
-    /// Sends notices of skipped injections to this queue (see [`events::record`]).
-    pub fn set_skip_events(&self, tx: events::Sender) {
+    /// Sends notices of skipped injections to this queue (see [`crate::events::record`]).
+    pub fn set_skip_events(&self, tx: crate::events::Sender) {
         let _ = self.skip_events.set(tx);
     }
 
     /// Queues a notice without waiting; a full queue drops it (and counts it).
-    pub fn notify_skipped(&self, notice: events::SkipNotice) {
+    pub fn notify_skipped(&self, notice: crate::events::SkipNotice) {
         if let Some(tx) = self.skip_events.get()
             && tx.try_send(notice).is_err()
         {
-            crate::telemetry::metrics().events_dropped.inc();
+            crate::metrics::metrics().events_dropped.inc();
         }
     }
 
-    pub fn set_cert_expiry(&self, unix_seconds: i64) {
-        self.cert_expiry.store(unix_seconds, Ordering::SeqCst);
+    /// Lets the pod webhook read a namespace it has not seen yet from the API server, waiting
+    /// at most `timeout`.
+    pub fn set_client(&self, client: kube::Client, timeout: std::time::Duration) {
+        let _ = self.namespace_fetch.set((client, timeout));
     }
-    /// Expiry of the served certificate (unix seconds), when known.
-    pub fn cert_expiry(&self) -> Option<i64> {
-        Some(self.cert_expiry.load(Ordering::SeqCst)).filter(|t| *t > 0)
+
+    /// Makes sure the view knows the namespace of a pod being created: a namespace created just
+    /// before its first pod may not have reached the watch yet, and treating it as unlabelled
+    /// would skip the SidecarSets that select it by namespaceSelector. A failure is logged and
+    /// the namespace is treated as unlabelled (the pod is never blocked by it).
+    pub async fn see_namespace(&self, namespace: Option<&str>) {
+        let (Some(ns), Some((client, timeout))) = (namespace, self.namespace_fetch.get()) else {
+            return;
+        };
+        if !self.cluster.namespaces_synced() || self.cluster.knows_namespace(ns) {
+            return;
+        }
+        if let Err(e) =
+            crate::cluster::watch::fetch_namespace(client, &self.cluster, ns, *timeout).await
+        {
+            warn!(namespace = %ns, error = %e, "namespace not in the cache and not readable: treated as unlabelled");
+        }
     }
 
     /// What keeps the webhook from being ready, if anything.
     pub fn not_ready(&self) -> Vec<&'static str> {
-        let mut why = Vec::new();
-        if !self.sidecarsets_synced.load(Ordering::SeqCst) {
-            why.push("SidecarSets not listed yet");
-        }
-        if !self.namespaces_synced.load(Ordering::SeqCst) {
-            why.push("Namespaces not listed yet");
-        }
-        if !self.tls_loaded.load(Ordering::SeqCst) {
-            why.push("no valid serving certificate loaded");
-        }
-        if self.require_ca_trust.load(Ordering::SeqCst) && !self.ca_trusted.load(Ordering::SeqCst) {
-            why.push("the webhook configurations do not trust the serving certificate's CA yet");
-        }
-        if self.require_conversion.load(Ordering::SeqCst)
-            && !self.conversion_ok.load(Ordering::SeqCst)
-        {
-            why.push("the SidecarSet CRD's conversion webhook does not point here with our CA yet");
-        }
-        why
+        self.readiness.not_ready()
     }
 }
 
@@ -316,8 +119,9 @@ async fn readyz(AxState(state): AxState<Arc<State>>) -> HttpResponse {
     let why = state.not_ready();
     if why.is_empty() {
         let expiry = state
-            .cert_expiry()
-            .map(crate::certs::ts)
+            .cert
+            .expiry()
+            .map(crate::tls::ts)
             .unwrap_or_else(|| "unknown".into());
         (
             StatusCode::OK,
@@ -341,7 +145,23 @@ fn handle(
     body: &[u8],
     f: impl FnOnce(&Request) -> Response,
 ) -> HttpResponse {
-    let start = std::time::Instant::now();
+    handle_decoded(
+        webhook,
+        headers,
+        review::decode(body),
+        std::time::Instant::now(),
+        f,
+    )
+}
+
+/// [`handle`] for a request already decoded (at `start`).
+fn handle_decoded(
+    webhook: &str,
+    headers: &HeaderMap,
+    decoded: Result<Request, review::ReviewError>,
+    start: std::time::Instant,
+    f: impl FnOnce(&Request) -> Response,
+) -> HttpResponse {
     // One span per admission; handlers record what they learn into it (Span::current()). At
     // debug level: exported whenever traces are on (see telemetry::otel), in logs only with
     // RUST_LOG at debug, so the default logs cost nothing per admission.
@@ -367,7 +187,7 @@ fn handle(
     // A child of the API server's trace when it sends one (kube-apiserver's tracing).
     crate::telemetry::otel::continue_trace(&span, headers);
     let _entered = span.enter();
-    let (operation, result, response) = match review::decode(body) {
+    let (operation, result, response) = match decoded {
         Ok(req) => {
             span.record("uid", req.uid.as_str());
             span.record("operation", req.operation.as_str());
@@ -399,16 +219,16 @@ fn handle(
         }
     };
     span.record("result", result);
-    let m = crate::telemetry::metrics();
+    let m = crate::metrics::metrics();
     m.admissions
-        .get_or_create(&crate::telemetry::AdmissionLabels {
+        .get_or_create(&crate::metrics::AdmissionLabels {
             webhook: webhook.to_string(),
             operation,
             result: result.to_string(),
         })
         .inc();
     m.admission_seconds
-        .get_or_create(&crate::telemetry::WebhookLabel {
+        .get_or_create(&crate::metrics::WebhookLabel {
             webhook: webhook.to_string(),
         })
         .observe(start.elapsed().as_secs_f64());
@@ -440,7 +260,14 @@ async fn mutate_pod(
     headers: HeaderMap,
     body: Bytes,
 ) -> HttpResponse {
-    handle("mutate-pod", &headers, &body, |req| {
+    let start = std::time::Instant::now();
+    let decoded = review::decode(&body);
+    if let Ok(req) = &decoded
+        && req.operation == "CREATE"
+    {
+        state.see_namespace(req.namespace.as_deref()).await;
+    }
+    handle_decoded("mutate-pod", &headers, decoded, start, |req| {
         admit_pod(&state, req, &now_rfc3339())
     })
 }
@@ -490,23 +317,24 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
     let span = tracing::Span::current();
     span.record("namespace", namespace.as_str());
     span.record("pod", name);
-    let m = crate::telemetry::metrics();
+    let m = crate::metrics::metrics();
     let create = req.operation == "CREATE";
     let dry_run = req.dry_run.unwrap_or(false);
-    if state.skip_namespaces.contains(&namespace) {
+    if state.cluster.skip_namespaces.contains(&namespace) {
         if create {
             // Worth an Event only when a SidecarSet asks for this pod.
-            let index = state.index();
+            let index = state.cluster.index();
             let empty = BTreeMap::new();
             let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-            let (wanted, _) = index.matching_split(labels, &state.namespace_labels(&namespace));
+            let (wanted, _) =
+                index.matching_split(labels, &state.cluster.namespace_labels(&namespace));
             let skipped: Vec<inject::Skipped> = wanted
                 .iter()
-                .map(|e| excluded_namespace_skip(e.ss.name(), &namespace))
+                .map(|e| crate::inject::excluded_namespace_skip(e.ss.name(), &namespace))
                 .collect();
             if skipped.is_empty() {
                 m.injections_skipped
-                    .get_or_create(&crate::telemetry::reason("namespace_excluded"))
+                    .get_or_create(&crate::metrics::reason("namespace_excluded"))
                     .inc();
             }
             report_skipped(state, &pod, &namespace, name, dry_run, skipped);
@@ -515,8 +343,8 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
     }
     match req.operation.as_str() {
         "CREATE" => {
-            let ns_labels = state.namespace_labels(&namespace);
-            let index = state.index();
+            let ns_labels = state.cluster.namespace_labels(&namespace);
+            let index = state.cluster.index();
             let injection = inject::for_pod_pinned(&index, &pod, &ns_labels, now, &|e| {
                 let empty = BTreeMap::new();
                 let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
@@ -526,7 +354,7 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
                 } else {
                     format!("{namespace}/{name}")
                 };
-                state.pinned(e, labels, &key)
+                state.cluster.pinned(e, labels, &key)
             });
             if let Some(denied) = &injection.denied {
                 // The SidecarSet and the pod do not fit together (OpenKruise refuses the pod
@@ -537,16 +365,14 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
                 return Response::deny(&req.uid, 403, denied.to_string());
             }
             for ss in &injection.injected {
-                m.injections
-                    .get_or_create(&crate::telemetry::label(ss))
-                    .inc();
+                m.injections.get_or_create(&crate::metrics::label(ss)).inc();
             }
             if !injection.injected.is_empty() {
                 span.record("sidecarsets", injection.injected.join(",").as_str());
             }
             if injection.injected.is_empty() && injection.skipped.is_empty() {
                 m.injections_skipped
-                    .get_or_create(&crate::telemetry::reason("no_sidecarset_to_inject"))
+                    .get_or_create(&crate::metrics::reason("no_sidecarset_to_inject"))
                     .inc();
             } else if !injection.injected.is_empty() {
                 // Per pod at debug: the admission span, the metrics and the pod's annotations
@@ -571,18 +397,6 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
     }
 }
 
-/// A SidecarSet left out because the pod's namespace is excluded from injection.
-pub fn excluded_namespace_skip(sidecarset: &str, namespace: &str) -> inject::Skipped {
-    inject::Skipped {
-        sidecarset: sidecarset.to_string(),
-        reason: inject::SkipReason::NamespaceExcluded,
-        detail: format!(
-            "namespace {namespace} is excluded from injection (the operator's namespace, kube-system and \
-             --skip-namespaces); run the pod in another namespace, or remove the namespace from the exclusions"
-        ),
-    }
-}
-
 /// Counts, logs and (unless dry-run) queues an Event for SidecarSets that match a pod being
 /// created but were not injected.
 fn report_skipped(
@@ -596,11 +410,11 @@ fn report_skipped(
     if skipped.is_empty() {
         return;
     }
-    let m = crate::telemetry::metrics();
+    let m = crate::metrics::metrics();
     let reasons: BTreeSet<inject::SkipReason> = skipped.iter().map(|s| s.reason).collect();
     for r in reasons {
         m.injections_skipped
-            .get_or_create(&crate::telemetry::reason(r.label()))
+            .get_or_create(&crate::metrics::reason(r.label()))
             .inc();
     }
     for s in &skipped {
@@ -619,8 +433,8 @@ fn report_skipped(
     if dry_run {
         return;
     }
-    match events::regarding(pod, namespace) {
-        Some(regarding) => state.notify_skipped(events::SkipNotice {
+    match crate::events::regarding(pod, namespace) {
+        Some(regarding) => state.notify_skipped(crate::events::SkipNotice {
             regarding,
             pod: format!("{namespace}/{name}"),
             skipped,
@@ -789,9 +603,9 @@ fn custom_version_clash(d: &DecodedSidecarSet) -> Option<String> {
 /// Validates a SidecarSet on its own and against every other SidecarSet in the index.
 pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
     let denial = |reason: &str| {
-        crate::telemetry::metrics()
+        crate::metrics::metrics()
             .validation_denials
-            .get_or_create(&crate::telemetry::reason(reason))
+            .get_or_create(&crate::metrics::reason(reason))
             .inc()
     };
     let ss = match sidecarset_of(req) {
@@ -834,7 +648,7 @@ pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
     if let Some(want) = pin
         && pin_changed
         && (want.revision_name.is_some() || want.custom_version.is_some())
-        && !state.pin_resolves(&ss)
+        && !state.cluster.pin_resolves(&ss)
     {
         denial("invalid");
         let (field, what) = match (&want.revision_name, &want.custom_version) {
@@ -867,7 +681,7 @@ pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
             format!("SidecarSet {:?} cannot be changed this way: {e}", ss.name()),
         );
     }
-    let index = state.index();
+    let index = state.cluster.index();
     if let Err(e) = conflicts(&ss, index.iter().map(|s| s.as_ref())) {
         denial("conflict");
         return Response::deny(
@@ -902,16 +716,16 @@ async fn convert(body: Bytes) -> HttpResponse {
             (StatusCode::BAD_REQUEST, "malformed", body)
         }
     };
-    let m = crate::telemetry::metrics();
+    let m = crate::metrics::metrics();
     m.admissions
-        .get_or_create(&crate::telemetry::AdmissionLabels {
+        .get_or_create(&crate::metrics::AdmissionLabels {
             webhook: "convert".into(),
             operation: "CONVERT".into(),
             result: result.into(),
         })
         .inc();
     m.admission_seconds
-        .get_or_create(&crate::telemetry::WebhookLabel {
+        .get_or_create(&crate::metrics::WebhookLabel {
             webhook: "convert".into(),
         })
         .observe(start.elapsed().as_secs_f64());

@@ -11,7 +11,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose, SanType,
 };
 use rustls::pki_types::ServerName;
-use sidecarset_operator::webhook::{self, State, server};
+use sidecarset_operator::tls as server;
+use sidecarset_operator::webhook::{self, State};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -45,7 +46,7 @@ pub fn pki() -> Pki {
 pub async fn serve(state: Arc<State>, pki: &Pki) -> SocketAddr {
     let cfg =
         server::server_config_from_pem(pki.cert_pem.as_bytes(), pki.key_pem.as_bytes()).unwrap();
-    state.mark_tls_loaded(true);
+    state.cert.loaded(4_102_444_800);
     let handle = axum_server::Handle::new();
     let h = handle.clone();
     tokio::spawn(async move {

@@ -13,8 +13,8 @@
 //!   combined value of that field's resource. A number result becomes millicores when the
 //!   variable is `cpu`, whole units when it is `memory`.
 
-pub mod expr;
-pub mod quantity;
+// The expression language and its quantities belong to the API (validation evaluates them too).
+pub use crate::api::resources_policy::{expr, quantity};
 
 use crate::api::{ResourcesPolicy, TargetContainersMode};
 use expr::{Value, Variables, evaluate, is_word_in};

@@ -1,3 +1,9 @@
+//! Every Event the operator writes, and the names it writes under ([`FIELD_MANAGER`], the
+//! reporting controllers).
+//!
+//! The controller's Events on SidecarSets ([`SidecarSetEvents`]): a new Event per distinct note
+//! of a reason, the same note not repeated.
+//!
 //! Events for pods that a matching SidecarSet was not injected into (paused, conflict, namespace
 //! excluded). The webhook never waits for them: it hands a [`SkipNotice`] to a bounded queue and
 //! a background task records the Events, at most one per object, reason and SidecarSet in
@@ -17,6 +23,19 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
+
+/// The field manager of everything the operator writes with server-side apply (caBundle, CRD
+/// conversion settings, webhook configurations in URL mode).
+pub const FIELD_MANAGER: &str = "sidecarset-operator";
+
+/// The field manager of the pod webhook's `matchConditions`: separate, so that applying only the
+/// conditions does not release the fields [`FIELD_MANAGER`] owns (caBundle).
+pub const MATCH_CONDITIONS_FIELD_MANAGER: &str = "sidecarset-operator-match-conditions";
+
+/// `reportingController` of the webhook's Events.
+pub const REPORTING_WEBHOOK: &str = "sidecarset-operator/webhook";
+/// `reportingController` of the controller's Events.
+pub const REPORTING_CONTROLLER: &str = "sidecarset-operator/controller";
 
 /// The same Event (object, reason, SidecarSet) is recorded again only after this long.
 pub const REPEAT_AFTER: Duration = Duration::from_secs(600);
@@ -146,7 +165,7 @@ pub fn event(notice: &SkipNotice, s: &Skipped, instance: &str, now: jiff::Timest
             name: Some(s.sidecarset.clone()),
             ..Default::default()
         }),
-        reporting_controller: Some(format!("{}/webhook", crate::run::FIELD_MANAGER)),
+        reporting_controller: Some(REPORTING_WEBHOOK.into()),
         reporting_instance: Some(instance.to_string()),
         ..Default::default()
     }
@@ -193,7 +212,7 @@ impl Dedupe {
     }
 }
 
-/// The sending side, kept by the webhook [`super::State`].
+/// The sending side, kept by the webhook.
 pub type Sender = mpsc::Sender<SkipNotice>;
 
 /// A queue for notices and its receiving end, for [`record`].
@@ -224,6 +243,94 @@ pub async fn record(client: kube::Client, mut rx: mpsc::Receiver<SkipNotice>, in
                     warn!(pod = %notice.pod, sidecarset = %s.sidecarset, error = %e, "cannot record an Event")
                 }
             }
+        }
+    }
+}
+
+/// Notes remembered per (SidecarSet, reason) before the memory is cleared (a bound, far above
+/// any real number of SidecarSets times reasons).
+const NOTES_KEPT: usize = 10_000;
+
+/// The controller's Events on SidecarSets. A new Event per distinct note (kube's Recorder folds
+/// the notes of one reason into a series that keeps its first note); the same note as the last
+/// one of that reason is not repeated.
+pub struct SidecarSetEvents {
+    client: kube::Client,
+    /// This replica's name (`reportingInstance`).
+    instance: String,
+    last: std::sync::Mutex<HashMap<(String, String), String>>,
+}
+
+/// Normal or Warning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Normal,
+    Warning,
+}
+
+impl SidecarSetEvents {
+    pub fn new(client: kube::Client, instance: String) -> Self {
+        SidecarSetEvents {
+            client,
+            instance,
+            last: Default::default(),
+        }
+    }
+
+    /// True when this note is new for the SidecarSet and reason (and remembers it).
+    fn is_new(&self, sidecarset: &str, reason: &str, note: &str) -> bool {
+        let Ok(mut last) = self.last.lock() else {
+            return false;
+        };
+        let key = (sidecarset.to_string(), reason.to_string());
+        if last.get(&key).map(String::as_str) == Some(note) {
+            return false;
+        }
+        if last.len() >= NOTES_KEPT {
+            last.clear();
+        }
+        last.insert(key, note.to_string());
+        true
+    }
+
+    /// Publishes an Event on the SidecarSet unless the same note was the last one of that reason.
+    pub async fn publish(
+        &self,
+        regarding: ObjectReference,
+        kind: Kind,
+        reason: &str,
+        note: String,
+    ) {
+        let name = regarding.name.clone().unwrap_or_default();
+        if !self.is_new(&name, reason, &note) {
+            return;
+        }
+        let now = jiff::Timestamp::now();
+        let ev = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{}.{:x}", name.to_lowercase(), now.as_nanosecond())),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some("Rollout".into()),
+            reason: Some(reason.into()),
+            note: Some(note),
+            type_: Some(
+                match kind {
+                    Kind::Warning => "Warning",
+                    Kind::Normal => "Normal",
+                }
+                .into(),
+            ),
+            regarding: Some(regarding),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        if let Err(e) = api.create(&PostParams::default(), &ev).await {
+            warn!(sidecarset = %name, error = %e, "cannot record an Event");
         }
     }
 }

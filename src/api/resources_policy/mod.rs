@@ -1,6 +1,9 @@
 //! `resourcesPolicy` of a sidecar container (OpenKruise 1.9): the sidecar's resources are
 //! computed at pod creation from the resources of the pod's own containers.
 
+pub mod expr;
+pub mod quantity;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

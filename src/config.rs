@@ -1,0 +1,180 @@
+//! The settings of `sidecarset-operator run` (flags and environment).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Address the webhook server listens on.
+    #[arg(long, env = "SSO_LISTEN", default_value = "0.0.0.0:9443")]
+    pub listen: SocketAddr,
+    /// self: the operator makes and rotates its CA and serving certificate (stored in
+    /// --cert-secret-name) and writes caBundle; files: serve tls.crt/tls.key from --cert-dir
+    /// (cert-manager, OLM) and write nothing.
+    #[arg(long, env = "SSO_CERT_MODE", default_value = "self", value_parser = ["self", "files"])]
+    pub cert_mode: String,
+    /// Files mode: directory with tls.crt and tls.key (reloaded when they change).
+    #[arg(
+        long,
+        env = "SSO_CERT_DIR",
+        default_value = "/tmp/k8s-webhook-server/serving-certs"
+    )]
+    pub cert_dir: PathBuf,
+    /// Self mode: the Secret (in --namespace) holding the CA and the serving certificate.
+    #[arg(
+        long,
+        env = "SSO_CERT_SECRET",
+        default_value = "sidecarset-operator-webhook-certs"
+    )]
+    pub cert_secret_name: String,
+    /// Self mode: lifetime of the CA (s, m, h or d).
+    #[arg(long, env = "SSO_CA_VALIDITY", default_value = "1825d", value_parser = parse_duration)]
+    pub ca_validity: Duration,
+    /// Self mode: lifetime of the serving certificate.
+    #[arg(long, env = "SSO_CERT_VALIDITY", default_value = "90d", value_parser = parse_duration)]
+    pub cert_validity: Duration,
+    /// Self mode: renew each certificate at this fraction of its lifetime.
+    #[arg(long, env = "SSO_CERT_RENEW_AT", default_value_t = 2.0 / 3.0)]
+    pub cert_renew_at: f64,
+    /// Self mode: how long old and new CAs are both trusted during a CA rotation.
+    #[arg(long, env = "SSO_CA_OVERLAP", default_value = "60s", value_parser = parse_duration)]
+    pub ca_overlap: Duration,
+    /// Self mode: how often the certificates and caBundle are checked without any event.
+    #[arg(long, env = "SSO_CERT_RESYNC", default_value = "30s", value_parser = parse_duration)]
+    pub cert_resync: Duration,
+    /// Self mode: more DNS names for the serving certificate, comma-separated.
+    #[arg(long, env = "SSO_CERT_EXTRA_DNS", value_delimiter = ',')]
+    pub cert_extra_dns: Vec<String>,
+    /// Self mode: IP addresses for the serving certificate, comma-separated (the host of
+    /// --webhook-url is added by itself).
+    #[arg(long, env = "SSO_CERT_EXTRA_IPS", value_delimiter = ',')]
+    pub cert_extra_ips: Vec<std::net::IpAddr>,
+    /// The operator's namespace (its pods are never injected).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "sidecarset-system")]
+    pub namespace: String,
+    /// More namespaces whose pods are never injected, comma-separated.
+    #[arg(
+        long,
+        env = "SSO_SKIP_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "kube-system"
+    )]
+    pub skip_namespaces: Vec<String>,
+    /// Create and keep the webhook configurations (server-side apply). Off when a Helm chart or
+    /// OLM owns them.
+    #[arg(long, env = "SSO_MANAGE_WEBHOOKS", default_value_t = false)]
+    pub manage_webhooks: bool,
+    /// Name of the Mutating and Validating webhook configurations.
+    #[arg(
+        long,
+        env = "SSO_WEBHOOK_CONFIG_NAME",
+        default_value = "sidecarset-operator"
+    )]
+    pub webhook_config_name: String,
+    /// URL mode: the API server calls `<URL>/mutate-pod` etc. (for a local process, e.g.
+    /// https://127.0.0.1:9443). Without it, Service mode is used.
+    #[arg(long, env = "SSO_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+    /// Service mode: the webhook Service's name (in the operator's namespace).
+    #[arg(
+        long,
+        env = "SSO_WEBHOOK_SERVICE",
+        default_value = "sidecarset-operator-webhook"
+    )]
+    pub webhook_service: String,
+    /// Service mode: the webhook Service's port.
+    #[arg(long, env = "SSO_WEBHOOK_SERVICE_PORT", default_value_t = 443)]
+    pub webhook_service_port: i32,
+    /// Files mode with --manage-webhooks: PEM file of the CA written as caBundle.
+    #[arg(long, env = "SSO_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// failurePolicy of the pod webhook: Fail (no pod is created without its sidecars) or Ignore.
+    #[arg(long, env = "SSO_FAILURE_POLICY", default_value = "Fail", value_parser = ["Fail", "Ignore"])]
+    pub failure_policy: String,
+    /// timeoutSeconds of the webhooks.
+    #[arg(long, env = "SSO_WEBHOOK_TIMEOUT", default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=30))]
+    pub webhook_timeout_seconds: i32,
+    /// Keep the SidecarSet CRD's conversion webhook (`spec.conversion`: this operator's Service or
+    /// URL, path /convert, and the CA it trusts) with server-side apply. Self mode: the
+    /// operator's CA; files mode: --ca-file, else `ca.crt` in --cert-dir. Off when OLM owns the
+    /// CRD's conversion settings.
+    #[arg(long, env = "SSO_MANAGE_CRD_CONVERSION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub manage_crd_conversion: bool,
+    /// How rollouts count `partition` and `maxUnavailable`: openkruise (as OpenKruise: partition
+    /// holds back that many upgradable pods; only upgraded pods that are not ready or not yet
+    /// running the new image spend maxUnavailable) or strict (partition counts every pod kept on
+    /// the old sidecars; every not-ready pod spends maxUnavailable).
+    #[arg(long, env = "SSO_ROLLOUT_RULES", default_value = "openkruise", value_parser = ["openkruise", "strict"])]
+    pub rollout_rules: String,
+    /// Keep the pod webhook's matchConditions (CEL) to the union of the SidecarSets' pod
+    /// selectors, so that the API server calls it only for pods some SidecarSet could select.
+    /// Off when OLM owns the webhook configurations.
+    #[arg(long, env = "SSO_POD_MATCH_CONDITIONS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub pod_match_conditions: bool,
+    /// Start even when OpenKruise's webhooks are installed (pods would be injected twice).
+    #[arg(long, env = "SSO_ALLOW_OPENKRUISE", default_value_t = false)]
+    pub allow_openkruise: bool,
+    /// Serve Prometheus metrics on this address (`/metrics`, plain HTTP); off when unset.
+    #[arg(long, env = "SSO_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Run the SidecarSet controller (status, revisions, in-place upgrades) in this process.
+    #[arg(long, env = "SSO_CONTROLLER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub controller: bool,
+    /// Elect one leader among replicas with a Lease; off: this process always reconciles.
+    #[arg(long, env = "SSO_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of the Lease (in --namespace).
+    #[arg(long, env = "SSO_LEADER_LEASE", default_value = "sidecarset-operator")]
+    pub leader_lease_name: String,
+    /// A watch of the cluster view (SidecarSets, Namespaces, ControllerRevisions) failing for
+    /// longer than this makes the replica unready (its view may be missing changes).
+    #[arg(long, env = "SSO_WATCH_STALE_AFTER", default_value = "2m", value_parser = parse_duration)]
+    pub watch_stale_after: Duration,
+    /// How long the pod webhook waits for a namespace it has not seen yet (created just before
+    /// its first pod) before treating it as unlabelled.
+    #[arg(long, env = "SSO_NAMESPACE_FETCH_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub namespace_fetch_timeout: Duration,
+    /// How long a leader's Lease is valid without renewal.
+    #[arg(long, env = "SSO_LEADER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_lease_duration: Duration,
+}
+
+/// Where the API server reaches this operator's `/convert`: its URL (a local process) or its
+/// Service.
+impl RunArgs {
+    pub fn conversion_target(&self) -> crate::api::ConversionTarget {
+        match &self.webhook_url {
+            Some(u) => crate::api::ConversionTarget::Url(u.clone()),
+            None => crate::api::ConversionTarget::Service {
+                namespace: self.namespace.clone(),
+                name: self.webhook_service.clone(),
+                port: self.webhook_service_port,
+            },
+        }
+    }
+}
+
+/// Parses `<number><unit>` with unit s, m, h or d (e.g. 90d, 30s).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration: use e.g. 30s, 10m, 12h or 90d"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => {
+            return Err(format!(
+                "{s:?} is not a duration: use e.g. 30s, 10m, 12h or 90d"
+            ));
+        }
+    };
+    if secs == 0 {
+        return Err(format!("{s:?} must be longer than zero"));
+    }
+    Ok(Duration::from_secs(secs))
+}

@@ -1,0 +1,291 @@
+//! Carrying out a plan: the status write, the in-place upgrades of one step, the pods'
+//! `SidecarSetUpgradable` condition and the Events. Every write is conditional on what the plan
+//! was made from (resourceVersion), so a stale cache or a former leader cannot overwrite newer
+//! state.
+
+use super::plan::{self, Note, Plan};
+use super::slim::SlimPod;
+use super::{Ctx, Error};
+use crate::api::SidecarSet;
+use crate::api::v1beta1::SidecarSet as StoredSidecarSet;
+use crate::index::Entry;
+use crate::rollout;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tracing::{Instrument, debug, info, warn};
+
+/// Publishes the notes as Events on the SidecarSet.
+pub async fn publish(ctx: &Ctx, ss: &SidecarSet, notes: Vec<Note>) {
+    for n in notes {
+        ctx.events
+            .publish(ss.object_ref(&()), n.kind, n.reason, n.note)
+            .await;
+    }
+}
+
+/// Writes the planned status when it changed.
+pub async fn write_status(ctx: &Ctx, ss: &SidecarSet, plan: &Plan) -> Result<(), Error> {
+    if !plan.write_status {
+        return Ok(());
+    }
+    let api: Api<StoredSidecarSet> = Api::all(ctx.client.clone());
+    api.patch_status(
+        &ss.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": plan.status})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Upgrades the step's pods in place, concurrently (the API server is the limit, not us).
+/// Returns the keys of the pods upgraded; a pod that changed meanwhile is left for the next
+/// reconcile, which its change triggers.
+pub async fn upgrade(
+    ctx: &Ctx,
+    entry: &Entry,
+    pods: &BTreeMap<String, &Arc<SlimPod>>,
+    keys: &[String],
+    revision: &str,
+) -> Result<Vec<String>, Error> {
+    let name = entry.ss.name().to_string();
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    // The cache keeps only the injection annotations: with patchPodMetadata that reads the
+    // pod's own values (Retain, MergePatchJson) the pod is read whole first.
+    let read_whole = entry
+        .ss
+        .spec
+        .patch_pod_metadata
+        .iter()
+        .any(|p| p.patch_policy != Some(crate::api::PatchPolicy::Overwrite));
+    let planned: Vec<(String, Pod)> = keys
+        .iter()
+        .filter_map(|key| Some((key.clone(), pods.get(key)?.to_pod())))
+        .collect();
+    tracing::Span::current().record("upgrading", planned.len());
+    let results: Vec<(String, Result<Option<Pod>, kube::Error>)> = futures::stream::iter(planned)
+        .map(|(key, pod)| {
+            let client = ctx.client.clone();
+            let ns = pod.namespace().unwrap_or_default();
+            let span = tracing::info_span!(
+                "upgrade pod",
+                namespace = %ns,
+                pod = %pod.name_any(),
+                error = tracing::field::Empty,
+            );
+            let (now, revision) = (&now, revision);
+            async move {
+                let api: Api<Pod> = Api::namespaced(client, &ns);
+                let r = async {
+                    let pod = if read_whole {
+                        api.get(&pod.name_any()).await?
+                    } else {
+                        pod
+                    };
+                    let Some(mut patch) = rollout::upgrade_patch(&pod, entry, now, revision) else {
+                        return Ok(None);
+                    };
+                    // Only if the pod is still what we planned on (a stale cache or another
+                    // leader).
+                    if let Some(rv) = pod.resource_version() {
+                        patch.0.insert(
+                            0,
+                            json_patch::PatchOperation::Test(json_patch::TestOperation {
+                                path: jsonptr::PointerBuf::from_tokens([
+                                    "metadata",
+                                    "resourceVersion",
+                                ]),
+                                value: rv.into(),
+                            }),
+                        );
+                    }
+                    api.patch(
+                        &pod.name_any(),
+                        &PatchParams::default(),
+                        &Patch::<()>::Json(patch),
+                    )
+                    .await
+                    .map(Some)
+                }
+                .await;
+                if let Err(e) = &r {
+                    tracing::Span::current().record("error", e.to_string().as_str());
+                }
+                (key, r)
+            }
+            .instrument(span)
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let m = crate::metrics::metrics();
+    let mut upgraded = Vec::new();
+    let mut first_error = None;
+    for (key, r) in results {
+        match r {
+            Ok(None) => {}
+            Ok(Some(pod)) => {
+                info!(sidecarset = %name, pod = %key, "sidecar images upgraded in place");
+                m.pods_upgraded
+                    .get_or_create(&crate::metrics::label(&name))
+                    .inc();
+                // As OpenKruise: upgraded, so upgradable (True once every SidecarSet agrees).
+                set_upgradable(ctx, &pod, &name, true).await;
+                upgraded.push(key);
+            }
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
+                info!(sidecarset = %name, pod = %key, reason = %e.message, "pod changed meanwhile; replanning");
+            }
+            Err(e) => {
+                warn!(sidecarset = %name, pod = %key, error = %e, "in-place upgrade failed");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e.into()),
+        None => Ok(upgraded),
+    }
+}
+
+/// Carries out the rollout part of a plan and publishes its Events.
+pub async fn rollout_step(
+    ctx: &Ctx,
+    ss: &SidecarSet,
+    entry: &Entry,
+    pods: &[Arc<SlimPod>],
+    plan: &Plan,
+    step: &rollout::Plan,
+    revision: &str,
+) -> Result<(), Error> {
+    let name = ss.name_any();
+    let by_key: BTreeMap<String, &Arc<SlimPod>> = pods
+        .iter()
+        .map(|p| {
+            (
+                format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
+                p,
+            )
+        })
+        .collect();
+    let upgraded = upgrade(ctx, entry, &by_key, &step.upgrade, revision).await?;
+    crate::metrics::metrics()
+        .rollout_in_progress
+        .get_or_create(&crate::metrics::label(&name))
+        .set(i64::from(!step.done));
+    for key in &step.not_upgradable {
+        if let Some(pod) = by_key.get(key) {
+            set_upgradable(ctx, &pod.to_pod(), &name, false).await;
+        }
+    }
+    for key in &plan.upgradable_again {
+        if let Some(pod) = by_key.get(key) {
+            set_upgradable(ctx, &pod.to_pod(), &name, true).await;
+        }
+    }
+    publish(
+        ctx,
+        ss,
+        plan::step_notes(step, &upgraded, plan.counts.matched),
+    )
+    .await;
+    Ok(())
+}
+
+/// Records in the pod condition `SidecarSetUpgradable` whether the pod can be upgraded in place
+/// to SidecarSet `ss` (see [`rollout::upgradable_condition`]); writes only a change.
+async fn set_upgradable(ctx: &Ctx, pod: &Pod, ss: &str, upgradable: bool) {
+    let current = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == rollout::CONDITION_UPGRADABLE));
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let Some(cond) = rollout::upgradable_condition(current, ss, upgradable, &now) else {
+        return;
+    };
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    // Conditional on the pod as we read it: several SidecarSets keep entries in one condition,
+    // and a write from a stale view would drop another's entry (a conflict is retried at the
+    // next reconcile, which the pod's change triggers).
+    let mut body = json!({"status": {"conditions": [cond]}});
+    if let Some(rv) = pod.resource_version() {
+        body["metadata"] = json!({"resourceVersion": rv});
+    }
+    match api
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(body),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            debug!(pod = %pod.name_any(), "pod changed meanwhile; the SidecarSetUpgradable condition is written at the next reconcile")
+        }
+        Err(e) => {
+            warn!(pod = %pod.name_any(), error = %e, "cannot set the SidecarSetUpgradable condition")
+        }
+    }
+}
+
+/// Queues a `SidecarSetNamespaceExcluded` Event for each pod [`excluded_but_selected`] finds, once
+/// per pod and SidecarSet in this process (the webhook never sees these pods: the webhook
+/// configurations leave excluded namespaces out).
+pub fn report_excluded(ctx: &Ctx, entry: &Entry) {
+    let cluster = &ctx.cluster;
+    if cluster.skip_namespaces.is_empty() {
+        return;
+    }
+    // Full Pods only for those in excluded namespaces (few), from the pod index.
+    let keys = ctx
+        .pod_index
+        .lock()
+        .map(|i| i.excluded())
+        .unwrap_or_default();
+    let pods: Vec<Pod> = keys
+        .iter()
+        .filter_map(|k| ctx.pods.get(k))
+        .map(|p| p.to_pod())
+        .collect();
+    let found = super::excluded_but_selected(entry, pods.iter(), &cluster.skip_namespaces, &|ns| {
+        cluster.namespace_labels(ns)
+    });
+    let Ok(mut reported) = ctx.reported_excluded.lock() else {
+        return;
+    };
+    if reported.len() > 100_000 {
+        reported.clear();
+    }
+    for pod in found {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if !reported.insert(format!("{uid}/{}", entry.ss.name())) {
+            continue;
+        }
+        let ns = pod.namespace().unwrap_or_default();
+        let key = format!("{ns}/{}", pod.name_any());
+        info!(pod = %key, sidecarset = %entry.ss.name(), "SidecarSet selects a pod in an excluded namespace");
+        if let Some(regarding) = crate::events::regarding(pod, &ns)
+            && ctx
+                .skips
+                .try_send(crate::events::SkipNotice {
+                    regarding,
+                    pod: key,
+                    skipped: vec![crate::inject::excluded_namespace_skip(entry.ss.name(), &ns)],
+                })
+                .is_err()
+        {
+            crate::metrics::metrics().events_dropped.inc();
+        }
+    }
+}
