@@ -69,10 +69,38 @@ impl Entry {
     }
 }
 
-/// SidecarSets by name, with compiled scopes. Cheap to clone (entries are shared).
+/// The labels `key=value` of which every pod an entry selects carries one: the values of its
+/// selector's `In` requirement with the fewest values (`matchLabels` are one-value `In`s). Empty
+/// when the selector has none (it selects by `NotIn`, `Exists` or `DoesNotExist` only).
+fn anchors(e: &Entry) -> Vec<(String, String)> {
+    e.scope
+        .pods
+        .requirements()
+        .iter()
+        .filter_map(|r| match &r.op {
+            crate::api::Op::In(values) => Some((r.key.as_str(), values)),
+            _ => None,
+        })
+        .min_by_key(|(_, values)| values.len())
+        .map(|(key, values)| {
+            values
+                .iter()
+                .map(|v| (key.to_string(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// SidecarSets by name, with compiled scopes, and an inverted index from pod labels to the
+/// SidecarSets that could select them. Persistent maps: a clone costs O(1) and an update
+/// O(log n), so publishing a changed index never copies every SidecarSet.
 #[derive(Clone, Debug, Default)]
 pub struct Index {
-    entries: BTreeMap<String, Entry>,
+    entries: imbl::OrdMap<String, Arc<Entry>>,
+    /// Label key → value → SidecarSets anchored on that label (see [`anchors`]).
+    postings: imbl::HashMap<String, imbl::HashMap<String, imbl::OrdSet<String>>>,
+    /// SidecarSets without an anchor: checked for every pod.
+    unanchored: imbl::OrdSet<String>,
 }
 
 impl Index {
@@ -102,18 +130,47 @@ impl Index {
         let name = ss.name().to_string();
         match Entry::new(ss) {
             Ok(entry) => {
-                self.entries.insert(name, entry);
+                self.remove(&name);
+                let a = anchors(&entry);
+                if a.is_empty() {
+                    self.unanchored.insert(name.clone());
+                }
+                for (k, v) in a {
+                    self.postings
+                        .entry(k)
+                        .or_default()
+                        .entry(v)
+                        .or_default()
+                        .insert(name.clone());
+                }
+                self.entries.insert(name, Arc::new(entry));
                 Ok(())
             }
             Err(e) => {
-                self.entries.remove(&name);
+                self.remove(&name);
                 Err(e)
             }
         }
     }
 
     pub fn remove(&mut self, name: &str) {
-        self.entries.remove(name);
+        let Some(old) = self.entries.remove(name) else {
+            return;
+        };
+        self.unanchored.remove(name);
+        for (k, v) in anchors(&old) {
+            if let Some(values) = self.postings.get_mut(&k) {
+                if let Some(names) = values.get_mut(&v) {
+                    names.remove(name);
+                    if names.is_empty() {
+                        values.remove(&v);
+                    }
+                }
+                if values.is_empty() {
+                    self.postings.remove(&k);
+                }
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -132,6 +189,25 @@ impl Index {
         self.entries.values().map(|e| &e.ss)
     }
 
+    /// The entries that could select a pod with these labels, in name order: those anchored on
+    /// one of its labels and the unanchored ones. A superset of the matching ones.
+    fn candidates<'a>(
+        &'a self,
+        pod_labels: &BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a Entry> + 'a {
+        let mut names: Vec<&'a String> = self.unanchored.iter().collect();
+        for (k, v) in pod_labels {
+            if let Some(set) = self.postings.get(k).and_then(|values| values.get(v)) {
+                names.extend(set.iter());
+            }
+        }
+        names.sort_unstable();
+        names.dedup();
+        names
+            .into_iter()
+            .filter_map(|n| self.entries.get(n).map(|e| e.as_ref()))
+    }
+
     /// SidecarSets (in name order) whose scope covers a pod with `pod_labels` in a namespace
     /// with `ns_labels`, including those with injection paused.
     pub fn matching_all<'a>(
@@ -139,8 +215,7 @@ impl Index {
         pod_labels: &'a BTreeMap<String, String>,
         ns_labels: &'a BTreeMap<String, String>,
     ) -> impl Iterator<Item = &'a Arc<SidecarSet>> + 'a {
-        self.entries
-            .values()
+        self.candidates(pod_labels)
             .filter(|e| e.scope.matches(pod_labels, ns_labels))
             .map(|e| &e.ss)
     }
@@ -151,25 +226,35 @@ impl Index {
         pod_labels: &BTreeMap<String, String>,
         ns_labels: &BTreeMap<String, String>,
     ) -> Vec<&'a Entry> {
-        self.entries
-            .values()
+        self.candidates(pod_labels)
             .filter(|e| {
                 !e.ss.spec.injection_strategy.paused && e.scope.matches(pod_labels, ns_labels)
             })
             .collect()
     }
-}
 
-impl Index {
     /// [`Index::matching_for_injection`] and, apart, the matching SidecarSets whose injection is
-    /// paused; one pass over the index.
+    /// paused; one pass over the candidates.
     pub fn matching_split<'a>(
+        &'a self,
+        pod_labels: &BTreeMap<String, String>,
+        ns_labels: &BTreeMap<String, String>,
+    ) -> (Vec<&'a Entry>, Vec<&'a Entry>) {
+        self.candidates(pod_labels)
+            .filter(|e| e.scope.matches(pod_labels, ns_labels))
+            .partition(|e| !e.ss.spec.injection_strategy.paused)
+    }
+
+    /// [`Index::matching_split`] by scanning every SidecarSet: the reference the inverted index
+    /// is tested against.
+    pub fn matching_split_by_scan<'a>(
         &'a self,
         pod_labels: &BTreeMap<String, String>,
         ns_labels: &BTreeMap<String, String>,
     ) -> (Vec<&'a Entry>, Vec<&'a Entry>) {
         self.entries
             .values()
+            .map(|e| e.as_ref())
             .filter(|e| e.scope.matches(pod_labels, ns_labels))
             .partition(|e| !e.ss.spec.injection_strategy.paused)
     }
@@ -216,5 +301,70 @@ mod tests {
         assert_eq!(matched, ["good"]);
         // Any other pod: nothing at all.
         assert!(index.matching_split(&BTreeMap::new(), &ns).0.is_empty());
+    }
+
+    use proptest::prelude::*;
+
+    /// Selectors over a small label universe, so that they often match.
+    fn selector() -> impl Strategy<Value = serde_json::Value> {
+        let key = prop::sample::select(vec!["app", "tier", "mesh"]);
+        let value = prop::sample::select(vec!["a", "b", "c"]);
+        let op = prop::sample::select(vec!["In", "NotIn", "Exists", "DoesNotExist"]);
+        let labels = prop::collection::btree_map(key.clone(), value.clone(), 0..3);
+        let expr = (key, op, prop::collection::btree_set(value, 1..3)).prop_map(|(k, op, vals)| {
+            if op == "Exists" || op == "DoesNotExist" {
+                serde_json::json!({"key": k, "operator": op})
+            } else {
+                serde_json::json!({"key": k, "operator": op, "values": vals})
+            }
+        });
+        (labels, prop::collection::vec(expr, 0..3))
+            .prop_map(|(l, e)| serde_json::json!({"matchLabels": l, "matchExpressions": e}))
+    }
+
+    fn pod_labels() -> impl Strategy<Value = BTreeMap<String, String>> {
+        prop::collection::btree_map(
+            prop::sample::select(vec!["app", "tier", "mesh", "other"]).prop_map(String::from),
+            prop::sample::select(vec!["a", "b", "c"]).prop_map(String::from),
+            0..4,
+        )
+    }
+
+    fn names(v: &[&Entry]) -> Vec<String> {
+        v.iter().map(|e| e.ss.name().to_string()).collect()
+    }
+
+    proptest! {
+        /// The inverted index finds exactly what scanning every SidecarSet finds, in the same
+        /// order, through additions, replacements and removals.
+        #[test]
+        fn the_inverted_index_agrees_with_a_scan(
+            selectors in prop::collection::vec((0..12usize, selector(), any::<bool>()), 1..30),
+            removals in prop::collection::vec(0..12usize, 0..6),
+            pods in prop::collection::vec(pod_labels(), 1..20),
+        ) {
+            let mut index = Index::new();
+            for (n, sel, paused) in &selectors {
+                let mut s = ss(&format!("ss-{n}"), sel.clone());
+                s.spec.injection_strategy.paused = *paused;
+                let _ = index.upsert(Arc::new(s));
+            }
+            for n in &removals {
+                index.remove(&format!("ss-{n}"));
+            }
+            let ns = namespace_labels("default", &BTreeMap::new());
+            for labels in &pods {
+                let (fast, fast_paused) = index.matching_split(labels, &ns);
+                let (scan, scan_paused) = index.matching_split_by_scan(labels, &ns);
+                prop_assert_eq!(names(&fast), names(&scan));
+                prop_assert_eq!(names(&fast_paused), names(&scan_paused));
+                let all: Vec<String> = index.matching_all(labels, &ns).map(|s| s.name().to_string()).collect();
+                let mut both = names(&scan);
+                both.extend(names(&scan_paused));
+                both.sort();
+                prop_assert_eq!(all, both);
+                prop_assert_eq!(names(&index.matching_for_injection(labels, &ns)), names(&scan));
+            }
+        }
     }
 }
