@@ -10,6 +10,7 @@ pub mod cli;
 pub mod controller;
 pub mod inject;
 pub mod inspect;
+pub mod pod_validation;
 pub mod rollout;
 pub mod run;
 pub mod select;

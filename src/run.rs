@@ -172,6 +172,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut skip: Vec<String> = args.skip_namespaces.clone();
     skip.push(args.namespace.clone());
     let state = Arc::new(State::new(skip.into_iter().filter(|s| !s.is_empty())));
+    // At most half the webhook's timeout (and 5s) for the API server's pod validation.
+    state.set_pod_validator(crate::pod_validation::PodValidator::new(
+        client.clone(),
+        args.namespace.clone(),
+        Duration::from_millis(args.webhook_timeout_seconds.max(1) as u64 * 500)
+            .min(Duration::from_secs(5)),
+    ));
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
         format!(
             "{}-{}",

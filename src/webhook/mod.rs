@@ -120,6 +120,8 @@ pub struct State {
     skip_events: std::sync::OnceLock<events::Sender>,
     /// Woken whenever the index is replaced.
     index_changed: tokio::sync::Notify,
+    /// The API server's pod validation of SidecarSets (none: not asked, e.g. in unit tests).
+    pod_validator: std::sync::OnceLock<crate::pod_validation::PodValidator>,
 }
 
 impl State {
@@ -263,6 +265,12 @@ impl State {
         {
             crate::telemetry::metrics().events_dropped.inc();
         }
+    }
+
+    /// Validates SidecarSets' containers and volumes with the API server too (see
+    /// [`crate::pod_validation`]).
+    pub fn set_pod_validator(&self, v: crate::pod_validation::PodValidator) {
+        let _ = self.pod_validator.set(v);
     }
 
     pub fn set_cert_expiry(&self, unix_seconds: i64) {
@@ -756,8 +764,15 @@ async fn validate_sidecarset(
     headers: HeaderMap,
     body: Bytes,
 ) -> HttpResponse {
+    // The webhook's own rules first; when they allow the write, the API server's pod validation
+    // (one dry-run per SidecarSet write, see crate::pod_validation).
+    let mut checked = None;
+    if let (Some(v), Ok(req)) = (state.pod_validator.get(), review::decode(&body)) {
+        let allowed = admit_sidecarset_validation(&state, &req);
+        checked = Some(v.after_validation(&req, allowed).await);
+    }
     handle("validate-sidecarset", &headers, &body, |req| {
-        admit_sidecarset_validation(&state, req)
+        checked.unwrap_or_else(|| admit_sidecarset_validation(&state, req))
     })
 }
 
