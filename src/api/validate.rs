@@ -715,7 +715,11 @@ mod name_clash_tests {
         let cases: [(&[&str], &[&str], &[&str]); 6] = [
             (&["init"], &["proxy"], &[]),
             (&["proxy"], &["proxy"], &["spec.containers[0].name"]),
-            (&["a", "proxy"], &["b", "proxy"], &["spec.containers[1].name"]),
+            (
+                &["a", "proxy"],
+                &["b", "proxy"],
+                &["spec.containers[1].name"],
+            ),
             (&["x", "x"], &["y"], &["spec.initContainers[1].name"]),
             (&[], &["y", "y"], &["spec.containers[1].name"]),
             (
