@@ -2,6 +2,9 @@
 //! meets the field names it looks for), arrays and scalars, nested up to `depth`; and the case
 //! count of every property ([`config`]).
 
+// Shared by several test crates, each of which uses only part of it.
+#![allow(dead_code)]
+
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
