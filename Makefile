@@ -26,6 +26,10 @@ test: lint check-manifests unit helm-lint bundle-validate e2e-local chart-test-l
 unit: ## Unit, fixture and webhook (TLS) tests
 	cargo test --workspace --exclude sidecarset-e2e
 
+.PHONY: fuzz
+fuzz: ## Long property runs (PROPTEST_CASES, default 100000) of AdmissionReview decoding + admission, injection and conversion
+	PROPTEST_CASES=$${PROPTEST_CASES:-100000} cargo test --test properties --test conversion -- --test-threads=2
+
 .PHONY: e2e-local
 e2e-local: ## The e2e suite on a local kwok cluster built from source (operator as a local process)
 	hack/e2e-local.sh

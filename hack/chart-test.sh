@@ -750,6 +750,7 @@ for v in get list watch update patch; do can "$v" "secrets/$SECRET" -n "$NS"; do
 for v in get list watch create; do can "$v" leases.coordination.k8s.io -n "$NS"; done
 for v in update patch; do can "$v" "leases.coordination.k8s.io/$LEASE" -n "$NS"; done
 for v in get list watch create update patch delete; do can "$v" controllerrevisions.apps -n "$NS"; done
+can create podtemplates -n "$NS"
 # What it must not do.
 cannot patch mutatingwebhookconfigurations/some-other-webhook
 cannot update validatingwebhookconfigurations/some-other-webhook
@@ -762,6 +763,8 @@ cannot get secrets/some-other-secret -n "$NS"
 cannot delete "secrets/$SECRET" -n "$NS"
 cannot delete namespaces
 cannot create pods -n default
+cannot create pods -n "$NS"
+cannot create podtemplates -n default
 cannot delete pods -n default
 cannot create sidecarsets.apps.kruise.io
 cannot delete sidecarsets.apps.kruise.io

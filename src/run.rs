@@ -38,6 +38,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         cert.clone(),
     ));
     state.set_client(client.clone(), args.namespace_fetch_timeout);
+    // At most half the webhook's timeout (and 5s) for the API server's pod validation.
+    state.set_pod_validator(crate::pod_validation::PodValidator::new(
+        client.clone(),
+        args.namespace.clone(),
+        Duration::from_millis(args.webhook_timeout_seconds.max(1) as u64 * 500)
+            .min(Duration::from_secs(5)),
+    ));
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
         format!(
             "{}-{}",

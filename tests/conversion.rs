@@ -323,7 +323,7 @@ fn coverage(obj: &Value) -> Vec<bool> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(500))]
+    #![proptest_config(arb::config(500))]
 
     #[test]
     fn v1alpha1_to_v1beta1_and_back_is_the_identity(a in arb_alpha()) {
@@ -354,13 +354,83 @@ proptest! {
     }
 
     #[test]
-    fn conversion_never_panics_on_arbitrary_objects(obj in arb_json(3), to in prop::sample::select(vec![API_VERSION_V1ALPHA1, API_VERSION_V1BETA1, "v9"])) {
-        let mut obj = obj;
+    fn arbitrary_objects_convert_and_come_back_unchanged_or_are_refused(
+        obj in arb_json(3),
+        from in prop::sample::select(vec![API_VERSION_V1ALPHA1, API_VERSION_V1BETA1]),
+        to in prop::sample::select(vec![API_VERSION_V1ALPHA1, API_VERSION_V1BETA1, "v9"]),
+    ) {
+        // What the API server sends: kind, apiVersion, metadata.name, no nulls (a CRD's
+        // non-nullable fields drop them before conversion); the rest arbitrary.
+        let mut obj = without_nulls(obj);
         if let Some(m) = obj.as_object_mut() {
             m.insert("kind".into(), json!("SidecarSet"));
-            m.insert("apiVersion".into(), json!(API_VERSION_V1ALPHA1));
+            m.insert("apiVersion".into(), json!(from));
+            let meta = m.entry("metadata").or_insert_with(|| json!({}));
+            if !meta.is_object() {
+                *meta = json!({});
+            }
+            meta["name"] = json!("gen");
+            // Nor the other version's field (pruned by the API server, refused by strict
+            // field validation): v1alpha1 has no spec.customVersion, v1beta1 no spec.namespace.
+            if let Some(spec) = m.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.remove(if from == API_VERSION_V1ALPHA1 { "customVersion" } else { "namespace" });
+            }
         }
-        let _ = convert(&obj, to);
+        match convert(&obj, to) {
+            Ok(out) => {
+                prop_assert_eq!(&out["apiVersion"], &json!(to));
+                // Whatever converts comes back exactly (fields unknown to this build included).
+                let back = convert(&out, from).map_err(|e| TestCaseError::fail(format!("{out}: converted, but not back: {e}")))?;
+                prop_assert_eq!(back, obj);
+            }
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+        }
+    }
+
+    #[test]
+    fn conversion_reviews_convert_every_object_or_name_the_one_refused(
+        objects in prop::collection::vec(prop_oneof![arb_alpha(), arb_beta(), arb_json(3)], 0..4),
+        to in prop::sample::select(vec![API_VERSION_V1ALPHA1, API_VERSION_V1BETA1]),
+    ) {
+        let review: kube::core::conversion::ConversionReview =
+            serde_json::from_slice(&conversion_review(to, objects.clone())).unwrap();
+        let req = kube::core::conversion::ConversionRequest::from_review(review).unwrap();
+        let resp = sidecarset_operator::webhook::convert_review(req);
+        let first_refused = objects.iter().position(|o| convert(o, to).is_err());
+        match first_refused {
+            None => {
+                prop_assert_eq!(resp.result.status, Some(kube::core::response::StatusSummary::Success));
+                prop_assert_eq!(resp.converted_objects.len(), objects.len());
+                for (c, o) in resp.converted_objects.iter().zip(&objects) {
+                    prop_assert_eq!(&c["apiVersion"], &json!(to));
+                    prop_assert_eq!(&convert(o, to).unwrap(), c);
+                }
+            }
+            Some(i) => {
+                prop_assert_eq!(resp.result.status, Some(kube::core::response::StatusSummary::Failure));
+                prop_assert!(resp.converted_objects.is_empty());
+                let objects_i = format!("objects[{i}]");
+                prop_assert!(resp.result.message.contains(&objects_i), "{}", resp.result.message);
+            }
+        }
+    }
+}
+
+fn without_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(
+            a.into_iter()
+                .filter(|v| !v.is_null())
+                .map(without_nulls)
+                .collect(),
+        ),
+        v => v,
     }
 }
 

@@ -194,7 +194,8 @@ fn beta_to_alpha(out: &mut Map<String, Value>) -> Result<(), ConversionError> {
         .and_then(|s| s.remove("customVersion"));
     match custom {
         None | Some(Value::Null) => {}
-        Some(Value::String(s)) if s.is_empty() => {}
+        // An empty one too: a label's value may be empty, and v1alpha1's empty label is an empty
+        // customVersion (the way back must be exact).
         Some(Value::String(s)) => {
             obj_mut(obj_mut(out, "metadata"), "labels")
                 .insert(LABEL_CUSTOM_VERSION.into(), Value::String(s));
@@ -310,6 +311,21 @@ mod tests {
         assert_eq!(b["spec"]["customVersion"], "v2");
         assert!(b["metadata"].get("labels").is_none());
         assert_eq!(convert(&b, API_VERSION_V1ALPHA1).unwrap(), a);
+    }
+
+    /// Found by the conversion property over arbitrary objects: an empty custom version (a
+    /// label's value may be empty) was dropped on the way to v1alpha1.
+    #[test]
+    fn an_empty_custom_version_round_trips_both_ways() {
+        let a = alpha(json!({}), json!({LABEL_CUSTOM_VERSION: ""}));
+        let b = convert(&a, API_VERSION_V1BETA1).unwrap();
+        assert_eq!(b["spec"]["customVersion"], "");
+        assert_eq!(convert(&b, API_VERSION_V1ALPHA1).unwrap(), a);
+        let b = json!({"apiVersion": API_VERSION_V1BETA1, "kind": "SidecarSet", "metadata": {"name": "s"},
+                       "spec": {"customVersion": ""}});
+        let a = convert(&b, API_VERSION_V1ALPHA1).unwrap();
+        assert_eq!(a["metadata"]["labels"][LABEL_CUSTOM_VERSION], "");
+        assert_eq!(convert(&a, API_VERSION_V1BETA1).unwrap(), b);
     }
 
     #[test]

@@ -157,7 +157,10 @@ fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
             if let Some(first) = names.insert(c.name(), path.clone()) {
                 errs.push(
                     format!("{path}.name"),
-                    format!("duplicate name {:?}: already used by {first}", c.name()),
+                    format!(
+                        "duplicate name {:?}: already used by {first}; containers and init containers are injected into one pod, where every name must be unique: rename one of them",
+                        c.name()
+                    ),
                 );
             }
             validate_container(c, &path, is_init, &volume_names, errs);
@@ -697,6 +700,54 @@ mod update_tests {
                     assert_eq!(errs.0.len(), 1, "{errs}");
                     assert_eq!(errs.0[0].field, field, "{errs}");
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod name_clash_tests {
+    use super::*;
+
+    #[test]
+    fn injected_names_clash_across_containers_and_init_containers() {
+        // (init containers, containers, the fields refused)
+        let cases: [(&[&str], &[&str], &[&str]); 6] = [
+            (&["init"], &["proxy"], &[]),
+            (&["proxy"], &["proxy"], &["spec.containers[0].name"]),
+            (
+                &["a", "proxy"],
+                &["b", "proxy"],
+                &["spec.containers[1].name"],
+            ),
+            (&["x", "x"], &["y"], &["spec.initContainers[1].name"]),
+            (&[], &["y", "y"], &["spec.containers[1].name"]),
+            (
+                &["p", "q"],
+                &["q", "p"],
+                &["spec.containers[0].name", "spec.containers[1].name"],
+            ),
+        ];
+        for (init, containers, want) in cases {
+            let list = |names: &[&str]| -> Vec<serde_json::Value> {
+                names
+                    .iter()
+                    .map(|n| serde_json::json!({"name": n, "image": "i:1"}))
+                    .collect()
+            };
+            let ss: SidecarSet = serde_json::from_value(serde_json::json!({
+                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": "s"},
+                "spec": {"selector": {"matchLabels": {"a": "b"}},
+                         "initContainers": list(init), "containers": list(containers)}}))
+            .unwrap();
+            let errs = validate(&ss).err().unwrap_or_default();
+            let got: Vec<&str> = errs.0.iter().map(|e| e.field.as_str()).collect();
+            assert_eq!(got, want, "{init:?} {containers:?}: {errs}");
+            for e in &errs.0 {
+                assert!(
+                    e.message.contains("already used by spec.") && e.message.contains("rename"),
+                    "{e}"
+                );
             }
         }
     }

@@ -216,6 +216,11 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
     let empty_spec = Default::default();
     let spec = pod.spec.as_ref().unwrap_or(&empty_spec);
     let mut ops = Vec::new();
+    // A pod sent without a spec (the API server calls mutating webhooks before validating): the
+    // patch must still apply, the API server then names what is missing.
+    if pod.spec.is_none() {
+        ops.push(add(ptr(&["spec"]), Value::Object(Default::default())));
+    }
 
     // 1. Metadata patches, then the hash and list annotations.
     let mut new_ann = annotations.clone();
@@ -315,7 +320,15 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         init_sidecars.extend(built_init);
     }
     init_sidecars.sort_by(|a, b| a.1.name.cmp(&b.1.name));
-    merge_containers("containers", &spec.containers, &sidecars, false, &mut ops);
+    // No containers (the list is empty or absent: the typed pod cannot tell): the whole list
+    // is added, which applies in both cases.
+    merge_containers(
+        "containers",
+        &spec.containers,
+        &sidecars,
+        spec.containers.is_empty(),
+        &mut ops,
+    );
     merge_containers(
         "initContainers",
         spec.init_containers.as_deref().unwrap_or(&[]),
@@ -778,6 +791,43 @@ pub fn apply(pod: &mut Value, patch: &Patch) -> Result<(), json_patch::PatchErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the fuzz properties (tests/properties.rs): a pod sent with no spec, or with no
+    /// containers, got a patch adding at /spec/containers/0, which does not apply.
+    #[test]
+    fn the_patch_applies_to_a_pod_without_spec_or_containers() {
+        let ss: SidecarSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": "s"},
+            "spec": {"selector": {"matchLabels": {"app": "a"}},
+                     "containers": [{"name": "proxy", "image": "p:1"}, {"name": "log", "image": "l:1", "podInjectPolicy": "AfterAppContainer"}],
+                     "initContainers": [{"name": "init", "image": "i:1"}]}}))
+        .unwrap();
+        let (index, errs) = crate::index::Index::from_sidecarsets([ss]);
+        assert!(errs.is_empty());
+        let ns = crate::index::namespace_labels("ns", &BTreeMap::new());
+        let meta = serde_json::json!({"name": "p", "namespace": "ns", "labels": {"app": "a"}});
+        for raw in [
+            serde_json::json!({"metadata": meta}),
+            serde_json::json!({"metadata": meta, "spec": {}}),
+            serde_json::json!({"metadata": meta, "spec": {"containers": []}}),
+            serde_json::json!({"metadata": meta, "spec": {"containers": null}}),
+        ] {
+            let pod: Pod = serde_json::from_value(raw.clone()).unwrap();
+            let inj = for_pod(&index, &pod, &ns, "t");
+            let mut out = raw.clone();
+            apply(&mut out, &inj.patch).unwrap_or_else(|e| panic!("{raw}: {e}"));
+            let names = |list: &str| -> Vec<String> {
+                out["spec"][list]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| c["name"].as_str().unwrap().to_string())
+                    .collect()
+            };
+            assert_eq!(names("containers"), ["proxy", "log"], "{raw}");
+            assert_eq!(names("initContainers"), ["init"], "{raw}");
+        }
+    }
 
     #[test]
     fn field_paths() {

@@ -35,6 +35,8 @@ pub struct State {
     skip_events: std::sync::OnceLock<crate::events::Sender>,
     /// For namespaces not in the view yet (none: never fetched, e.g. tests without a server).
     namespace_fetch: std::sync::OnceLock<(kube::Client, std::time::Duration)>,
+    /// The API server's pod validation of SidecarSets (none: not asked, e.g. in unit tests).
+    pod_validator: std::sync::OnceLock<crate::pod_validation::PodValidator>,
 }
 
 impl State {
@@ -53,6 +55,7 @@ impl State {
             cert,
             skip_events: Default::default(),
             namespace_fetch: Default::default(),
+            pod_validator: Default::default(),
         }
     }
 
@@ -68,6 +71,12 @@ impl State {
         {
             crate::metrics::metrics().events_dropped.inc();
         }
+    }
+
+    /// Validates SidecarSets' containers and volumes with the API server too (see
+    /// [`crate::pod_validation`]).
+    pub fn set_pod_validator(&self, v: crate::pod_validation::PodValidator) {
+        let _ = self.pod_validator.set(v);
     }
 
     /// Lets the pod webhook read a namespace it has not seen yet from the API server, waiting
@@ -570,9 +579,76 @@ async fn validate_sidecarset(
     headers: HeaderMap,
     body: Bytes,
 ) -> HttpResponse {
-    handle("validate-sidecarset", &headers, &body, |req| {
-        admit_sidecarset_validation(&state, req)
+    // The webhook's own rules first; when they allow the write, the API server's pod validation
+    // (one dry-run per SidecarSet write, see crate::pod_validation). Timed with the admission.
+    let start = std::time::Instant::now();
+    let decoded = review::decode(&body);
+    let mut checked = None;
+    if let (Some(v), Ok(req)) = (state.pod_validator.get(), &decoded) {
+        let allowed = admit_sidecarset_validation(&state, req);
+        checked = Some(after_pod_validation(v, req, allowed).await);
+    }
+    handle_decoded("validate-sidecarset", &headers, decoded, start, |req| {
+        checked.unwrap_or_else(|| admit_sidecarset_validation(&state, req))
     })
+}
+
+/// The validating webhook's answer after its own rules allowed `allowed`: asks the API server
+/// when the request creates a SidecarSet or changes its containers, init containers or
+/// volumes (not for status-only or other updates), and turns a refusal into a 422 naming the
+/// SidecarSet's fields.
+async fn after_pod_validation(
+    v: &crate::pod_validation::PodValidator,
+    req: &Request,
+    allowed: Response,
+) -> Response {
+    if !allowed.allowed
+        || !matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+    {
+        return allowed;
+    }
+    let Some(Ok(new)) = req.object.as_deref().map(decode_sidecarset) else {
+        return allowed;
+    };
+    let old = req
+        .old_object
+        .as_deref()
+        .and_then(|o| decode_sidecarset(o).ok());
+    if req.operation == "UPDATE"
+        && old
+            .as_ref()
+            .is_some_and(|o| !crate::pod_validation::pod_fields_changed(&new.ss.spec, &o.ss.spec))
+    {
+        return allowed;
+    }
+    match v.check(&new.ss).await {
+        crate::pod_validation::Outcome::Valid => allowed,
+        crate::pod_validation::Outcome::Invalid(errors) => {
+            crate::metrics::metrics()
+                .validation_denials
+                .get_or_create(&crate::metrics::reason("invalid_pod"))
+                .inc();
+            let errors = crate::api::ValidationErrors(errors);
+            Response::deny(
+                &req.uid,
+                422,
+                format!(
+                    "SidecarSet {:?} is invalid: {errors}; pods with these sidecars would be refused: fix the field",
+                    new.ss.name()
+                ),
+            )
+        }
+        crate::pod_validation::Outcome::Unchecked(why) => {
+            tracing::warn!(sidecarset = new.ss.name(), reason = %why, "SidecarSet admitted without the API server's pod validation");
+            let mut resp = allowed;
+            resp.warnings.push(format!(
+                "SidecarSet {:?} was not checked by the API server's pod validation: {why}; if its containers or volumes are invalid, pods it selects will be refused at creation",
+                new.ss.name()
+            ));
+            resp
+        }
+    }
 }
 
 /// A v1beta1 SidecarSet whose `spec.customVersion` and custom-version label disagree: v1alpha1
