@@ -228,26 +228,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         state.clone(),
     ));
 
-    let leader = Arc::new(std::sync::atomic::AtomicBool::new(!args.leader_elect));
-    let lease = crate::controller::leader::Settings {
-        namespace: args.namespace.clone(),
-        name: args.leader_lease_name.clone(),
-        identity: identity.clone(),
-        lease_duration: args.leader_lease_duration,
-        retry: (args.leader_lease_duration / 5).max(Duration::from_secs(1)),
+    // Leader election (src/controller/leader.rs): `leadership` gates and cancels reconciles.
+    let election = if args.controller && args.leader_elect {
+        let settings = crate::controller::leader::Settings {
+            namespace: args.namespace.clone(),
+            name: args.leader_lease_name.clone(),
+            identity: identity.clone(),
+            lease_duration: args.leader_lease_duration,
+        };
+        Some(
+            crate::controller::leader::Election::start(client.clone(), settings)
+                .map_err(anyhow::Error::msg)?,
+        )
+    } else {
+        None
     };
+    let leadership = election.as_ref().map_or_else(
+        crate::controller::leader::Leadership::always,
+        crate::controller::leader::Election::leadership,
+    );
     if args.controller {
-        if args.leader_elect {
-            tokio::spawn(crate::controller::leader::run(
-                client.clone(),
-                lease.clone(),
-                leader.clone(),
-            ));
-        }
         tokio::spawn(crate::controller::run(
             client.clone(),
             args.namespace.clone(),
-            leader.clone(),
+            leadership,
             identity,
             state.clone(),
             args.rollout_rules.parse().unwrap_or_default(),
@@ -324,8 +328,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .serve(webhook::router(state).into_make_service())
         .await
         .with_context(|| format!("cannot serve on {}", args.listen))?;
-    if args.controller && args.leader_elect {
-        crate::controller::leader::release(client, &lease).await;
+    if let Some(election) = election {
+        election.release().await;
     }
     Ok(())
 }

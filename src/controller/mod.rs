@@ -22,7 +22,6 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use slim::SlimPod;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{Instrument, debug, info, warn};
@@ -33,7 +32,8 @@ pub struct Ctx {
     pub pods: Store<SlimPod>,
     /// Namespace of the operator: ControllerRevisions live there.
     pub namespace: String,
-    pub leader: Arc<AtomicBool>,
+    /// Leader election (src/controller/leader.rs): reconciles run only while this replica leads.
+    pub leadership: leader::Leadership,
     /// This replica's name in Events.
     pub identity: String,
     /// Last Event note per (SidecarSet, reason): the same note is not repeated.
@@ -63,7 +63,7 @@ fn injected_into<K: ResourceExt + ?Sized>(p: &K) -> std::collections::BTreeSet<S
 pub async fn run(
     client: Client,
     namespace: String,
-    leader: Arc<AtomicBool>,
+    leadership: leader::Leadership,
     identity: String,
     webhook: Arc<crate::webhook::State>,
     rules: rollout::Rules,
@@ -84,7 +84,7 @@ pub async fn run(
         client: client.clone(),
         pods,
         namespace,
-        leader,
+        leadership,
         identity,
         last_events: Mutex::new(HashMap::new()),
         webhook: webhook.clone(),
@@ -133,10 +133,16 @@ fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Actio
 }
 
 async fn measured_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    if !ctx.leader.load(Ordering::SeqCst) {
-        // Followers keep their caches warm and wait.
-        return Ok(Action::requeue(Duration::from_secs(5)));
+    // Leadership: the reconcile runs only while this replica leads and is dropped (with any
+    // write in flight) the moment it stops leading. Followers keep their caches warm and wait.
+    let leadership = ctx.leadership.clone();
+    match leadership.run(leading_reconcile(stored, ctx)).await {
+        Some(res) => res,
+        None => Ok(Action::requeue(Duration::from_secs(5))),
     }
+}
+
+async fn leading_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let ss = Arc::new(
         crate::api::convert::from_v1beta1(&stored)
             .map_err(|e| Error::Invalid(format!("cannot read the stored SidecarSet: {e}")))?,
