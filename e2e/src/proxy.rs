@@ -138,10 +138,10 @@ pub async fn client_through(proxy: &Proxy) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// A copy of the test's kubeconfig whose server is `proxy`, written to `path` (for an operator
-/// process). `impersonate`: the user the API server records for its requests (audit).
+/// A copy of the test's kubeconfig whose server is `proxy` (if any), written to `path` (for an
+/// operator process). `impersonate`: the user the API server records for its requests (audit).
 pub fn kubeconfig_through(
-    proxy: &Proxy,
+    proxy: Option<&Proxy>,
     path: &std::path::Path,
     impersonate: Option<&str>,
 ) -> anyhow::Result<()> {
@@ -149,7 +149,9 @@ pub fn kubeconfig_through(
     let text = std::fs::read_to_string(&src)?;
     let mut doc: serde_json::Value = serde_saphyr::from_str(&text)?;
     for c in doc["clusters"].as_array_mut().into_iter().flatten() {
-        c["cluster"]["server"] = format!("https://{}", proxy.addr).into();
+        if let Some(proxy) = proxy {
+            c["cluster"]["server"] = format!("https://{}", proxy.addr).into();
+        }
     }
     if let Some(user) = impersonate {
         for u in doc["users"].as_array_mut().into_iter().flatten() {

@@ -144,8 +144,8 @@ async fn a_lease_from_a_skewed_clock_is_waited_out_for_exactly_one_lease_duratio
         }))?;
         leases.create(&PostParams::default(), &lease).await?;
         let start = Instant::now();
-        let e = Election::start(c.clone(), settings(&name, "candidate"))
-            .map_err(anyhow::Error::msg)?;
+        let e =
+            Election::start(c.clone(), settings(&name, "candidate")).map_err(anyhow::Error::msg)?;
         let t = e.timing();
         let took = wait_leader(&e, 3 * LEASE.as_secs(), case).await? - start;
         println!("holder's clock {case} by 1 h: taken after {took:?}");
