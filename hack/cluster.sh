@@ -14,6 +14,9 @@
 #                           stop one process of the running cluster (etcd, kube-apiserver, ...),
 #                           keep it down DOWN_SECONDS (default 0), start it again with the same
 #                           command line and environment (the fault tests of e2e/tests/faults.rs)
+#   hack/cluster.sh revive  start again, as they were, the components that exited since a
+#                           'restart' (kube-controller-manager and kube-scheduler exit when they
+#                           lose their leader lease during an outage)
 #
 # Everything stays under ${SSO_WORK:-<repo>/.local}: kwokctl's state (KWOK_WORKDIR=$SSO_WORK/kwok),
 # the admin kubeconfig ($SSO_WORK/kubeconfig) and kubectl's cache. ~/.kube and ~/.kwok are never
@@ -418,19 +421,36 @@ cmd_env() {
 }
 
 # restart COMPONENT [DOWN_SECONDS]: the process kwokctl started (pids/COMPONENT.pid) is stopped
-# and started again as it was: same command line, working directory and environment.
+# and started again as it was: same command line, working directory and environment. Every
+# running component is saved first (for 'revive').
+save_component() {
+  local c=$1 pid
+  pid=$(cat "$CLUSTER_DIR/pids/$c.pid" 2>/dev/null) || return 1
+  [ -r "/proc/$pid/cmdline" ] || return 1
+  mkdir -p "$CLUSTER_DIR/saved"
+  cp "/proc/$pid/cmdline" "$CLUSTER_DIR/saved/$c.cmdline"
+  cp "/proc/$pid/environ" "$CLUSTER_DIR/saved/$c.environ"
+  readlink "/proc/$pid/cwd" >"$CLUSTER_DIR/saved/$c.cwd"
+}
+
+start_saved() {
+  local c=$1
+  local -a cmd env
+  mapfile -d '' -t cmd <"$CLUSTER_DIR/saved/$c.cmdline"
+  mapfile -d '' -t env <"$CLUSTER_DIR/saved/$c.environ"
+  (cd "$(cat "$CLUSTER_DIR/saved/$c.cwd")" && exec env -i "${env[@]}" setsid "${cmd[@]}" >>"$CLUSTER_DIR/logs/$c.log" 2>&1 </dev/null 8>&- &
+   echo $! >"$CLUSTER_DIR/pids/$c.pid")
+  log "started $c (pid $(cat "$CLUSTER_DIR/pids/$c.pid"))"
+}
+
 cmd_restart() {
-  local component=${1:-} down=${2:-0} pidfile pid cwd deadline
+  local component=${1:-} down=${2:-0} pid deadline f
   case $component in '' | *[!a-z0-9-]*) die "restart: name a component (etcd, kube-apiserver, ...)" ;; esac
   case $down in '' | *[!0-9]*) die "restart: DOWN_SECONDS='$down' must be a number of seconds" ;; esac
-  pidfile=$CLUSTER_DIR/pids/$component.pid
-  [ -f "$pidfile" ] || die "restart: no $pidfile (is cluster '$NAME' up? components: $(ls "$CLUSTER_DIR/pids" 2>/dev/null | sed 's/\.pid$//' | tr '\n' ' '))"
-  pid=$(cat "$pidfile")
-  [ -r "/proc/$pid/cmdline" ] || die "restart: $component (pid $pid) is not running"
-  local -a cmd env
-  mapfile -d '' -t cmd <"/proc/$pid/cmdline"
-  mapfile -d '' -t env <"/proc/$pid/environ"
-  cwd=$(readlink "/proc/$pid/cwd")
+  [ -f "$CLUSTER_DIR/pids/$component.pid" ] || die "restart: no $CLUSTER_DIR/pids/$component.pid (is cluster '$NAME' up? components: $(ls "$CLUSTER_DIR/pids" 2>/dev/null | sed 's/\.pid$//' | tr '\n' ' '))"
+  for f in "$CLUSTER_DIR"/pids/*.pid; do save_component "$(basename "$f" .pid)" || true; done
+  save_component "$component" || die "restart: $component is not running"
+  pid=$(cat "$CLUSTER_DIR/pids/$component.pid")
   log "stopping $component (pid $pid) for ${down}s"
   # kube-apiserver may take long to drain on SIGTERM: a crash-like stop after 3 s.
   kill -TERM "$pid"
@@ -440,9 +460,18 @@ cmd_restart() {
     sleep 0.1
   done
   sleep "$down"
-  (cd "$cwd" && exec env -i "${env[@]}" setsid "${cmd[@]}" >>"$CLUSTER_DIR/logs/$component.log" 2>&1 </dev/null 8>&- &
-   echo $! >"$pidfile")
-  log "started $component again (pid $(cat "$pidfile"))"
+  start_saved "$component"
+}
+
+cmd_revive() {
+  local f c pid
+  for f in "$CLUSTER_DIR"/saved/*.cmdline; do
+    [ -f "$f" ] || continue
+    c=$(basename "$f" .cmdline)
+    pid=$(cat "$CLUSTER_DIR/pids/$c.pid" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then continue; fi
+    start_saved "$c"
+  done
 }
 
 case ${1:-} in
@@ -450,5 +479,6 @@ case ${1:-} in
   down) cmd_down ;;
   env) cmd_env ;;
   restart) shift; cmd_restart "$@" ;;
-  *) echo "usage: $0 up|down|env|restart COMPONENT [DOWN_SECONDS]" >&2; exit 2 ;;
+  revive) cmd_revive ;;
+  *) echo "usage: $0 up|down|env|restart COMPONENT [DOWN_SECONDS]|revive" >&2; exit 2 ;;
 esac
