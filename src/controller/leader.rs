@@ -179,6 +179,9 @@ pub fn decide(
     }
 }
 
+/// The senders behind a [`Leadership`] that has no election.
+type Senders = (watch::Sender<Option<Instant>>, watch::Sender<bool>);
+
 /// This replica's leadership, as the controller sees it. Cheap to clone.
 #[derive(Clone)]
 pub struct Leadership {
@@ -189,7 +192,7 @@ pub struct Leadership {
     /// Held (shared) by every [`Leadership::run`]; taken exclusively before the Lease is released.
     acting: Arc<RwLock<()>>,
     /// Keeps the senders of [`Leadership::always`] alive.
-    _keep: Option<Arc<(watch::Sender<Option<Instant>>, watch::Sender<bool>)>>,
+    _keep: Option<Arc<Senders>>,
 }
 
 impl Leadership {
@@ -612,7 +615,8 @@ mod tests {
         let s = |secs: u64| base + Duration::from_secs(secs);
         let other = |renew: &str| rec(Some("b"), renew, "10", Some(15));
         // (case, record, first seen at, now, mine, want)
-        let cases: Vec<(&str, Record, Instant, Instant, Option<&str>, Decision)> = vec![
+        type Case<'a> = (&'a str, Record, Instant, Instant, Option<&'a str>, Decision);
+        let cases: Vec<Case> = vec![
             (
                 "just seen, holder's clock an hour behind (its renewTime looks long expired)",
                 other("2020-01-01T00:00:00Z"),
