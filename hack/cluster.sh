@@ -10,6 +10,13 @@
 #                           add fake nodes, check that a Pod gets scheduled and becomes Ready
 #   hack/cluster.sh down    delete the cluster and stop every process of it (idempotent)
 #   hack/cluster.sh env     print 'export KUBECONFIG=...' for eval
+#   hack/cluster.sh restart COMPONENT [DOWN_SECONDS]
+#                           stop one process of the running cluster (etcd, kube-apiserver, ...),
+#                           keep it down DOWN_SECONDS (default 0), start it again with the same
+#                           command line and environment (the fault tests of e2e/tests/faults.rs)
+#   hack/cluster.sh revive  start again, as they were, the components that exited since a
+#                           'restart' (kube-controller-manager and kube-scheduler exit when they
+#                           lose their leader lease during an outage)
 #
 # Everything stays under ${SSO_WORK:-<repo>/.local}: kwokctl's state (KWOK_WORKDIR=$SSO_WORK/kwok),
 # the admin kubeconfig ($SSO_WORK/kubeconfig) and kubectl's cache. ~/.kube and ~/.kwok are never
@@ -30,6 +37,8 @@
 #   SSO_APISERVER_EXTRA_ARGS  more kube-apiserver flags, "key=value" words separated by spaces
 #   SSO_APISERVER_CERT_SANS   more names/IPs in the API server's certificate, comma-separated
 #   SSO_NO_PROXY_EXTRA        more NO_PROXY entries (hosts, CIDRs) for the cluster's processes
+#   SSO_AUDIT_POLICY          an audit policy file: the API server writes its audit log to
+#                             $SSO_WORK/kwok/clusters/$SSO_CLUSTER_NAME/logs/audit.log
 #   (hack/node.sh uses these three to run this cluster with a real kubelet.)
 #
 # kwok manages only the nodes annotated kwok.x-k8s.io/node=fake (the ones `kwokctl scale node`
@@ -340,6 +349,10 @@ EOF
     --kubeconfig "$KUBECONFIG_FILE"
     --quiet-pull
   )
+  if [ -n "${SSO_AUDIT_POLICY:-}" ]; then
+    [ -f "$SSO_AUDIT_POLICY" ] || die "SSO_AUDIT_POLICY=$SSO_AUDIT_POLICY: no such file"
+    args+=(--kube-audit-policy "$(cd "$(dirname "$SSO_AUDIT_POLICY")" && pwd)/$(basename "$SSO_AUDIT_POLICY")")
+  fi
 
   # A dry run lists every binary kwokctl would fetch; all of them must be local files.
   local remote
@@ -407,9 +420,65 @@ cmd_env() {
   printf 'export KUBECONFIG=%q\n' "$KUBECONFIG_FILE"
 }
 
+# restart COMPONENT [DOWN_SECONDS]: the process kwokctl started (pids/COMPONENT.pid) is stopped
+# and started again as it was: same command line, working directory and environment. Every
+# running component is saved first (for 'revive').
+save_component() {
+  local c=$1 pid
+  pid=$(cat "$CLUSTER_DIR/pids/$c.pid" 2>/dev/null) || return 1
+  [ -r "/proc/$pid/cmdline" ] || return 1
+  mkdir -p "$CLUSTER_DIR/saved"
+  cp "/proc/$pid/cmdline" "$CLUSTER_DIR/saved/$c.cmdline"
+  cp "/proc/$pid/environ" "$CLUSTER_DIR/saved/$c.environ"
+  readlink "/proc/$pid/cwd" >"$CLUSTER_DIR/saved/$c.cwd"
+}
+
+start_saved() {
+  local c=$1
+  local -a cmd env
+  mapfile -d '' -t cmd <"$CLUSTER_DIR/saved/$c.cmdline"
+  mapfile -d '' -t env <"$CLUSTER_DIR/saved/$c.environ"
+  (cd "$(cat "$CLUSTER_DIR/saved/$c.cwd")" && exec env -i "${env[@]}" setsid "${cmd[@]}" >>"$CLUSTER_DIR/logs/$c.log" 2>&1 </dev/null 8>&- &
+   echo $! >"$CLUSTER_DIR/pids/$c.pid")
+  log "started $c (pid $(cat "$CLUSTER_DIR/pids/$c.pid"))"
+}
+
+cmd_restart() {
+  local component=${1:-} down=${2:-0} pid deadline f
+  case $component in '' | *[!a-z0-9-]*) die "restart: name a component (etcd, kube-apiserver, ...)" ;; esac
+  case $down in '' | *[!0-9]*) die "restart: DOWN_SECONDS='$down' must be a number of seconds" ;; esac
+  [ -f "$CLUSTER_DIR/pids/$component.pid" ] || die "restart: no $CLUSTER_DIR/pids/$component.pid (is cluster '$NAME' up? components: $(ls "$CLUSTER_DIR/pids" 2>/dev/null | sed 's/\.pid$//' | tr '\n' ' '))"
+  for f in "$CLUSTER_DIR"/pids/*.pid; do save_component "$(basename "$f" .pid)" || true; done
+  save_component "$component" || die "restart: $component is not running"
+  pid=$(cat "$CLUSTER_DIR/pids/$component.pid")
+  log "stopping $component (pid $pid) for ${down}s"
+  # kube-apiserver may take long to drain on SIGTERM: a crash-like stop after 3 s.
+  kill -TERM "$pid"
+  deadline=$((SECONDS + 3))
+  while kill -0 "$pid" 2>/dev/null; do
+    ((SECONDS < deadline)) || { kill -KILL "$pid" 2>/dev/null || true; }
+    sleep 0.1
+  done
+  sleep "$down"
+  start_saved "$component"
+}
+
+cmd_revive() {
+  local f c pid
+  for f in "$CLUSTER_DIR"/saved/*.cmdline; do
+    [ -f "$f" ] || continue
+    c=$(basename "$f" .cmdline)
+    pid=$(cat "$CLUSTER_DIR/pids/$c.pid" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then continue; fi
+    start_saved "$c"
+  done
+}
+
 case ${1:-} in
   up) cmd_up ;;
   down) cmd_down ;;
   env) cmd_env ;;
-  *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+  restart) shift; cmd_restart "$@" ;;
+  revive) cmd_revive ;;
+  *) echo "usage: $0 up|down|env|restart COMPONENT [DOWN_SECONDS]|revive" >&2; exit 2 ;;
 esac

@@ -11,6 +11,8 @@ export SSO_FAILURE_POLICY=${SSO_FAILURE_POLICY:-Fail}
 export SSO_E2E_FAILURE_POLICY=$SSO_FAILURE_POLICY
 export SSO_METRICS_PORT=${SSO_METRICS_PORT:-9090}
 export SSO_E2E_METRICS_URL=http://127.0.0.1:$SSO_METRICS_PORT/metrics
+# The fault tests (e2e/tests/faults.rs) read who wrote what from the API server's audit log.
+export SSO_AUDIT_POLICY=${SSO_AUDIT_POLICY:-$REPO/hack/audit-policy.yaml}
 
 log() { printf '[e2e-local] %s\n' "$*" >&2; }
 
@@ -62,6 +64,9 @@ cargo test -p sidecarset-e2e --test operator_down -- --ignored --skip prepare_po
 log "uninstalling the chart; tests that start their own operators (fresh start, rotation, leader change, files mode)"
 "$HELM_BIN/helm" uninstall sidecarset-operator -n sidecarset-system --wait >/dev/null
 cargo test -p sidecarset-e2e --test local_process -- --ignored --nocapture --test-threads=1
+
+log "faults: a leader cut off by a partition, an API server restart and etcd down 10 s, mid-rollout"
+cargo test -p sidecarset-e2e --test faults -- --ignored --nocapture --test-threads=1
 
 log "migration from OpenKruise (recreates the SidecarSet CRD in OpenKruise's state; runs alone)"
 cargo test -p sidecarset-e2e --test migration -- --ignored --nocapture --test-threads=1

@@ -92,26 +92,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ));
     }
 
-    let leader = Arc::new(std::sync::atomic::AtomicBool::new(!args.leader_elect));
-    let lease = crate::controller::leader::Settings {
-        namespace: args.namespace.clone(),
-        name: args.leader_lease_name.clone(),
-        identity: identity.clone(),
-        lease_duration: args.leader_lease_duration,
-        retry: (args.leader_lease_duration / 5).max(Duration::from_secs(1)),
+    // Leader election (controller::leader): `leadership` gates and cancels reconciles.
+    let election = if args.controller && args.leader_elect {
+        let settings = crate::controller::leader::Settings {
+            namespace: args.namespace.clone(),
+            name: args.leader_lease_name.clone(),
+            identity: identity.clone(),
+            lease_duration: args.leader_lease_duration,
+        };
+        Some(
+            crate::controller::leader::Election::start(client.clone(), settings)
+                .map_err(anyhow::Error::msg)?,
+        )
+    } else {
+        None
     };
+    let leadership = election.as_ref().map_or_else(
+        crate::controller::leader::Leadership::always,
+        crate::controller::leader::Election::leadership,
+    );
     if let Some((store, Some(trigger))) = sidecarsets {
-        if args.leader_elect {
-            tokio::spawn(crate::controller::leader::run(
-                client.clone(),
-                lease.clone(),
-                leader.clone(),
-            ));
-        }
         let ctx = crate::controller::Ctx::new(
             client.clone(),
             args.namespace.clone(),
-            leader.clone(),
+            leadership,
             identity,
             cluster.clone(),
             skip_tx,
@@ -190,8 +194,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .serve(webhook::router(state).into_make_service())
         .await
         .with_context(|| format!("cannot serve on {}", args.listen))?;
-    if args.controller && args.leader_elect {
-        crate::controller::leader::release(client, &lease).await;
+    if let Some(election) = election {
+        election.release().await;
     }
     Ok(())
 }

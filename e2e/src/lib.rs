@@ -358,3 +358,4 @@ pub fn value(text: &str, name_and_labels: &str) -> f64 {
         })
         .unwrap_or(0.0)
 }
+pub mod proxy;

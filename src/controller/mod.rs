@@ -30,7 +30,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use slim::SlimPod;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{Instrument, warn};
@@ -43,7 +42,9 @@ pub struct Ctx {
     pub pod_index: Arc<Mutex<pods::PodIndex>>,
     /// Namespace of the operator: ControllerRevisions live there.
     pub namespace: String,
-    pub leader: Arc<AtomicBool>,
+    /// Leader election ([`leader`]): reconciles run only while this replica leads, and are
+    /// dropped (with any write in flight) the moment it stops leading.
+    pub leadership: leader::Leadership,
     /// Excluded namespaces, namespace labels, the SidecarSet index and the revisions.
     pub cluster: Arc<ClusterView>,
     pub events: SidecarSetEvents,
@@ -59,7 +60,7 @@ impl Ctx {
     pub fn new(
         client: Client,
         namespace: String,
-        leader: Arc<AtomicBool>,
+        leadership: leader::Leadership,
         identity: String,
         cluster: Arc<ClusterView>,
         skips: crate::events::Sender,
@@ -72,7 +73,7 @@ impl Ctx {
             pods,
             pod_index: Default::default(),
             namespace,
-            leader,
+            leadership,
             cluster,
             skips,
             reported_excluded: Default::default(),
@@ -126,17 +127,18 @@ impl RelevantChanges {
     }
 }
 
-/// Emits once each time `leader` turns true (checked every 200 ms): a new leader reconciles
-/// every SidecarSet once, then only on changes.
-fn on_becoming_leader(leader: Arc<AtomicBool>) -> impl futures::Stream<Item = ()> + Send {
-    futures::stream::unfold((leader, false), |(leader, mut was)| async move {
+/// Emits once each time this replica becomes the leader: a new leader reconciles every
+/// SidecarSet once, then only on changes.
+fn on_becoming_leader(leadership: leader::Leadership) -> impl futures::Stream<Item = ()> + Send {
+    let rx = leadership.watch();
+    futures::stream::unfold((rx, false), |(mut rx, mut was)| async move {
         loop {
-            let now = leader.load(Ordering::SeqCst);
+            let now = *rx.borrow_and_update();
             if now && !was {
-                return Some(((), (leader, true)));
+                return Some(((), (rx, true)));
             }
             was = now;
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            rx.changed().await.ok()?;
         }
     })
 }
@@ -170,7 +172,7 @@ pub async fn run(
     .touched_objects();
 
     let cluster = ctx.cluster.clone();
-    let leader = ctx.leader.clone();
+    let becoming_leader = on_becoming_leader(ctx.leadership.clone());
     let mut changes = RelevantChanges::default();
     let trigger = trigger.filter(move |ss| std::future::ready(changes.changed(ss)));
     Controller::for_shared_stream(trigger, sidecarsets)
@@ -199,7 +201,7 @@ pub async fn run(
                 .map(|n| ObjectRef::<StoredSidecarSet>::new(&n))
                 .collect::<Vec<_>>()
         })
-        .reconcile_all_on(on_becoming_leader(leader))
+        .reconcile_all_on(becoming_leader)
         .shutdown_on_signal()
         .run(measured_reconcile, error_policy, Arc::new(ctx))
         .for_each(|_| async {})
@@ -212,10 +214,16 @@ fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Actio
 }
 
 async fn measured_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    if !ctx.leader.load(Ordering::SeqCst) {
-        // Followers keep their caches warm and wait: becoming the leader reconciles everything.
-        return Ok(Action::await_change());
+    // Followers keep their caches warm and wait: becoming the leader reconciles everything.
+    // A leader's reconcile is dropped, with any write in flight, the moment it stops leading.
+    let leadership = ctx.leadership.clone();
+    match leadership.run(leading_reconcile(stored, ctx)).await {
+        Some(res) => res,
+        None => Ok(Action::await_change()),
     }
+}
+
+async fn leading_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let ss = Arc::new(
         crate::api::convert::from_v1beta1(&stored)
             .map_err(|e| Error::Invalid(format!("cannot read the stored SidecarSet: {e}")))?,
