@@ -112,16 +112,40 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::controller::leader::Election::leadership,
     );
     if let Some((store, Some(trigger))) = sidecarsets {
-        let ctx = crate::controller::Ctx::new(
-            client.clone(),
-            args.namespace.clone(),
-            leadership,
-            identity,
-            cluster.clone(),
-            skip_tx,
-            args.rollout_rules.parse().unwrap_or_default(),
-        );
-        tokio::spawn(crate::controller::run(ctx, store, trigger));
+        let (namespace, cluster) = (args.namespace.clone(), cluster.clone());
+        let rules = args.rollout_rules.parse().unwrap_or_default();
+        // Admissions never wait for the controller: it runs on a runtime and a thread of its
+        // own, at a lower CPU priority, with its own API client (so its pod watch's decoding
+        // and its writes' I/O happen there too). Leader election stays here, on time.
+        std::thread::Builder::new()
+            .name("controller".into())
+            .spawn(move || {
+                lower_thread_priority(CONTROLLER_NICE);
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start the controller's runtime; the controller does not run");
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let client = match Client::try_default().await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            tracing::error!(error = %e, "the controller cannot reach the Kubernetes API; it does not run");
+                            return;
+                        }
+                    };
+                    let ctx = crate::controller::Ctx::new(
+                        client, namespace, leadership, identity, cluster, skip_tx, rules,
+                    );
+                    crate::controller::run(ctx, store, trigger).await
+                })
+            })
+            .context("cannot start the controller's thread")?;
     }
 
     // Certificates last: the watchers, the controller and leader election start meanwhile.
@@ -198,6 +222,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         election.release().await;
     }
     Ok(())
+}
+
+/// How much lower the controller's thread runs than the webhook's (a nice increment).
+const CONTROLLER_NICE: i32 = 5;
+
+/// Lowers the CPU priority of the calling thread (Linux: priorities are per thread). Best
+/// effort: a failure is logged and changes nothing else.
+fn lower_thread_priority(by: i32) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid and setpriority take no pointers; PRIO_PROCESS with a thread id
+        // changes only that thread on Linux.
+        let rc = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+            libc::setpriority(libc::PRIO_PROCESS, tid, current + by)
+        };
+        if rc != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "cannot lower the controller thread's priority");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = by;
 }
 
 async fn shutdown_signal() {
