@@ -127,6 +127,16 @@ pub struct RunArgs {
     /// Name of the Lease (in --namespace).
     #[arg(long, env = "SSO_LEADER_LEASE", default_value = "sidecarset-operator")]
     pub leader_lease_name: String,
+    /// Evict the pods a SidecarSet selects that run without its sidecars (created while the
+    /// webhook was unreachable, or before the operator or the SidecarSet), so that their
+    /// controllers recreate them injected. Through the Eviction API (PodDisruptionBudgets are
+    /// respected), only pods with a controller other than a Job, at most
+    /// --evictions-per-minute. Off by default: the pods are reported (status, metric, Event).
+    #[arg(long, env = "SSO_EVICT_PODS_WITHOUT_SIDECARS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub evict_pods_without_sidecars: bool,
+    /// Evictions per minute at most, over all SidecarSets (with --evict-pods-without-sidecars).
+    #[arg(long, env = "SSO_EVICTIONS_PER_MINUTE", default_value_t = 10)]
+    pub evictions_per_minute: u32,
     /// A watch of the cluster view (SidecarSets, Namespaces, ControllerRevisions) failing for
     /// longer than this makes the replica unready (its view may be missing changes).
     #[arg(long, env = "SSO_WATCH_STALE_AFTER", default_value = "2m", value_parser = parse_duration)]

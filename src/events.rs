@@ -88,6 +88,7 @@ fn reason(r: SkipReason) -> (&'static str, &'static str) {
         SkipReason::Paused => ("SidecarSetPaused", "Normal"),
         SkipReason::Conflict => ("SidecarSetConflict", "Warning"),
         SkipReason::NamespaceExcluded => ("SidecarSetNamespaceExcluded", "Normal"),
+        SkipReason::NotInjected => ("SidecarSetMissing", "Warning"),
     }
 }
 

@@ -68,6 +68,8 @@ pub struct Metrics {
     pub cert_changes: Family<ReasonLabel, Counter>,
     pub ca_bundle_writes: Counter,
     pub leader: Gauge,
+    pub pods_without_sidecars: Family<SidecarSetLabel, Gauge>,
+    pub pods_evicted: Family<SidecarSetLabel, Counter>,
     pub watch_event_age: Family<WatchLabel, Gauge>,
     pub watch_failing: Family<WatchLabel, Gauge>,
     pub spans_exported: Family<ResultLabel, Counter>,
@@ -97,6 +99,8 @@ fn build() -> Metrics {
         cert_changes: Family::default(),
         ca_bundle_writes: Counter::default(),
         leader: Gauge::default(),
+        pods_without_sidecars: Family::default(),
+        pods_evicted: Family::default(),
         watch_event_age: Family::default(),
         watch_failing: Family::default(),
         spans_exported: Family::default(),
@@ -180,6 +184,16 @@ fn build() -> Metrics {
         "leader",
         "1 while this replica holds the leader Lease",
         m.leader.clone(),
+    );
+    registry.register(
+        "pods_without_sidecars",
+        "Active pods a SidecarSet selects that run without its sidecars",
+        m.pods_without_sidecars.clone(),
+    );
+    registry.register(
+        "pods_evicted",
+        "Pods without their sidecars evicted so that their controllers recreate them (--evict-pods-without-sidecars)",
+        m.pods_evicted.clone(),
     );
     registry.register(
         "watch_last_event_age_seconds",

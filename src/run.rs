@@ -114,6 +114,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some((store, Some(trigger))) = sidecarsets {
         let (namespace, cluster) = (args.namespace.clone(), cluster.clone());
         let rules = args.rollout_rules.parse().unwrap_or_default();
+        let evictions = args
+            .evict_pods_without_sidecars
+            .then_some(args.evictions_per_minute);
         // Admissions never wait for the controller: it runs on a runtime and a thread of its
         // own, at a lower CPU priority, with its own API client (so its pod watch's decoding
         // and its writes' I/O happen there too). Leader election stays here, on time.
@@ -139,9 +142,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                             return;
                         }
                     };
-                    let ctx = crate::controller::Ctx::new(
+                    let mut ctx = crate::controller::Ctx::new(
                         client, namespace, leadership, identity, cluster, skip_tx, rules,
                     );
+                    if let Some(per_minute) = evictions {
+                        ctx = ctx.evicting(per_minute);
+                    }
                     crate::controller::run(ctx, store, trigger).await
                 })
             })

@@ -414,6 +414,12 @@ pub struct SidecarSetStatus {
     /// Count of hash collisions of the ControllerRevision name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collision_count: Option<i32>,
+    /// Active pods this SidecarSet selects that run without its sidecars: created while the
+    /// webhook was unreachable (`failurePolicy: Ignore`), or before the operator or this
+    /// SidecarSet existed. Recreate them to inject them (the operator does it, through the
+    /// Eviction API, with `--evict-pods-without-sidecars`). Not in OpenKruise's status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_without_sidecars: Option<i32>,
     /// Standard conditions, for `kubectl wait`, Argo CD, Flux and kstatus: `Ready` (every
     /// matched pod runs the current sidecars and is ready), `Progressing` and `Reconciling` (a
     /// rollout is moving), `Stalled` (it cannot move without a change: paused, NotUpdate, pods

@@ -242,6 +242,38 @@ async fn set_upgradable(ctx: &Ctx, pod: &Pod, ss: &str, upgradable: bool) {
 /// Queues a `SidecarSetNamespaceExcluded` Event for each pod [`excluded_but_selected`] finds, once
 /// per pod and SidecarSet in this process (the webhook never sees these pods: the webhook
 /// configurations leave excluded namespaces out).
+/// Reports the pods running without the SidecarSet's sidecars on their owners (a
+/// `SidecarSetMissing` Event per owner in each repeat window, through the same queue and
+/// deduplication as the webhook's Events), and evicts them when that is enabled.
+pub async fn report_missing(ctx: &Ctx, entry: &Entry, pods: &[Arc<SlimPod>]) {
+    if pods.is_empty() {
+        return;
+    }
+    let name = entry.ss.name();
+    for pod in pods {
+        let ns = pod.namespace().unwrap_or_default();
+        if let Some(regarding) = crate::events::regarding(&pod.to_pod(), &ns)
+            && ctx
+                .skips
+                .try_send(crate::events::SkipNotice {
+                    regarding,
+                    pod: format!("{ns}/{}", pod.name_any()),
+                    skipped: vec![crate::inject::not_injected_skip(
+                        name,
+                        ctx.evictions.is_some(),
+                    )],
+                })
+                .is_err()
+        {
+            crate::metrics::metrics().events_dropped.inc();
+        }
+    }
+    if let Some(rate) = &ctx.evictions {
+        let list: Vec<&SlimPod> = pods.iter().map(|p| p.as_ref()).collect();
+        super::missing::evict(&ctx.client, rate, name, &list).await;
+    }
+}
+
 pub fn report_excluded(ctx: &Ctx, entry: &Entry) {
     let cluster = &ctx.cluster;
     if cluster.skip_namespaces.is_empty() {

@@ -10,6 +10,7 @@
 pub mod act;
 pub mod conditions;
 pub mod leader;
+pub mod missing;
 pub mod plan;
 pub mod pods;
 pub mod revisions;
@@ -34,6 +35,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{Instrument, warn};
 
+/// A SidecarSet's uid and generation, when its pods were scanned.
+type Scanned = (Option<String>, Option<i64>);
+
 /// Shared by reconciles.
 pub struct Ctx {
     pub client: Client,
@@ -54,6 +58,10 @@ pub struct Ctx {
     pub(crate) reported_excluded: Mutex<std::collections::HashSet<String>>,
     /// How `partition` and `maxUnavailable` are counted (`--rollout-rules`).
     pub rules: rollout::Rules,
+    /// With `--evict-pods-without-sidecars`: the eviction rate.
+    pub evictions: Option<missing::Rate>,
+    /// SidecarSet → (uid, generation) its pods were last scanned for missing sidecars at.
+    scanned: Mutex<HashMap<String, Scanned>>,
 }
 
 impl Ctx {
@@ -78,7 +86,16 @@ impl Ctx {
             skips,
             reported_excluded: Default::default(),
             rules,
+            evictions: None,
+            scanned: Default::default(),
         }
+    }
+
+    /// Evicts pods running without the sidecars of a SidecarSet that selects them, at most
+    /// `per_minute` a minute.
+    pub fn evicting(mut self, per_minute: u32) -> Self {
+        self.evictions = Some(missing::Rate::new(per_minute));
+        self
     }
 }
 
@@ -165,13 +182,23 @@ pub async fn run(
         .modify(SlimPod::trim),
     )
     .inspect_ok(move |ev| {
+        // The SidecarSets that would inject a pod, to see the pods running without them.
+        let selects = |p: &SlimPod| -> Vec<String> {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("");
+            let view = cluster.index();
+            view.matching_for_injection(p.labels(), &cluster.namespace_labels(ns))
+                .iter()
+                .map(|e| e.ss.name().to_string())
+                .collect()
+        };
         if let Ok(mut i) = index.lock() {
-            i.step(ev, &cluster.skip_namespaces);
+            i.step(ev, &cluster.skip_namespaces, &selects);
         }
     })
     .touched_objects();
 
     let cluster = ctx.cluster.clone();
+    let index = ctx.pod_index.clone();
     let becoming_leader = on_becoming_leader(ctx.leadership.clone());
     let mut changes = RelevantChanges::default();
     let trigger = trigger.filter(move |ss| std::future::ready(changes.changed(ss)));
@@ -194,6 +221,10 @@ pub async fn run(
                         .map(|e| e.ss.name().to_string())
                         .filter(|n| !injected.contains(n)),
                 );
+            }
+            // Also the SidecarSets it runs without (they count and report it).
+            if let Ok(i) = index.lock() {
+                wake.extend(i.missing_of(&ObjectRef::from_obj(&pod)));
             }
             injected
                 .into_iter()
@@ -283,6 +314,55 @@ fn observe_pods(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
         .collect()
 }
 
+/// The active pods the SidecarSet selects that run without its sidecars. Their own events keep
+/// the list; after the SidecarSet is created or changed, every pod is scanned once.
+fn observe_missing(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
+    let name = entry.ss.name();
+    let now = (entry.ss.metadata.uid.clone(), entry.ss.metadata.generation);
+    let ns_labels: Mutex<HashMap<String, BTreeMap<String, String>>> = Default::default();
+    let selected = |p: &SlimPod| {
+        let ns = p.metadata.namespace.as_deref().unwrap_or("");
+        let Ok(mut cache) = ns_labels.lock() else {
+            return false;
+        };
+        let labels = cache
+            .entry(ns.to_string())
+            .or_insert_with(|| ctx.cluster.namespace_labels(ns));
+        !entry.ss.spec.injection_strategy.paused && entry.matches(p.labels(), labels)
+    };
+    let fresh = ctx.scanned.lock().is_ok_and(|s| s.get(name) == Some(&now));
+    if !fresh {
+        let all = ctx.pods.state();
+        if let Ok(mut i) = ctx.pod_index.lock() {
+            i.rescan(
+                name,
+                all.iter().map(|p| p.as_ref()),
+                &ctx.cluster.skip_namespaces,
+                &selected,
+            );
+        }
+        if let Ok(mut s) = ctx.scanned.lock() {
+            if s.len() > 100_000 {
+                s.clear();
+            }
+            s.insert(name.to_string(), now);
+        }
+    }
+    let keys = ctx
+        .pod_index
+        .lock()
+        .map(|i| i.missing(name))
+        .unwrap_or_default();
+    let mut pods: Vec<Arc<SlimPod>> = keys
+        .into_iter()
+        .filter_map(|k| ctx.pods.get(&k))
+        .filter(|p| p.is_active() && !injected_into(p.as_ref()).contains(name))
+        .filter(|p| selected(p))
+        .collect();
+    pods.sort_by_key(|p| (p.namespace(), p.name_any()));
+    pods
+}
+
 async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let name = ss.name_any();
     // Observe.
@@ -291,6 +371,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     let entry = Entry::new(Arc::new(defaulted)).map_err(|e| Error::Invalid(e.to_string()))?;
     let classifier = Classifier::new(&entry).map_err(Error::Invalid)?;
     let pods = observe_pods(&ctx, &entry);
+    let without = observe_missing(&ctx, &entry);
     // One full Pod at a time, dropped after its view is taken.
     let views: Vec<rollout::PodView> = pods.iter().map(|p| classifier.view(&p.to_pod())).collect();
     let (latest_revision, collision_count) = revisions::register(&ctx, &entry, &pods).await?;
@@ -308,6 +389,8 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         latest_revision: &latest_revision,
         collision_count,
         pin_resolves: ctx.cluster.pin_resolves(&ss),
+        without_sidecars: without.len(),
+        evicting: ctx.evictions.is_some(),
         revisions_namespace: &ctx.namespace,
         rules: ctx.rules,
         now: &now,
@@ -321,6 +404,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     // Act.
     act::write_status(&ctx, &ss, &planned).await?;
     act::report_excluded(&ctx, &entry);
+    act::report_missing(&ctx, &entry, &without).await;
     act::publish(&ctx, &ss, planned.notes.clone()).await;
     if let Some(step) = &planned.rollout {
         let step = step.as_ref().map_err(|e| Error::Invalid(e.clone()))?;
@@ -348,6 +432,9 @@ fn record_metrics(name: &str, planned: &plan::Plan) {
             })
             .set(i64::from(n));
     }
+    m.pods_without_sidecars
+        .get_or_create(&crate::metrics::label(name))
+        .set(i64::from(planned.status.pods_without_sidecars.unwrap_or(0)));
     m.rollout_stalled
         .get_or_create(&crate::metrics::label(name))
         .set(i64::from(

@@ -26,6 +26,10 @@ pub struct Observed<'a> {
     pub collision_count: i32,
     /// Whether `injectionStrategy.revision` names a known revision.
     pub pin_resolves: bool,
+    /// Active pods it selects that run without its sidecars.
+    pub without_sidecars: usize,
+    /// Whether those are evicted (`--evict-pods-without-sidecars`).
+    pub evicting: bool,
     /// Where the ControllerRevisions are (for messages).
     pub revisions_namespace: &'a str,
     pub rules: rollout::Rules,
@@ -135,6 +139,7 @@ pub fn plan(o: &Observed) -> Plan {
         updated_ready_pods: counts.updated_ready,
         latest_revision: Some(o.latest_revision.to_string()),
         collision_count: Some(o.collision_count).filter(|c| *c > 0),
+        pods_without_sidecars: Some(o.without_sidecars as i32).filter(|n| *n > 0),
         conditions,
     };
     let write_status = o.ss.status.as_ref() != Some(&status);
@@ -161,7 +166,9 @@ pub fn plan(o: &Observed) -> Plan {
         .views
         .iter()
         .any(|v| v.matched() && v.updated && !v.ready_and_consistent());
-    let (rollout, next) = if not_update {
+    // Pods waiting for eviction: the rate lets more go in a while.
+    let evict_soon = o.evicting && o.without_sidecars > 0;
+    let (rollout, mut next) = if not_update {
         (None, Next::OnChange)
     } else {
         let next = match &planned {
@@ -174,6 +181,9 @@ pub fn plan(o: &Observed) -> Plan {
         };
         (Some(planned), next)
     };
+    if evict_soon && next == Next::OnChange {
+        next = Next::After(super::missing::EVICTION_RECHECK);
+    }
     Plan {
         status,
         write_status,

@@ -63,6 +63,9 @@ pub enum SkipReason {
     Conflict,
     /// The pod's namespace is excluded from injection.
     NamespaceExcluded,
+    /// The pod runs without the SidecarSet's sidecars although it selects it (seen by the
+    /// controller: created while the webhook was unreachable, or before the SidecarSet).
+    NotInjected,
 }
 
 impl SkipReason {
@@ -72,6 +75,7 @@ impl SkipReason {
             SkipReason::Paused => "paused",
             SkipReason::Conflict => "conflict",
             SkipReason::NamespaceExcluded => "namespace_excluded",
+            SkipReason::NotInjected => "not_injected",
         }
     }
 }
@@ -86,6 +90,19 @@ pub struct Skipped {
 }
 
 pub use crate::api::{FieldPath, parse_field_path};
+
+/// A SidecarSet that selects a pod running without its sidecars.
+pub fn not_injected_skip(sidecarset: &str, evicting: bool) -> Skipped {
+    Skipped {
+        sidecarset: sidecarset.to_string(),
+        reason: SkipReason::NotInjected,
+        detail: if evicting {
+            "the pod runs without this SidecarSet's sidecars (created while the webhook was unreachable, or before the SidecarSet); the operator evicts it so that its controller recreates it with them".to_string()
+        } else {
+            "the pod runs without this SidecarSet's sidecars (created while the webhook was unreachable, or before the SidecarSet); recreate it (kubectl rollout restart) to inject them, or run the operator with --evict-pods-without-sidecars".to_string()
+        },
+    }
+}
 
 /// The skip of a SidecarSet that selects a pod in an excluded namespace.
 pub fn excluded_namespace_skip(sidecarset: &str, namespace: &str) -> Skipped {

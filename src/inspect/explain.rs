@@ -399,6 +399,7 @@ fn skip_reason(
             SkipReason::Paused => Why::Paused,
             SkipReason::Conflict => Why::Conflict,
             SkipReason::NamespaceExcluded => Why::NamespaceExcluded,
+            SkipReason::NotInjected => Why::NotInjectedAtCreation,
         };
         return (why, s.detail.clone());
     }
