@@ -127,6 +127,10 @@ pub struct RunArgs {
     /// Name of the Lease (in --namespace).
     #[arg(long, env = "SSO_LEADER_LEASE", default_value = "sidecarset-operator")]
     pub leader_lease_name: String,
+    /// Admission and conversion requests answered at once; more are refused at once (503), so
+    /// the API server applies the failurePolicy instead of waiting.
+    #[arg(long, env = "SSO_MAX_ADMISSIONS_IN_FLIGHT", default_value_t = 512)]
+    pub max_admissions_in_flight: usize,
     /// Evict the pods a SidecarSet selects that run without its sidecars (created while the
     /// webhook was unreachable, or before the operator or the SidecarSet), so that their
     /// controllers recreate them injected. Through the Eviction API (PodDisruptionBudgets are

@@ -12,14 +12,14 @@ use crate::registration;
 use crate::tls::{self, ServingCert};
 use crate::webhook::{self, State};
 use anyhow::{Context, bail};
-use kube::Client;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::info;
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     tls::install_crypto_provider();
-    let client = Client::try_default()
+    // `client` for watches, `calls` for everything else (each call bounded in time).
+    let (client, calls) = crate::cluster::clients()
         .await
         .context("cannot reach the Kubernetes API: set KUBECONFIG or run in a cluster")?;
     registration::check_openkruise(&client, args.allow_openkruise).await?;
@@ -37,10 +37,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         readiness.clone(),
         cert.clone(),
     ));
-    state.set_client(client.clone(), args.namespace_fetch_timeout);
+    state.set_client(calls.clone(), args.namespace_fetch_timeout);
     // At most half the webhook's timeout (and 5s) for the API server's pod validation.
     state.set_pod_validator(crate::pod_validation::PodValidator::new(
-        client.clone(),
+        calls.clone(),
         args.namespace.clone(),
         Duration::from_millis(args.webhook_timeout_seconds.max(1) as u64 * 500)
             .min(Duration::from_secs(5)),
@@ -55,7 +55,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (skip_tx, skip_rx) = crate::events::queue();
     state.set_skip_events(skip_tx.clone());
     tokio::spawn(crate::events::record(
-        client.clone(),
+        calls.clone(),
         skip_rx,
         identity.clone(),
     ));
@@ -86,7 +86,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     if args.pod_match_conditions {
         tokio::spawn(registration::keep_pod_match_conditions(
-            client.clone(),
+            calls.clone(),
             cluster.clone(),
             args.webhook_config_name.clone(),
         ));
@@ -135,7 +135,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     }
                 };
                 rt.block_on(async move {
-                    let client = match Client::try_default().await {
+                    let (watches, calls) = match crate::cluster::clients().await {
                         Ok(c) => c,
                         Err(e) => {
                             tracing::error!(error = %e, "the controller cannot reach the Kubernetes API; it does not run");
@@ -143,12 +143,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                         }
                     };
                     let mut ctx = crate::controller::Ctx::new(
-                        client, namespace, leadership, identity, cluster, skip_tx, rules,
+                        calls, namespace, leadership, identity, cluster, skip_tx, rules,
                     );
                     if let Some(per_minute) = evictions {
                         ctx = ctx.evicting(per_minute);
                     }
-                    crate::controller::run(ctx, store, trigger).await
+                    crate::controller::run(ctx, watches, store, trigger).await
                 })
             })
             .context("cannot start the controller's thread")?;
@@ -221,7 +221,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     info!(listen = %args.listen, "serving webhooks");
     axum_server::bind_rustls(args.listen, rustls)
         .handle(handle)
-        .serve(webhook::router(state).into_make_service())
+        .serve(
+            webhook::router_with(
+                state,
+                webhook::Limits {
+                    max_in_flight: args.max_admissions_in_flight,
+                    // Below the webhook configurations' timeout, so the API server gets our
+                    // answer rather than its own timeout.
+                    timeout: Duration::from_millis(
+                        (args.webhook_timeout_seconds.max(2) as u64 * 1000).saturating_sub(500),
+                    ),
+                },
+            )
+            .into_make_service(),
+        )
         .await
         .with_context(|| format!("cannot serve on {}", args.listen))?;
     if let Some(election) = election {

@@ -263,5 +263,24 @@ impl ClusterView {
     }
 }
 
+/// How long one API call (not a watch) may take before it fails: a hung call must not hold a
+/// reconcile, an Event or a configuration write forever.
+pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Two clients of the API server from the same configuration: one for watches (kube's long
+/// read timeout, above the watches' own server-side timeout) and one for calls, whose every
+/// request is bounded by [`CALL_TIMEOUT`].
+pub async fn clients() -> Result<(kube::Client, kube::Client), kube::Error> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    let watches = kube::Client::try_from(config.clone())?;
+    let mut bounded = config;
+    bounded.connect_timeout = Some(std::time::Duration::from_secs(10));
+    bounded.read_timeout = Some(CALL_TIMEOUT);
+    bounded.write_timeout = Some(CALL_TIMEOUT);
+    Ok((watches, kube::Client::try_from(bounded)?))
+}
+
 #[cfg(test)]
 mod tests;

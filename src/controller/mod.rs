@@ -164,10 +164,11 @@ fn on_becoming_leader(leadership: leader::Leadership) -> impl futures::Stream<It
 /// reflector shared with the cluster view's watch.
 pub async fn run(
     mut ctx: Ctx,
+    watches: Client,
     sidecarsets: Store<StoredSidecarSet>,
     trigger: ReflectHandle<StoredSidecarSet>,
 ) {
-    let client = ctx.client.clone();
+    let client = watches;
     let (pods, writer) = reflector::store();
     ctx.pods = pods;
     let index = ctx.pod_index.clone();
