@@ -71,9 +71,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // One watch per kind feeds the view; the controller's SidecarSet reflector is fed by the
     // same watch.
     let (sidecarsets, shared) = if args.controller {
-        let (store, writer) = kube::runtime::reflector::store_shared(1024);
-        let trigger = writer.subscribe();
-        (Some((store, trigger)), Some(writer))
+        let (store, writer) = kube::runtime::reflector::store();
+        let (tx, trigger) = tokio::sync::mpsc::channel(1024);
+        (Some((store, trigger)), Some((writer, tx)))
     } else {
         (None, None)
     };
@@ -111,7 +111,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         crate::controller::leader::Leadership::always,
         crate::controller::leader::Election::leadership,
     );
-    if let Some((store, Some(trigger))) = sidecarsets {
+    if let Some((store, trigger)) = sidecarsets {
         let (namespace, cluster) = (args.namespace.clone(), cluster.clone());
         let rules = args.rollout_rules.parse().unwrap_or_default();
         let evictions = args

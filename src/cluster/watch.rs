@@ -8,7 +8,7 @@ use super::ClusterView;
 use super::feed::{Feed, Kind, Namespaces, Revisions, SidecarSets};
 use crate::api::v1beta1::SidecarSet as StoredSidecarSet;
 use crate::health::{Gate, Readiness};
-use futures::{Stream, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
@@ -19,6 +19,7 @@ use kube::runtime::watcher::{self, Event};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tracing::warn;
 
 /// How one watch is doing.
@@ -136,23 +137,35 @@ impl Watches {
         }
     }
 
-    /// Starts the three watches and their health checks. `shared`: the controller's reflector
-    /// of SidecarSets, fed by the same watch (no second watch of SidecarSets in the process).
+    /// Starts the three watches and their health checks. `controller`: the controller's
+    /// SidecarSet store, kept by the same watch (no second watch of SidecarSets in the process),
+    /// and the channel its reconciles are triggered from (every object added or changed, with
+    /// backpressure: nothing is dropped).
     pub fn start(
         self,
         client: Client,
         view: Arc<ClusterView>,
         revisions_namespace: String,
-        shared: Option<Writer<StoredSidecarSet>>,
+        controller: Option<(Writer<StoredSidecarSet>, mpsc::Sender<StoredSidecarSet>)>,
         stale_after: Duration,
     ) {
         let cfg = watcher::Config::default().any_semantic();
         let api: Api<StoredSidecarSet> = Api::all(client.clone());
         let (v, h) = (view.clone(), self.sidecarsets.clone());
         let stream = watcher::watcher(api, cfg.clone()).default_backoff();
-        match shared {
-            Some(writer) => tokio::spawn(async move {
-                drive::<SidecarSets, _>(stream.reflect_shared(writer), &v, &h).await
+        match controller {
+            Some((writer, tx)) => tokio::spawn(async move {
+                let stream = kube::runtime::reflector(writer, stream).then(move |ev| {
+                    let tx = tx.clone();
+                    async move {
+                        if let Ok(Event::Apply(o) | Event::InitApply(o)) = &ev {
+                            // The controller gone (its thread ended): the view goes on.
+                            let _ = tx.send(o.clone()).await;
+                        }
+                        ev
+                    }
+                });
+                drive::<SidecarSets, _>(stream, &v, &h).await
             }),
             None => tokio::spawn(async move { drive::<SidecarSets, _>(stream, &v, &h).await }),
         };

@@ -26,7 +26,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use slim::SlimPod;
@@ -161,12 +161,12 @@ fn on_becoming_leader(leadership: leader::Leadership) -> impl futures::Stream<It
 }
 
 /// Runs the controller until the process ends. `sidecarsets` and `trigger`: the SidecarSet
-/// reflector shared with the cluster view's watch.
+/// store kept by the cluster view's watch, and the objects it sees added or changed.
 pub async fn run(
     mut ctx: Ctx,
     watches: Client,
     sidecarsets: Store<StoredSidecarSet>,
-    trigger: ReflectHandle<StoredSidecarSet>,
+    trigger: tokio::sync::mpsc::Receiver<StoredSidecarSet>,
 ) {
     let client = watches;
     let (pods, writer) = reflector::store();
@@ -202,8 +202,12 @@ pub async fn run(
     let index = ctx.pod_index.clone();
     let becoming_leader = on_becoming_leader(ctx.leadership.clone());
     let mut changes = RelevantChanges::default();
-    let trigger = trigger.filter(move |ss| std::future::ready(changes.changed(ss)));
-    Controller::for_shared_stream(trigger, sidecarsets)
+    let trigger = futures::stream::unfold(trigger, |mut rx| async move {
+        rx.recv().await.map(|ss| (ss, rx))
+    })
+    .filter(move |ss| std::future::ready(changes.changed(ss)))
+    .map(Ok::<_, watcher::Error>);
+    Controller::for_stream(trigger, sidecarsets)
         .watches_stream(pod_stream, move |pod: SlimPod| {
             let injected = injected_into(&pod);
             // A pod in an excluded namespace also wakes the SidecarSets that select it (they
