@@ -199,7 +199,6 @@ pub async fn run(
     .touched_objects();
 
     let cluster = ctx.cluster.clone();
-    let index = ctx.pod_index.clone();
     let becoming_leader = on_becoming_leader(ctx.leadership.clone());
     let mut changes = RelevantChanges::default();
     let trigger = futures::stream::unfold(trigger, |mut rx| async move {
@@ -210,27 +209,24 @@ pub async fn run(
     Controller::for_stream(trigger, sidecarsets)
         .watches_stream(pod_stream, move |pod: SlimPod| {
             let injected = injected_into(&pod);
-            // A pod in an excluded namespace also wakes the SidecarSets that select it (they
-            // report it with an Event; see `act::report_excluded`).
-            let mut wake: Vec<String> = Vec::new();
-            if let Some(ns) = pod.metadata.namespace.as_deref()
-                && cluster.skip_namespaces.contains(ns)
-                && pod.is_active()
-            {
+            // The SidecarSets that select the pod but are not in it also wake: in an excluded
+            // namespace they report it (`act::report_excluded`); elsewhere they count and report
+            // the pods running without their sidecars, so a change of such a pod (its deletion
+            // included) must reach them.
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+            let excluded = cluster.skip_namespaces.contains(ns);
+            let wake: Vec<String> = if excluded && !pod.is_active() {
+                Vec::new()
+            } else {
                 let index = cluster.index();
                 let (selecting, _) =
                     index.matching_split(pod.labels(), &cluster.namespace_labels(ns));
-                wake.extend(
-                    selecting
-                        .iter()
-                        .map(|e| e.ss.name().to_string())
-                        .filter(|n| !injected.contains(n)),
-                );
-            }
-            // Also the SidecarSets it runs without (they count and report it).
-            if let Ok(i) = index.lock() {
-                wake.extend(i.missing_of(&ObjectRef::from_obj(&pod)));
-            }
+                selecting
+                    .iter()
+                    .map(|e| e.ss.name().to_string())
+                    .filter(|n| !injected.contains(n))
+                    .collect()
+            };
             injected
                 .into_iter()
                 .chain(wake)
