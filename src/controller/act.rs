@@ -28,6 +28,18 @@ pub async fn publish(ctx: &Ctx, ss: &SidecarSet, notes: Vec<Note>) {
     }
 }
 
+/// The merge patch of a planned status: a field the status no longer has is written as null
+/// (a merge patch leaves out what it does not name, so `podsWithoutSidecars` would stay).
+pub fn status_patch(plan: &Plan) -> serde_json::Value {
+    let mut status = json!(plan.status);
+    if let Some(o) = status.as_object_mut() {
+        for key in ["podsWithoutSidecars", "collisionCount", "latestRevision"] {
+            o.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    json!({ "status": status })
+}
+
 /// Writes the planned status when it changed.
 pub async fn write_status(ctx: &Ctx, ss: &SidecarSet, plan: &Plan) -> Result<(), Error> {
     if !plan.write_status {
@@ -37,7 +49,7 @@ pub async fn write_status(ctx: &Ctx, ss: &SidecarSet, plan: &Plan) -> Result<(),
     api.patch_status(
         &ss.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": plan.status})),
+        &Patch::Merge(status_patch(plan)),
     )
     .await?;
     Ok(())

@@ -233,3 +233,20 @@ fn step_notes_say_what_happened() {
     let many: Vec<String> = (0..7).map(|i| format!("a/p{i}")).collect();
     assert_eq!(preview(&many), "a/p0, a/p1, a/p2, a/p3, a/p4 and 2 more");
 }
+
+#[test]
+fn a_count_that_drops_to_nothing_is_removed_from_the_status() {
+    let pods: Vec<_> = ["a/p1"].iter().map(|k| slim(k, None)).collect();
+    let views = [view("a/p1", true, true, false)];
+    let p = plan_for(&sidecarset(json!({}), None), &pods, &views);
+    assert_eq!(p.status.pods_without_sidecars, None);
+    let patch = crate::controller::act::status_patch(&p);
+    assert!(patch["status"]["podsWithoutSidecars"].is_null());
+    assert!(
+        patch["status"]
+            .as_object()
+            .unwrap()
+            .contains_key("podsWithoutSidecars")
+    );
+    assert_eq!(patch["status"]["matchedPods"], 1);
+}
