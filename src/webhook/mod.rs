@@ -315,6 +315,11 @@ fn handle_decoded(
 fn decode_object<T: serde::de::DeserializeOwned>(
     raw: &serde_json::value::RawValue,
 ) -> Result<T, String> {
+    // The fast decoder first; the path of what is wrong is tracked only on a second pass over
+    // an object that failed (path tracking costs on every field).
+    if let Ok(v) = serde_json::from_str(raw.get()) {
+        return Ok(v);
+    }
     let mut de = serde_json::Deserializer::from_str(raw.get());
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
