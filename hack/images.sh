@@ -15,6 +15,9 @@
 #                                    libraries it links, CA certificates, user 65532:65532,
 #                                    ENTRYPOINT ["/sidecarset-operator"], CMD ["run"],
 #                                    EXPOSE 9443, the Dockerfile's labels
+#   hack/images.sh ids OUT           the image IDs a containerd kubelet reports for the busybox
+#                                    tags in OUT (the config digest), one "image id" per line, to
+#                                    OUT/image-ids (e2e/tests/real_node.rs reads them)
 #   hack/images.sh check OUT         the operator image in OUT agrees with the Dockerfile: user,
 #                                    entrypoint, cmd, exposed ports, label keys; its binary runs
 #                                    in the image's root filesystem as that user
@@ -209,9 +212,20 @@ EOF
   log "the local operator image agrees with the Dockerfile"
 }
 
+cmd_ids() {
+  local out=${1:?usage: hack/images.sh ids OUT} t id
+  need
+  for t in v1 v2 v3; do
+    id=sha256:$(skopeo inspect --config --raw "docker-archive:$out/busybox-$t.tar" | sha256sum | cut -d' ' -f1)
+    echo "$TEST_REPO/busybox:$t $id"
+    [ "$t" = v2 ] && echo "$TEST_REPO/busybox:v2-alias $id"
+  done >"$out/image-ids"
+}
+
 case ${1:-} in
   test) shift; cmd_test "$@" ;;
+  ids) shift; cmd_ids "$@" ;;
   operator) shift; cmd_operator "$@" ;;
   check) shift; cmd_check "$@" ;;
-  *) echo "usage: $0 test OUT | operator BIN OUT | check OUT" >&2; exit 2 ;;
+  *) echo "usage: $0 test OUT | ids OUT | operator BIN OUT | check OUT" >&2; exit 2 ;;
 esac

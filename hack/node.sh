@@ -448,12 +448,7 @@ build_images() {
   if [ "$(cat "$IMG_DIR/test.stamp" 2>/dev/null)" != "$stamp" ] || ! [ -s "$IMG_DIR/busybox-v3.tar" ]; then
     "$REPO/hack/images.sh" test "$IMG_DIR"
     # The image IDs the kubelet reports (containerd: the config digest), for the tests.
-    local t id
-    for t in v1 v2 v3; do
-      id=sha256:$(skopeo inspect --config --raw "docker-archive:$IMG_DIR/busybox-$t.tar" | sha256sum | cut -d' ' -f1)
-      echo "$TEST_REPO/busybox:$t $id"
-      [ "$t" = v2 ] && echo "$TEST_REPO/busybox:v2-alias $id"
-    done >"$IMG_DIR/image-ids"
+    "$REPO/hack/images.sh" ids "$IMG_DIR"
     echo "$stamp" >"$IMG_DIR/test.stamp"
   fi
   local bin=${SSO_OPERATOR_BIN:-$REPO/target/release/sidecarset-operator}
