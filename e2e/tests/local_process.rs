@@ -1162,3 +1162,143 @@ async fn the_crd_conversion_webhook_points_here_and_is_repaired_when_overwritten
     cleanup(&c, &name, &ns).await;
     result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
 }
+
+#[tokio::test]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn pods_without_their_sidecars_are_evicted_within_pdbs_and_the_rate() -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::ListParams;
+    let c = client().await;
+    let s = suffix();
+    let (ns, name) = (format!("e2e-evict-{s}"), format!("e2e-evict-{s}"));
+    let app = format!("e2e-evict-app-{s}");
+    create_namespace(&c, &ns, json!({})).await?;
+    create_namespace(&c, &app, json!({})).await?;
+    let port = free_port();
+    let log = log_path(&name);
+    let mut args = standalone_args(&ns, &name, port);
+    args.extend(
+        [
+            "--evict-pods-without-sidecars=true",
+            "--evictions-per-minute",
+            "2",
+        ]
+        .map(String::from),
+    );
+    let op = Operator::start(&as_strs(&args), port, &log)?;
+    let result = async {
+        let label = format!("evict-{s}");
+        let pods: Api<Pod> = Api::namespaced(c.clone(), &app);
+        // Three pods and a PDB that allows no disruption, before any SidecarSet selects them.
+        let deploy: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"e2e-app": label}},
+                     "template": {"metadata": {"labels": {"e2e-app": label}},
+                                  "spec": {"containers": [{"name": "app", "image": "registry.local/web:1"}]}}}
+        }))?;
+        Api::<Deployment>::namespaced(c.clone(), &app)
+            .create(&PostParams::default(), &deploy)
+            .await?;
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"minAvailable": 3, "selector": {"matchLabels": {"e2e-app": label}}}
+        }))?;
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), &app);
+        pdbs.create(&PostParams::default(), &pdb).await?;
+        let running = |pods: Api<Pod>| async move {
+            let l = pods.list(&ListParams::default()).await?;
+            Ok::<_, anyhow::Error>(l.items)
+        };
+        let originals: Vec<String> = eventually(60, "3 ready pods and the PDB counting them", || {
+            let (pods, pdbs) = (pods.clone(), pdbs.clone());
+            async move {
+                let l = running(pods).await?;
+                let healthy = pdbs
+                    .get("web")
+                    .await?
+                    .status
+                    .and_then(|s| s.current_healthy)
+                    .unwrap_or(0);
+                Ok((l.len() == 3 && healthy == 3)
+                    .then(|| l.iter().filter_map(|p| p.metadata.uid.clone()).collect()))
+            }
+        })
+        .await?;
+        eventually(15, "the operator's certificates and webhooks", || {
+            let (c, name) = (c.clone(), name.clone());
+            async move {
+                let bundles = ca_bundles(&c, &name).await.unwrap_or_default();
+                Ok((!bundles.is_empty() && bundles.iter().all(|b| !b.is_empty())).then_some(()))
+            }
+        })
+        .await?;
+        let ss = format!("e2e-evict-{s}");
+        create_sidecarset(&c, json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
+            "spec": {"selector": {"matchLabels": {"e2e-app": label}}, "containers": [{"name": "mesh", "image": "registry.local/mesh:1"}]}
+        })).await?;
+        let sets: Api<sidecarset_operator::api::SidecarSet> = Api::all(c.clone());
+        eventually(30, "status.podsWithoutSidecars = 3", || {
+            let (sets, ss) = (sets.clone(), ss.clone());
+            async move {
+                Ok((sets.get(&ss).await?.status.and_then(|s| s.pods_without_sidecars) == Some(3))
+                    .then_some(()))
+            }
+        })
+        .await?;
+        // The PDB allows no eviction: the pods stay.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let now: Vec<String> = running(pods.clone())
+            .await?
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        anyhow::ensure!(
+            originals.iter().all(|u| now.contains(u)),
+            "a pod was evicted despite the PodDisruptionBudget"
+        );
+        // Without the PDB: evicted at 2 a minute (a burst of 2, then one every 30 s), recreated
+        // with their sidecars.
+        pdbs.delete("web", &DeleteParams::default()).await?;
+        let t0 = Instant::now();
+        let mut gone_at: Vec<Duration> = Vec::new();
+        let deadline = t0 + Duration::from_secs(90);
+        while gone_at.len() < 3 {
+            anyhow::ensure!(Instant::now() < deadline, "only {} of 3 pods evicted in 90 s", gone_at.len());
+            let l = running(pods.clone()).await?;
+            let left = originals
+                .iter()
+                .filter(|u| l.iter().any(|p| p.metadata.uid.as_ref() == Some(*u) && p.metadata.deletion_timestamp.is_none()))
+                .count();
+            while gone_at.len() < 3 - left {
+                gone_at.push(t0.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        println!("evictions after the PDB was deleted: {gone_at:?}");
+        anyhow::ensure!(
+            gone_at[2] >= gone_at[0] + Duration::from_secs(20),
+            "the third eviction came {:?} after the first: faster than 2 a minute",
+            gone_at[2] - gone_at[0]
+        );
+        eventually(60, "every pod injected and none counted", || {
+            let (pods, sets, ss) = (pods.clone(), sets.clone(), ss.clone());
+            async move {
+                let l = running(pods).await?;
+                let all = l.len() == 3
+                    && l.iter().all(|p| container_names(p).contains(&"mesh".to_string()));
+                let none = sets.get(&ss).await?.status.is_some_and(|s| s.pods_without_sidecars.is_none());
+                Ok((all && none).then_some(()))
+            }
+        })
+        .await?;
+        delete_sidecarset(&c, &ss).await;
+        anyhow::Ok(())
+    }
+    .await;
+    drop(op);
+    delete_namespace(&c, &app).await;
+    cleanup(&c, &name, &ns).await;
+    result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
+}

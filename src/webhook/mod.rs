@@ -23,7 +23,7 @@ use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionRe
 use review::{Request, Response};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 /// What the webhooks read: the cluster view (kept current by its watches), readiness, the
 /// served certificate, and where notices of skipped injections go.
@@ -239,9 +239,13 @@ fn handle_decoded(
     start: std::time::Instant,
     f: impl FnOnce(&Request) -> Response,
 ) -> HttpResponse {
-    // One span per admission; handlers record what they learn into it (Span::current()). At
-    // debug level: exported whenever traces are on (see telemetry::otel), in logs only with
-    // RUST_LOG at debug, so the default logs cost nothing per admission.
+    handle_in(admission_span(webhook, headers), webhook, decoded, start, f)
+}
+
+/// One span per admission; handlers record what they learn into it (Span::current()). At
+/// debug level: exported whenever traces are on (see telemetry::otel), in logs only with
+/// RUST_LOG at debug, so the default logs cost nothing per admission.
+fn admission_span(webhook: &str, headers: &HeaderMap) -> tracing::Span {
     let span = tracing::debug_span!(
         "admission",
         otel.name = webhook,
@@ -263,6 +267,17 @@ fn handle_decoded(
     );
     // A child of the API server's trace when it sends one (kube-apiserver's tracing).
     crate::telemetry::otel::continue_trace(&span, headers);
+    span
+}
+
+/// [`handle_decoded`] in a span made before (by [`admission_span`]).
+fn handle_in(
+    span: tracing::Span,
+    webhook: &str,
+    decoded: Result<Request, review::ReviewError>,
+    start: std::time::Instant,
+    f: impl FnOnce(&Request) -> Response,
+) -> HttpResponse {
     let _entered = span.enter();
     let (operation, result, response) = match decoded {
         Ok(req) => {
@@ -656,12 +671,18 @@ async fn validate_sidecarset(
     // (one dry-run per SidecarSet write, see crate::pod_validation). Timed with the admission.
     let start = std::time::Instant::now();
     let decoded = review::decode(&body);
+    let span = admission_span("validate-sidecarset", &headers);
     let mut checked = None;
     if let (Some(v), Ok(req)) = (state.pod_validator.get(), &decoded) {
-        let allowed = admit_sidecarset_validation(&state, req);
-        checked = Some(after_pod_validation(v, req, allowed).await);
+        // In the admission's span: what the validation records goes there.
+        let allowed = span.in_scope(|| admit_sidecarset_validation(&state, req));
+        checked = Some(
+            after_pod_validation(v, req, allowed)
+                .instrument(span.clone())
+                .await,
+        );
     }
-    handle_decoded("validate-sidecarset", &headers, decoded, start, |req| {
+    handle_in(span, "validate-sidecarset", decoded, start, |req| {
         checked.unwrap_or_else(|| admit_sidecarset_validation(&state, req))
     })
 }
