@@ -86,6 +86,25 @@ pub fn pod(name: &str, labels: Value) -> Pod {
     .unwrap()
 }
 
+/// Creates a Deployment "web" of `replicas` pods labelled `e2e-app: label` (one app container).
+pub async fn create_web_deployment(
+    c: &Client,
+    ns: &str,
+    label: &str,
+    replicas: i32,
+) -> anyhow::Result<()> {
+    let deploy: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"e2e-app": label}},
+                 "template": {"metadata": {"labels": {"e2e-app": label}},
+                              "spec": {"containers": [{"name": "app", "image": "registry.local/web:1"}]}}}
+    }))?;
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(c.clone(), ns)
+        .create(&PostParams::default(), &deploy)
+        .await?;
+    Ok(())
+}
+
 pub fn container_names(p: &Pod) -> Vec<String> {
     p.spec
         .as_ref()

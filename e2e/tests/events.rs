@@ -1,7 +1,6 @@
 //! Events for pods a matching SidecarSet was not injected into: on the pod's controller (or the
 //! pod), once per object, reason and SidecarSet, never for a dry run.
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -68,15 +67,7 @@ async fn paused_injection_is_reported_on_the_pod_and_once_on_the_replicaset() ->
     )
     .await?;
     // A Deployment of 3: one Event, on its ReplicaSet.
-    let deploy: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"e2e-app": label}},
-                 "template": {"metadata": {"labels": {"e2e-app": label}},
-                              "spec": {"containers": [{"name": "app", "image": "registry.local/web:1"}]}}}
-    }))?;
-    Api::<Deployment>::namespaced(c.clone(), &ns)
-        .create(&PostParams::default(), &deploy)
-        .await?;
+    create_web_deployment(&c, &ns, &label, 3).await?;
     eventually(60, "3 pods of the Deployment", || {
         let pods = pods.clone();
         let lp = ListParams::default().labels(&format!("e2e-app={label}"));

@@ -1166,7 +1166,6 @@ async fn the_crd_conversion_webhook_points_here_and_is_repaired_when_overwritten
 #[tokio::test]
 #[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
 async fn pods_without_their_sidecars_are_evicted_within_pdbs_and_the_rate() -> anyhow::Result<()> {
-    use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use kube::api::ListParams;
     let c = client().await;
@@ -1191,15 +1190,7 @@ async fn pods_without_their_sidecars_are_evicted_within_pdbs_and_the_rate() -> a
         let label = format!("evict-{s}");
         let pods: Api<Pod> = Api::namespaced(c.clone(), &app);
         // Three pods and a PDB that allows no disruption, before any SidecarSet selects them.
-        let deploy: Deployment = serde_json::from_value(json!({
-            "metadata": {"name": "web"},
-            "spec": {"replicas": 3, "selector": {"matchLabels": {"e2e-app": label}},
-                     "template": {"metadata": {"labels": {"e2e-app": label}},
-                                  "spec": {"containers": [{"name": "app", "image": "registry.local/web:1"}]}}}
-        }))?;
-        Api::<Deployment>::namespaced(c.clone(), &app)
-            .create(&PostParams::default(), &deploy)
-            .await?;
+        create_web_deployment(&c, &app, &label, 3).await?;
         let pdb: PodDisruptionBudget = serde_json::from_value(json!({
             "metadata": {"name": "web"},
             "spec": {"minAvailable": 3, "selector": {"matchLabels": {"e2e-app": label}}}

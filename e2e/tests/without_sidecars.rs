@@ -2,7 +2,6 @@
 //! webhook was unreachable under failurePolicy Ignore) are counted in the SidecarSet's status
 //! and reported once on their owner; recreated pods stop being counted.
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -24,15 +23,7 @@ async fn pods_running_without_their_sidecars_are_counted_and_reported_on_their_o
     create_namespace(&c, &ns, json!({})).await?;
     let label = format!("without-{s}");
     // Pods first: a Deployment of 2 and a bare pod, before any SidecarSet selects them.
-    let deploy: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"e2e-app": label}},
-                 "template": {"metadata": {"labels": {"e2e-app": label}},
-                              "spec": {"containers": [{"name": "app", "image": "registry.local/web:1"}]}}}
-    }))?;
-    Api::<Deployment>::namespaced(c.clone(), &ns)
-        .create(&PostParams::default(), &deploy)
-        .await?;
+    create_web_deployment(&c, &ns, &label, 2).await?;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
     pods.create(
         &PostParams::default(),
