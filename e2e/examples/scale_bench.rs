@@ -1390,3 +1390,130 @@ fn print(cfg: &Cfg, rep: &Report, total: Duration) {
     }
     println!("{out}");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WRK_OUT: &str = "Running 20s test @ https://127.0.0.1:9643/mutate-pod
+  2 threads and 8 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   610.12us  200.00us   9.80ms   90.00%
+    Req/Sec     6.50k   300.00     7.00k    70.00%
+  Latency Distribution
+     50%  580.00us
+     75%  700.00us
+     90%  850.00us
+     99%    1.52ms
+  260000 requests in 20.00s, 1.10GB read
+  Socket errors: connect 0, read 0, write 0, timeout 2
+  Non-2xx or 3xx responses: 3
+Requests/sec:  12999.50
+Transfer/sec:     56.30MB
+";
+
+    #[test]
+    fn wrk_output() {
+        let r = parse_wrk(WRK_OUT);
+        assert_eq!(r.p50, Some(Duration::from_micros(580)));
+        assert_eq!(r.p90, Some(Duration::from_micros(850)));
+        assert_eq!(r.p99, Some(Duration::from_micros(1520)));
+        assert_eq!(r.rate, 12999.5);
+        assert_eq!(r.requests, 260000.0);
+        assert_eq!(r.non_2xx, 3);
+        assert!(r.socket_errors.contains("timeout 2"));
+    }
+
+    #[test]
+    fn durations() {
+        for (s, want) in [
+            ("580.00us", Some(0.00058)),
+            ("1.52ms", Some(0.00152)),
+            ("2.00s", Some(2.0)),
+            ("1.5m", Some(90.0)),
+            ("12", None),
+            ("3.0h", None),
+        ] {
+            assert_eq!(parse_duration(s).map(|d| d.as_secs_f64()), want, "{s}");
+        }
+    }
+
+    const METRICS: &str = r#"# TYPE sidecarset_operator_reconciles counter
+sidecarset_operator_reconciles_total{result="ok"} 120
+sidecarset_operator_reconciles_total{result="error"} 3
+sidecarset_operator_reconciles_totally_other 99
+# TYPE sidecarset_operator_admission_duration_seconds histogram
+sidecarset_operator_admission_duration_seconds_bucket{webhook="mutate-pod",le="0.0001"} 0
+sidecarset_operator_admission_duration_seconds_bucket{webhook="mutate-pod",le="0.0002"} 50
+sidecarset_operator_admission_duration_seconds_bucket{webhook="mutate-pod",le="0.0004"} 98
+sidecarset_operator_admission_duration_seconds_bucket{webhook="mutate-pod",le="+Inf"} 100
+sidecarset_operator_admission_duration_seconds_bucket{webhook="convert",le="0.0001"} 7
+sidecarset_operator_admission_duration_seconds_bucket{webhook="convert",le="+Inf"} 7
+"#;
+
+    #[test]
+    fn counters_sum_over_labels_of_one_family_only() {
+        assert_eq!(counter_sum(METRICS, RECONCILES), 123.0);
+        assert_eq!(
+            counter_sum(METRICS, "sidecarset_operator_absent_total"),
+            0.0
+        );
+    }
+
+    #[test]
+    fn histogram_quantiles_of_the_difference() {
+        let after = buckets(METRICS, ADMISSION, POD_WEBHOOK);
+        assert_eq!(after.len(), 4, "{after:?}");
+        let none: Vec<(f64, f64)> = Vec::new();
+        // Median: rank 50 reaches the 0.0002 bucket exactly.
+        let (p50, n) = histogram_quantile(&none, &after, 0.5).unwrap();
+        assert_eq!(n, 100.0);
+        assert!((p50 - 0.0002).abs() < 1e-12, "{p50}");
+        // p90: rank 90, 40 of 48 into the 0.0002..0.0004 bucket.
+        let (p90, _) = histogram_quantile(&none, &after, 0.9).unwrap();
+        assert!(
+            (p90 - (0.0002 + 0.0002 * 40.0 / 48.0)).abs() < 1e-12,
+            "{p90}"
+        );
+        // p99 lies in +Inf: reported as the last finite bound.
+        assert_eq!(histogram_quantile(&none, &after, 0.99).unwrap().0, 0.0004);
+        // Only what happened between the scrapes counts; nothing happened: no figure.
+        assert_eq!(histogram_quantile(&after, &after, 0.5), None);
+        let before = vec![
+            (0.0001, 0.0),
+            (0.0002, 50.0),
+            (0.0004, 50.0),
+            (f64::INFINITY, 50.0),
+        ];
+        let (p50, n) = histogram_quantile(&before, &after, 0.5).unwrap();
+        assert_eq!(n, 50.0);
+        assert!(p50 > 0.0002 && p50 < 0.0004, "{p50}");
+    }
+
+    #[test]
+    fn pods_per_app_set_add_up() {
+        for (pods, sets) in [(20_000, 1000), (2000, 100), (7, 5), (3, 10)] {
+            let cfg = Cfg {
+                pods,
+                sidecarsets: sets,
+                ..Cfg::from_env().unwrap()
+            };
+            let total: usize = (0..cfg.apps()).map(|j| cfg.app_pods(j)).sum();
+            assert_eq!(total, pods, "{pods} pods over {sets} sets");
+            // Pod i goes to set i % apps: the same counts.
+            let mut by_set = vec![0; cfg.apps()];
+            (0..pods).for_each(|i| by_set[i % cfg.apps()] += 1);
+            assert_eq!(
+                by_set,
+                (0..cfg.apps()).map(|j| cfg.app_pods(j)).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn proc_of_this_process() {
+        let s = proc_sample(Some(std::process::id())).expect("/proc of this process");
+        assert!(s.rss_kib > 0 && s.hwm_kib >= s.rss_kib);
+        assert_eq!(proc_sample(None).map(|s| s.cpu_ticks), None);
+    }
+}
