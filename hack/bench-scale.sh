@@ -21,7 +21,8 @@
 #   WRK_SECONDS [20]  WRK_CONNECTIONS [8]  WRK_THREADS [2]  HARNESS_REQUESTS [5000] (per
 #   connection of the in-process harness; 0 skips it)  NO_WRK=1 (skip wrk)
 #   PERF=1 (record the operator with perf during the run; prints the hottest symbols)
-#   TIMEOUT_SECONDS [1800] (each waiting phase)
+#   TIMEOUT_SECONDS [600] (each waiting phase; a phase that times out is reported as such and
+#   the run goes on)
 #   SSO_WORK [/tmp/sidecarset-bench-scale]  SSO_CLUSTER_NAME [sidecarset-bench-scale]
 #   SSO_PORT [9643] (webhook)  SSO_METRICS_PORT [9691]  SSO_APISERVER_EXTRA_ARGS (added to the
 #   raised request limits below)

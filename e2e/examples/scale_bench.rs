@@ -30,11 +30,10 @@
 //! CONVERGE_SAMPLES [5], POD_DELAY [0s] (kwok's per-pod restart/ready delays), OPERATOR_PID,
 //! METRICS_ADDR [127.0.0.1:9090], WEBHOOK_URL [https://127.0.0.1:9443], WRK (path; unset: no
 //! wrk figures), WRK_SECONDS [20], WRK_CONNECTIONS [8], WRK_THREADS [2], BENCH_WORK [/tmp]
-//! (files for wrk), CLK_TCK [100], TIMEOUT_SECONDS [1800] (per waiting phase), HARNESS_LINE (the
+//! (files for wrk), CLK_TCK [100], TIMEOUT_SECONDS [600] (per waiting phase), HARNESS_LINE (the
 //! in-process harness's result line, shown in the table).
 
 #[path = "../../benches/fixture.rs"]
-#[allow(dead_code)]
 mod fixture;
 
 use anyhow::{Context, bail};
@@ -55,6 +54,8 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 const MESH: &str = "bench-mesh";
+/// What the statuses counted when their convergence timed out.
+static LAST_PROGRESS: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 const LOG: &str = "bench-log";
 
 fn env_num(name: &str, default: u64) -> anyhow::Result<u64> {
@@ -156,7 +157,7 @@ impl Cfg {
             wrk_threads: env_num("WRK_THREADS", 2)?.max(1),
             work: env_str("BENCH_WORK", "/tmp"),
             clk_tck: env_num("CLK_TCK", 100)?.max(1) as f64,
-            timeout: Duration::from_secs(env_num("TIMEOUT_SECONDS", 1800)?.max(10)),
+            timeout: Duration::from_secs(env_num("TIMEOUT_SECONDS", 600)?.max(10)),
         })
     }
 
@@ -490,7 +491,7 @@ async fn create_pods(pods: &Api<Pod>, cfg: &Cfg, nodes: &[String]) -> (Duration,
                     }
                 }
                 let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if n % step == 0 {
+                if n.is_multiple_of(step) {
                     eprintln!(
                         "[scale]   {n}/{} pods created ({:.0}/s)",
                         cfg.pods,
@@ -561,6 +562,15 @@ async fn wait_all_converged(
             last_print = Instant::now();
         }
         if t.elapsed() > timeout {
+            let total: usize = want.values().sum();
+            eprintln!(
+                "[scale]   timeout: {ok}/{} SidecarSets converged; status counts {matched}/{total} matched, {ready}/{total} updated+ready",
+                want.len()
+            );
+            *LAST_PROGRESS.lock().unwrap() = format!(
+                "at the timeout the statuses counted {matched}/{total} matched and {ready}/{total} updated+ready; {ok}/{} sets exact",
+                want.len()
+            );
             return Ok(None);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
