@@ -1246,8 +1246,11 @@ async fn main() -> anyhow::Result<()> {
             );
             if let Some(r) = bare_ready {
                 rep.info(
-                    "  rollout rate vs bare client incl. readiness",
-                    format!("{:.0} %", rate / (bare_n as f64 / r.as_secs_f64()) * 100.0),
+                    "  same vs the bare client until its pods are ready again",
+                    format!(
+                        "{:.0} % (on kwok the restarts, not the patches, are the limit)",
+                        rate / (bare_n as f64 / r.as_secs_f64()) * 100.0
+                    ),
                 );
             }
         }
