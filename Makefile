@@ -107,6 +107,10 @@ bench-tracing: ## Webhook load runs, 3 rounds of: telemetry off, logs only, logs
 bench-controller: ## Controller load run on a local kwok cluster: PODS matched pods (default 5000)
 	hack/bench-controller.sh
 
+.PHONY: bench-scale
+bench-scale: ## Scale benchmark on a local kwok cluster: 20000 pods, 1000 SidecarSets; RSS, idle CPU/reconciles, convergence, rollout rate, admission p50/p99 (wrk); knobs in hack/bench-scale.sh
+	hack/bench-scale.sh
+
 .PHONY: docker-build
 docker-build: ## Build the operator image (needs Docker)
 	docker build -t $(IMG) .
