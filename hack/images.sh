@@ -218,7 +218,7 @@ cmd_ids() {
   for t in v1 v2 v3; do
     id=sha256:$(skopeo inspect --config --raw "docker-archive:$out/busybox-$t.tar" | sha256sum | cut -d' ' -f1)
     echo "$TEST_REPO/busybox:$t $id"
-    [ "$t" = v2 ] && echo "$TEST_REPO/busybox:v2-alias $id"
+    if [ "$t" = v2 ]; then echo "$TEST_REPO/busybox:v2-alias $id"; fi
   done >"$out/image-ids"
 }
 
