@@ -58,6 +58,19 @@ fn standalone_args(ns: &str, name: &str, port: u16) -> Vec<String> {
     v
 }
 
+/// Waits until the webhook configurations `name` carry a CA bundle (the instance's SidecarSet
+/// webhooks can then be called).
+async fn wait_webhooks_trusted(c: &kube::Client, name: &str) -> anyhow::Result<()> {
+    eventually(15, "the operator's certificates and webhooks", || {
+        let (c, name) = (c.clone(), name.to_string());
+        async move {
+            let bundles = ca_bundles(&c, &name).await.unwrap_or_default();
+            Ok((!bundles.is_empty() && bundles.iter().all(|b| !b.is_empty())).then_some(()))
+        }
+    })
+    .await
+}
+
 fn as_strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
@@ -869,14 +882,7 @@ async fn traces_reach_a_receiver_at_shutdown(protocol: &str, tls: Tls) -> anyhow
     let client_span = format!("{:016x}", (nanos as u64) | 1);
     let result = async {
         let label = format!("traced-{s}");
-        eventually(15, "the operator's certificates and webhooks", || {
-            let (c, name) = (c.clone(), name.clone());
-            async move {
-                let bundles = ca_bundles(&c, &name).await.unwrap_or_default();
-                Ok((!bundles.is_empty() && bundles.iter().all(|b| !b.is_empty())).then_some(()))
-            }
-        })
-        .await?;
+        wait_webhooks_trusted(&c, &name).await?;
         create_sidecarset(&c, json!({
             "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
             "spec": {"selector": {"matchLabels": {"e2e-app": label}}, "containers": [{"name": "traced", "image": "registry.local/t:1"}]}
@@ -1003,14 +1009,7 @@ async fn a_collector_outage_is_counted_and_logged_and_export_resumes() -> anyhow
         format!("sidecarset_operator_trace_spans_exported_total{{result=\"{state}\"}}")
     };
     let result = async {
-        eventually(15, "the operator's certificates and webhooks", || {
-            let (c, name) = (c.clone(), name.clone());
-            async move {
-                let bundles = ca_bundles(&c, &name).await.unwrap_or_default();
-                Ok((!bundles.is_empty() && bundles.iter().all(|b| !b.is_empty())).then_some(()))
-            }
-        })
-        .await?;
+        wait_webhooks_trusted(&c, &name).await?;
         // Admissions and reconciles make spans.
         create_sidecarset(&c, json!({
             "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
@@ -1216,14 +1215,7 @@ async fn pods_without_their_sidecars_are_evicted_within_pdbs_and_the_rate() -> a
             }
         })
         .await?;
-        eventually(15, "the operator's certificates and webhooks", || {
-            let (c, name) = (c.clone(), name.clone());
-            async move {
-                let bundles = ca_bundles(&c, &name).await.unwrap_or_default();
-                Ok((!bundles.is_empty() && bundles.iter().all(|b| !b.is_empty())).then_some(()))
-            }
-        })
-        .await?;
+        wait_webhooks_trusted(&c, &name).await?;
         let ss = format!("e2e-evict-{s}");
         create_sidecarset(&c, json!({
             "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
