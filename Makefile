@@ -17,14 +17,16 @@ build: ## Build the operator (debug)
 	cargo build --bin sidecarset-operator
 
 .PHONY: test
-test: lint check-manifests unit helm-lint bundle-validate e2e-local chart-test-local e2e-node ## Every test: lint, generated-file drift, unit + webhook tests, chart and bundle checks, e2e on local clusters and on a real node
-	@if [ -s "$${SSO_WORK:-.local}/skipped-suites" ]; then \
-	  echo "make test: SKIPPED $$(cat "$${SSO_WORK:-.local}/skipped-suites")"; \
-	else echo "make test: every suite ran (kwok and real node)"; fi
+test: ## Every test: lint, feature and generated-file drift, unit + webhook tests, chart and bundle checks, e2e on local clusters and on a real node; ends with a table of the phases' times (hack/test.sh)
+	hack/test.sh all
+
+.PHONY: check
+check: ## The fast inner loop (no cluster): fmt, the feature check, clippy, generated-file drift, unit/fixture/conformance/webhook tests, chart lint
+	hack/test.sh check
 
 .PHONY: unit
 unit: ## Unit, fixture and webhook (TLS) tests
-	cargo test --workspace --exclude sidecarset-e2e
+	cargo test --workspace --exclude sidecarset-e2e --tests
 
 .PHONY: fuzz
 fuzz: ## Long property runs (PROPTEST_CASES, default 100000) of AdmissionReview decoding + admission, injection and conversion
@@ -51,8 +53,9 @@ e2e: ## The e2e suite on kind with the operator image installed by Helm (needs D
 	hack/e2e-kind.sh
 
 .PHONY: lint
-lint: ## cargo fmt --check and clippy -D warnings
+lint: ## cargo fmt --check, one feature set for every build (hack/features.sh), clippy -D warnings
 	cargo fmt --all -- --check
+	hack/features.sh check
 	cargo clippy --workspace --all-targets -- -D warnings
 
 .PHONY: manifests

@@ -50,7 +50,7 @@ SSO_OPERATOR_KUBECONFIG=$WORK/sa.kubeconfig SSO_MANAGE_WEBHOOKS=false KUBECTL=$W
   hack/run-local.sh --background
 
 log "running the e2e suite with the operator up"
-cargo test -p sidecarset-e2e -- --test-threads=4
+cargo test -p sidecarset-e2e --tests -- --test-threads=4
 
 log "pods for the operator-down checks (an injected one, a plain one)"
 cargo test -p sidecarset-e2e --test operator_down prepare_pods -- --ignored

@@ -2,7 +2,7 @@
 # The real-node suites, as `make test` runs them (after the kwok suites): on the real node of
 # hack/node.sh (kubelet + containerd + runc, control plane in the node's namespaces):
 #
-#   1. image    the operator's image, built from the release binary with the Dockerfile's runtime
+#   1. image    the operator's image, built from the operator binary with the Dockerfile's runtime
 #               layout (hack/images.sh), agrees with the Dockerfile (user, entrypoint, cmd,
 #               exposed ports, labels) and its binary runs in it as user 65532
 #   2. install  helm install of the chart in Service mode (2 replicas, probes, PDB, the chart's
@@ -74,8 +74,20 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-section "build: the release binary (for the image), the e2e tests"
-cargo build --release --bin sidecarset-operator
+# The image's binary: the dev-profile build the other suites run (default), or the release profile
+# the Dockerfile builds (SSO_IMAGE_PROFILE=release: about 17 min more on 2 cores, cold). These
+# suites check behaviour (admission, conversion, helm install, in-place upgrades on a kubelet),
+# not speed: the same sources with the same features (hack/features.sh) and the same linked
+# libraries, in the Dockerfile's runtime layout; the dev build adds overflow checks and debug
+# assertions. Speed is measured in release by the benchmarks (make bench*).
+case "${SSO_IMAGE_PROFILE:-dev}" in
+  dev) profile_dir=debug; profile_args=() ;;
+  release) profile_dir=release; profile_args=(--release) ;;
+  *) die "SSO_IMAGE_PROFILE must be dev or release, not '${SSO_IMAGE_PROFILE}'" ;;
+esac
+export SSO_OPERATOR_BIN=$REPO/target/$profile_dir/sidecarset-operator
+section "build: the operator binary for the image (${SSO_IMAGE_PROFILE:-dev} profile), the e2e tests"
+cargo build "${profile_args[@]}" --bin sidecarset-operator
 cargo build -p sidecarset-e2e --tests
 
 section "node"
@@ -93,7 +105,7 @@ jp() { k "$@" 2>/dev/null || true; }
 # ---------------------------------------------------------------------------------------------
 section "image: the local operator image against the Dockerfile"
 hack/images.sh check "$IMG_DIR"
-pass "operator image $SSO_OPERATOR_IMAGE (from target/release) agrees with the Dockerfile"
+pass "operator image $SSO_OPERATOR_IMAGE (from target/$profile_dir) agrees with the Dockerfile"
 
 # ---------------------------------------------------------------------------------------------
 section "install: helm install on the real node (Service mode)"

@@ -9,7 +9,7 @@
 #                                      localhost/sso-e2e/busybox:v2     ... v2
 #                                      localhost/sso-e2e/busybox:v3     ... v3
 #                                    (hack/node.sh also tags v2 as :v2-alias; :v404 never exists)
-#   hack/images.sh operator BIN OUT  the operator's image from the release binary BIN, with the
+#   hack/images.sh operator BIN OUT  the operator's image from the operator binary BIN, with the
 #                                    runtime layout of the Dockerfile's final stage (distroless
 #                                    cc-debian12:nonroot): /sidecarset-operator, the glibc
 #                                    libraries it links, CA certificates, user 65532:65532,
@@ -100,7 +100,7 @@ OP_PORT=9443/tcp
 cmd_operator() {
   local bin=${1:?usage: hack/images.sh operator BIN OUT} out=${2:?usage: hack/images.sh operator BIN OUT}
   need
-  [ -x "$bin" ] || die "$bin is not an executable (cargo build --release --bin sidecarset-operator)"
+  [ -x "$bin" ] || die "$bin is not an executable (cargo build --bin sidecarset-operator)"
   [ -s /etc/ssl/certs/ca-certificates.crt ] || die "/etc/ssl/certs/ca-certificates.crt is missing (Debian package ca-certificates)"
   mkdir -p "$out"
   local w version lib

@@ -11,7 +11,7 @@
 #   hack/node.sh env      'export KUBECONFIG=...' etc. for eval (the API server is only reachable
 #                         inside the node's network namespace: use 'exec')
 #   hack/node.sh exec CMD...   run CMD in the node's network namespace (kubectl, helm, tests)
-#   hack/node.sh images   rebuild the operator image from target/release and import it (node up)
+#   hack/node.sh images   rebuild the operator image from SSO_OPERATOR_BIN and import it (node up)
 #
 # Design. Everything runs in one private mount + network namespace, held by a sleeping process
 # (PID in $NODE_DIR/ns.pid): inside it, hack/cluster.sh's kwok control plane (etcd,
@@ -37,7 +37,7 @@
 #
 # Env: SSO_WORK (default <repo>/.local), SSO_NODE_DIR (default $SSO_WORK/node), SSO_NODE_NAME
 # (default sso-real-node), SSO_TIMEOUT (default 180), SSO_NODE_NO_INSTALL=1 (never apt-get),
-# SSO_OPERATOR_BIN (the binary of the operator image; default target/release/sidecarset-operator),
+# SSO_OPERATOR_BIN (the binary of the operator image; default target/debug/sidecarset-operator),
 # SSO_KEEP_ON_FAILURE=1 (leave a node whose 'up' failed running).
 set -euo pipefail
 
@@ -451,14 +451,14 @@ build_images() {
     "$REPO/hack/images.sh" ids "$IMG_DIR"
     echo "$stamp" >"$IMG_DIR/test.stamp"
   fi
-  local bin=${SSO_OPERATOR_BIN:-$REPO/target/release/sidecarset-operator}
+  local bin=${SSO_OPERATOR_BIN:-$REPO/target/debug/sidecarset-operator}
   if [ -x "$bin" ]; then
     if [ "$(cat "$IMG_DIR/operator.tar.bin-sha256" 2>/dev/null)" != "$(sha256sum "$bin" | cut -d' ' -f1)" ] \
        || [ "$REPO/hack/images.sh" -nt "$IMG_DIR/operator.tar" ]; then
       SSO_OPERATOR_IMAGE=$OPERATOR_IMAGE "$REPO/hack/images.sh" operator "$bin" "$IMG_DIR"
     fi
   else
-    log "no $bin: the operator image is not built (cargo build --release --bin sidecarset-operator)"
+    log "no $bin: the operator image is not built (cargo build --bin sidecarset-operator)"
   fi
 }
 
