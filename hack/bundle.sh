@@ -166,9 +166,24 @@ _build_opm() {
   log "opm $OPM_VERSION built in $((SECONDS - start)) s"
 }
 
+# on_path NAME PATTERN: NAME from PATH when `NAME version` reports the pinned version
+on_path() {
+  local c
+  c=$(command -v "$1" 2>/dev/null) || return 1
+  "$c" version 2>/dev/null | grep -qF -- "$2" || return 1
+  echo "$c"
+}
+
 build_tools() {
+  local found
   OPERATOR_SDK=$CACHE/operator-sdk-$OPERATOR_SDK_VERSION/operator-sdk
   OPM=$CACHE/opm-$OPM_VERSION/opm
+  if [ ! -x "$OPERATOR_SDK" ] && found=$(on_path operator-sdk "\"$OPERATOR_SDK_VERSION\""); then
+    log "using operator-sdk $OPERATOR_SDK_VERSION from $found"; OPERATOR_SDK=$found
+  fi
+  if [ ! -x "$OPM" ] && found=$(on_path opm "\"$OPM_VERSION\""); then
+    log "using opm $OPM_VERSION from $found"; OPM=$found
+  fi
   [ -x "$OPERATOR_SDK" ] || with_lock "$(dirname "$OPERATOR_SDK")" _build_operator_sdk "$(dirname "$OPERATOR_SDK")"
   [ -x "$OPM" ] || with_lock "$(dirname "$OPM")" _build_opm "$(dirname "$OPM")"
 }
