@@ -366,7 +366,7 @@ pub async fn keep_crd_conversion_from_file(
                 ca_file.display()
             ),
             Ok(pem) => match certs::crd::ensure(&client, &target, &pem, FIELD_MANAGER).await {
-                Ok(certs::crd::Outcome::NoCrd) => format!(
+                Ok(certs::crd::ConversionPass::NoCrd) => format!(
                     "the SidecarSet CRD {} is not installed",
                     crate::api::CRD_NAME
                 ),

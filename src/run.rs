@@ -47,7 +47,7 @@ pub struct Config {
     /// Namespaces whose pods are never injected (the flag's and the operator's own).
     pub skip_namespaces: Vec<String>,
     /// The certificate manager's settings (`--cert-mode=self` only).
-    pub cert_settings: Option<certs::manager::Settings>,
+    pub cert_settings: Option<certs::manager::ManagerSettings>,
     /// The bounds on the admission endpoints.
     pub limits: webhook::Limits,
     /// How long the validating webhook waits for the API server's pod validation.
@@ -208,7 +208,7 @@ pub fn controller(
 ) -> anyhow::Result<Option<Election>> {
     let args = &config.args;
     let election = if args.controller && args.leader_elect {
-        let settings = crate::controller::leader::Settings {
+        let settings = crate::controller::leader::ElectionSettings {
             namespace: args.namespace.clone(),
             name: args.leader_lease_name.clone(),
             identity: config.identity.clone(),
@@ -399,7 +399,7 @@ async fn shutdown_signal() {
     ctrl_c.await.unwrap_or(());
 }
 
-fn cert_settings(args: &RunArgs) -> anyhow::Result<certs::manager::Settings> {
+fn cert_settings(args: &RunArgs) -> anyhow::Result<certs::manager::ManagerSettings> {
     if !(0.1..1.0).contains(&args.cert_renew_at) {
         bail!(
             "--cert-renew-at {} must be between 0.1 and 1 (a fraction of the lifetime)",
@@ -433,7 +433,7 @@ fn cert_settings(args: &RunArgs) -> anyhow::Result<certs::manager::Settings> {
             Err(_) => {}
         }
     }
-    Ok(certs::manager::Settings {
+    Ok(certs::manager::ManagerSettings {
         certs: certs::CertConfig {
             service: args.webhook_service.clone(),
             namespace: args.namespace.clone(),

@@ -71,8 +71,8 @@ async fn after_pod_validation(
         return allowed;
     }
     match v.check(&new.ss).await {
-        crate::pod_validation::Outcome::Valid => allowed,
-        crate::pod_validation::Outcome::Invalid(errors) => {
+        crate::pod_validation::PodValidation::Valid => allowed,
+        crate::pod_validation::PodValidation::Invalid(errors) => {
             crate::metrics::metrics()
                 .validation_denials
                 .get_or_create(&crate::metrics::reason("invalid_pod"))
@@ -87,7 +87,7 @@ async fn after_pod_validation(
                 ),
             )
         }
-        crate::pod_validation::Outcome::Unchecked(why) => {
+        crate::pod_validation::PodValidation::Unchecked(why) => {
             tracing::warn!(sidecarset = new.ss.name(), reason = %why, "SidecarSet admitted without the API server's pod validation");
             let mut resp = allowed;
             resp.warnings.push(format!(
