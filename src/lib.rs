@@ -15,6 +15,8 @@ pub mod controller;
 pub mod events;
 pub mod health;
 pub mod metrics;
+#[cfg(test)]
+mod mock_api;
 pub mod pod_validation;
 pub mod registration;
 pub mod run;

@@ -564,3 +564,6 @@ pub fn with_types<K: Resource<DynamicType = ()> + serde::Serialize>(
     v["kind"] = K::kind(&()).into();
     Ok(v)
 }
+
+#[cfg(test)]
+mod against_a_mock_api_server;

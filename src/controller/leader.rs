@@ -847,3 +847,6 @@ mod tests {
         assert!(*l.watch().borrow());
     }
 }
+
+#[cfg(test)]
+mod against_a_mock_api_server;

@@ -496,6 +496,9 @@ pub fn excluded_but_selected<'a>(
 }
 
 #[cfg(test)]
+mod against_a_mock_api_server;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
