@@ -809,7 +809,7 @@ pub fn apply(pod: &mut Value, patch: &Patch) -> Result<(), json_patch::PatchErro
 mod tests {
     use super::*;
 
-    /// Found by the fuzz properties (tests/properties.rs): a pod sent with no spec, or with no
+    /// Found by the fuzz properties (tests/all/properties.rs): a pod sent with no spec, or with no
     /// containers, got a patch adding at /spec/containers/0, which does not apply.
     #[test]
     fn the_patch_applies_to_a_pod_without_spec_or_containers() {
