@@ -15,20 +15,24 @@ WORKDIR /src
 #    declared target needs a file for cargo to load the workspace, so stubs stand in for them.
 COPY Cargo.toml Cargo.lock ./
 COPY e2e/Cargo.toml e2e/Cargo.toml
-RUN mkdir -p src benches e2e/src \
+COPY crates/core/Cargo.toml crates/core/Cargo.toml
+COPY crates/cli/Cargo.toml crates/cli/Cargo.toml
+RUN mkdir -p src benches e2e/src crates/core/src crates/cli/src \
  && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs e2e/src/lib.rs \
+ && touch src/lib.rs e2e/src/lib.rs crates/core/src/lib.rs crates/cli/src/lib.rs \
  && echo 'fn main() {}' > benches/inject.rs \
  && echo 'fn main() {}' > benches/webhook_load.rs \
  && cargo build --release --locked --bin sidecarset-operator \
- && rm -rf src benches e2e/src
+ && rm -rf src benches e2e/src crates/core/src crates/cli/src
 
 # 2. The real sources. Touch the crate roots: COPY keeps the files' old mtimes, and cargo would
 #    otherwise take the stub build of step 1 as up to date.
 COPY src src
 COPY benches benches
 COPY e2e/src e2e/src
-RUN touch src/main.rs src/lib.rs \
+COPY crates/core/src crates/core/src
+COPY crates/cli/src crates/cli/src
+RUN touch src/main.rs src/lib.rs crates/core/src/lib.rs crates/cli/src/lib.rs \
  && cargo build --release --locked --bin sidecarset-operator \
  && install -D -m 0755 target/release/sidecarset-operator /out/sidecarset-operator
 

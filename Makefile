@@ -30,7 +30,7 @@ unit: ## Unit, fixture and webhook (TLS) tests
 
 .PHONY: fuzz
 fuzz: ## Long property runs (PROPTEST_CASES, default 100000) of AdmissionReview decoding + admission, injection and conversion
-	PROPTEST_CASES=$${PROPTEST_CASES:-100000} cargo test --test properties --test conversion -- --test-threads=2
+	PROPTEST_CASES=$${PROPTEST_CASES:-100000} cargo test -p sidecarset-operator --test all -- --test-threads=2 properties:: conversion::
 
 .PHONY: e2e-local
 e2e-local: ## The e2e suite on a local kwok cluster built from source (operator as a local process)

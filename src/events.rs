@@ -264,7 +264,7 @@ pub struct SidecarSetEvents {
 
 /// Normal or Warning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum EventType {
     Normal,
     Warning,
 }
@@ -298,7 +298,7 @@ impl SidecarSetEvents {
     pub async fn publish(
         &self,
         regarding: ObjectReference,
-        kind: Kind,
+        kind: EventType,
         reason: &str,
         note: String,
     ) {
@@ -319,8 +319,8 @@ impl SidecarSetEvents {
             note: Some(note),
             type_: Some(
                 match kind {
-                    Kind::Warning => "Warning",
-                    Kind::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                    EventType::Normal => "Normal",
                 }
                 .into(),
             ),

@@ -1,24 +1,24 @@
 //! sidecarset-operator: injects and upgrades sidecar containers driven by OpenKruise-compatible
 //! SidecarSets (`apps.kruise.io/v1alpha1`).
 //!
-//! The pure core (`api`, `select`, `inject`) holds the behaviour; `webhook` and `cli` are thin
-//! shells around it.
+//! The pure core (`api`, `index`, `inject`, `rollout`) is the `sidecarset-core` crate and holds
+//! the behaviour; it is re-exported here so paths like `sidecarset_operator::api` keep working.
+//! This crate is the shell: the cluster view, the controller, the webhooks, the certificates,
+//! registration, telemetry and `run`. The command-line tools are the `sidecarset-cli` crate.
 
-pub mod api;
+pub use sidecarset_core::{api, index, inject, rollout};
+
 pub mod certs;
-pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod events;
 pub mod health;
-pub mod index;
-pub mod inject;
-pub mod inspect;
 pub mod metrics;
+#[cfg(test)]
+mod mock_api;
 pub mod pod_validation;
 pub mod registration;
-pub mod rollout;
 pub mod run;
 pub mod telemetry;
 pub mod tls;

@@ -1,7 +1,7 @@
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use sidecarset_cli::{ToolCommand, inspect, invoked_as_plugin, run_tool};
+use sidecarset_operator::run;
 use sidecarset_operator::telemetry::otel as telemetry;
-use sidecarset_operator::{api, cli, inspect, run};
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 // jemalloc returns freed memory to the system and fragments less than glibc's malloc with many
@@ -33,74 +33,8 @@ struct Cli {
 enum Command {
     /// Run the operator (the default).
     Run(Box<run::RunArgs>),
-    /// Print the SidecarSet CustomResourceDefinition as YAML.
-    Crd,
-    /// Inject a pod file offline with the SidecarSets of a file or folder; print the pod as YAML.
-    Inject {
-        /// The pod (YAML or JSON).
-        #[arg(short = 'f', long = "filename")]
-        pod: PathBuf,
-        /// A YAML file (several documents allowed) or a folder of them.
-        #[arg(long)]
-        sidecarsets: PathBuf,
-        /// Labels of the pod's namespace, as k=v[,k=v...].
-        #[arg(long, default_value = "")]
-        namespace_labels: String,
-    },
-    /// Explain an object: `explain pod NAMESPACE/NAME` (against the cluster), or `explain pod -f
-    /// pod.yaml --sidecarsets DIR` (offline).
-    Explain {
-        #[command(subcommand)]
-        what: inspect::ExplainCommand,
-    },
-    /// Preview a SidecarSet change against the cluster before applying it: the pods it would
-    /// select, upgrade in place or leave alone (and why), conflicts with other SidecarSets, and
-    /// the rollout order.
-    Diff(inspect::DiffArgs),
-}
-
-/// The name kubectl runs a plugin `kubectl sidecarset` by.
-const PLUGIN_NAME: &str = "kubectl-sidecarset";
-
-/// Invoked as `kubectl sidecarset ...` (the binary installed, or linked, as kubectl-sidecarset).
-fn invoked_as_plugin() -> bool {
-    std::env::args_os()
-        .next()
-        .and_then(|a| {
-            Path::new(&a)
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-        })
-        .is_some_and(|s| s == PLUGIN_NAME)
-}
-
-/// Runs a tool command (explain, diff) on a small runtime and prints what it says.
-fn tool(
-    f: impl std::future::Future<Output = Result<inspect::Outcome, inspect::ToolError>>,
-) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(inspect::EXIT_INPUT);
-        }
-    };
-    match rt.block_on(f) {
-        Ok(out) => {
-            print!("{}", out.stdout);
-            for line in &out.stderr {
-                eprintln!("{line}");
-            }
-            ExitCode::from(out.code)
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
+    #[command(flatten)]
+    Tool(Box<ToolCommand>),
 }
 
 fn main() -> ExitCode {
@@ -144,46 +78,7 @@ fn main() -> ExitCode {
         }
     };
     match command {
-        Command::Explain {
-            what: inspect::ExplainCommand::Pod(args),
-        } => tool(inspect::explain_pod(&args)),
-        Command::Diff(args) => tool(inspect::diff(&args)),
-        Command::Crd => match api::crd_yaml() {
-            Ok(y) => {
-                print!("{y}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: cannot print the CRD: {e}");
-                ExitCode::FAILURE
-            }
-        },
-        Command::Inject {
-            pod,
-            sidecarsets,
-            namespace_labels,
-        } => {
-            let labels = match cli::parse_labels(&namespace_labels) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("error: --namespace-labels: {e}");
-                    return ExitCode::from(inspect::EXIT_INPUT);
-                }
-            };
-            let now = jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string();
-            match cli::inject_files(&pod, &sidecarsets, &labels, &now) {
-                Ok(y) => {
-                    print!("{y}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Tool(tool) => run_tool(*tool),
         Command::Run(args) => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

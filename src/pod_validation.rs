@@ -45,7 +45,7 @@ pub const PLACEHOLDER_IMAGE: &str = "sidecarset-validation.invalid/app:0";
 
 /// What [`PodValidator::check`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum PodValidation {
     /// The API server accepts the SidecarSet's containers, init containers and volumes.
     Valid,
     /// The API server refuses them; the field paths are the SidecarSet's.
@@ -195,15 +195,15 @@ pub fn sidecarset_field(pod_field: &str, ss: &SidecarSetSpec) -> Option<String> 
 
 /// What the API server's 422 refusal of the synthetic template says, as the SidecarSet's field
 /// errors. Causes about fields the SidecarSet did not make turn the whole answer into
-/// [`Outcome::Unchecked`] (a fault of the template, not of the SidecarSet).
-pub fn outcome_of_refusal(status: &kube::core::Status, ss: &SidecarSetSpec) -> Outcome {
+/// [`PodValidation::Unchecked`] (a fault of the template, not of the SidecarSet).
+pub fn outcome_of_refusal(status: &kube::core::Status, ss: &SidecarSetSpec) -> PodValidation {
     let causes = status
         .details
         .as_ref()
         .map(|d| d.causes.as_slice())
         .unwrap_or_default();
     if causes.is_empty() {
-        return Outcome::Unchecked(format!(
+        return PodValidation::Unchecked(format!(
             "the API server refused the pod built from it without naming a field: {}",
             status.message
         ));
@@ -216,14 +216,14 @@ pub fn outcome_of_refusal(status: &kube::core::Status, ss: &SidecarSetSpec) -> O
                 message: format!("{} (the API server's pod validation)", cause.message),
             }),
             None => {
-                return Outcome::Unchecked(format!(
+                return PodValidation::Unchecked(format!(
                     "the API server refused a field of the pod built from it that is not the SidecarSet's ({}: {})",
                     cause.field, cause.message
                 ));
             }
         }
     }
-    Outcome::Invalid(errors)
+    PodValidation::Invalid(errors)
 }
 
 /// Asks the API server to validate SidecarSets as pods (see the module documentation).
@@ -245,7 +245,7 @@ impl PodValidator {
     }
 
     /// One server-side dry-run create of the SidecarSet's synthetic pod template.
-    pub async fn check(&self, ss: &SidecarSet) -> Outcome {
+    pub async fn check(&self, ss: &SidecarSet) -> PodValidation {
         let api: Api<PodTemplate> = Api::namespaced(self.client.clone(), &self.namespace);
         let params = PostParams {
             dry_run: true,
@@ -255,19 +255,19 @@ impl PodValidator {
         let start = std::time::Instant::now();
         let answer = tokio::time::timeout(self.timeout, api.create(&params, &template)).await;
         let outcome = match answer {
-            Ok(Ok(_)) => Outcome::Valid,
+            Ok(Ok(_)) => PodValidation::Valid,
             Ok(Err(kube::Error::Api(status))) if status.code == 422 => {
                 outcome_of_refusal(&status, &ss.spec)
             }
-            Ok(Err(kube::Error::Api(status))) => Outcome::Unchecked(format!(
+            Ok(Err(kube::Error::Api(status))) => PodValidation::Unchecked(format!(
                 "the dry-run of a pod template in namespace {} failed ({} {}): {}",
                 self.namespace, status.code, status.reason, status.message
             )),
-            Ok(Err(e)) => Outcome::Unchecked(format!(
+            Ok(Err(e)) => PodValidation::Unchecked(format!(
                 "the dry-run of a pod template in namespace {} failed: {e}",
                 self.namespace
             )),
-            Err(_) => Outcome::Unchecked(format!(
+            Err(_) => PodValidation::Unchecked(format!(
                 "the API server did not answer the dry-run within {:?}",
                 self.timeout
             )),
@@ -432,7 +432,7 @@ mod tests {
         );
         assert_eq!(
             got,
-            Outcome::Invalid(vec![FieldError {
+            PodValidation::Invalid(vec![FieldError {
                 field: "spec.containers[0].imagePullPolicy".into(),
                 message: "Unsupported value: \"Sometimes\" (the API server's pod validation)"
                     .into()
@@ -447,13 +447,13 @@ mod tests {
             &s,
         );
         assert!(
-            matches!(&got, Outcome::Unchecked(why) if why.contains("template.spec.containers[1].image")),
+            matches!(&got, PodValidation::Unchecked(why) if why.contains("template.spec.containers[1].image")),
             "{got:?}"
         );
         // No causes at all.
         assert!(matches!(
             outcome_of_refusal(&status(&[]), &s),
-            Outcome::Unchecked(_)
+            PodValidation::Unchecked(_)
         ));
     }
 

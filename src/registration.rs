@@ -366,7 +366,7 @@ pub async fn keep_crd_conversion_from_file(
                 ca_file.display()
             ),
             Ok(pem) => match certs::crd::ensure(&client, &target, &pem, FIELD_MANAGER).await {
-                Ok(certs::crd::Outcome::NoCrd) => format!(
+                Ok(certs::crd::ConversionPass::NoCrd) => format!(
                     "the SidecarSet CRD {} is not installed",
                     crate::api::CRD_NAME
                 ),
@@ -384,5 +384,123 @@ pub async fn keep_crd_conversion_from_file(
             _ = wake.notified() => {}
             _ = tokio::time::sleep(resync) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod against_a_mock_api_server {
+    //! The pod webhook's match conditions against a mock API server, on tokio's paused clock.
+
+    use super::*;
+    use crate::health::Readiness;
+    use crate::mock_api::{self, ApiServer};
+    use serde_json::{Value, json};
+
+    const CONFIG: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sso";
+
+    fn view(app: &str) -> Arc<ClusterView> {
+        let readiness = Readiness::default();
+        let view = Arc::new(ClusterView::new(Vec::<String>::new(), &readiness));
+        view.reset_sidecarsets(vec![sidecarset(app)]);
+        view
+    }
+
+    fn sidecarset(app: &str) -> crate::api::SidecarSet {
+        let mut ss: crate::api::SidecarSet = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": "mesh"},
+            "spec": {"selector": {"matchLabels": {"app": app}},
+                     "containers": [{"name": "proxy", "image": "proxy:1"}]}
+        }))
+        .unwrap();
+        crate::api::default_sidecarset(&mut ss);
+        ss
+    }
+
+    /// The configuration as installed, with the pod CREATE webhook or without it.
+    fn configuration(with_pod_webhook: bool) -> Value {
+        let mut webhooks = vec![json!({"name": "other.sidecarset-operator.io",
+            "admissionReviewVersions": ["v1"], "sideEffects": "None", "clientConfig": {}})];
+        if with_pod_webhook {
+            webhooks.push(
+                json!({"name": POD_CREATE_WEBHOOK, "admissionReviewVersions": ["v1"],
+                                 "sideEffects": "None", "clientConfig": {}}),
+            );
+        }
+        json!({"apiVersion": "admissionregistration.k8s.io/v1",
+               "kind": "MutatingWebhookConfiguration", "metadata": {"name": "sso"},
+               "webhooks": webhooks})
+    }
+
+    /// The next write: its match condition's expression (None: the condition removed).
+    async fn applied(api: &mut ApiServer) -> (Option<String>, mock_api::Call) {
+        api.expect("GET", CONFIG)
+            .await
+            .answer(200, configuration(true));
+        let apply = api.expect("PATCH", CONFIG).await;
+        assert_eq!(
+            apply.content_type.as_deref(),
+            Some("application/apply-patch+yaml")
+        );
+        assert!(
+            apply
+                .uri
+                .contains(&format!("fieldManager={MATCH_CONDITIONS_FIELD_MANAGER}")),
+            "{}",
+            apply.uri
+        );
+        assert!(apply.uri.contains("force=true"), "{}", apply.uri);
+        let entries = apply.body["webhooks"].as_array().unwrap();
+        assert_eq!(entries.len(), 1, "only the pod CREATE entry is applied");
+        assert_eq!(entries[0]["name"], POD_CREATE_WEBHOOK);
+        let expression = entries[0]["matchConditions"][0]["expression"]
+            .as_str()
+            .map(String::from);
+        (expression, apply)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_condition_follows_the_selectors_and_is_dropped_when_refused() {
+        let (client, mut api) = mock_api::client();
+        let view = view("web");
+        let task = tokio::spawn(keep_pod_match_conditions(
+            client,
+            view.clone(),
+            "sso".into(),
+        ));
+        let (expression, apply) = applied(&mut api).await;
+        let expression = expression.expect("a condition for the selectors");
+        assert!(expression.contains("web"), "{expression}");
+        apply.echo("2");
+        api.expect_nothing().await;
+
+        // A SidecarSet changes: the condition is rewritten at once; the API server refuses it
+        // (422), so the webhook goes without a condition rather than with a stale one.
+        view.reset_sidecarsets(vec![sidecarset("api")]);
+        let (expression, apply) = applied(&mut api).await;
+        assert!(expression.expect("the new selectors").contains("api"));
+        apply.fail(422, "Invalid");
+        let (expression, apply) = applied(&mut api).await;
+        assert_eq!(expression, None);
+        apply.echo("3");
+        api.expect_nothing().await;
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_applied_before_the_pod_webhook_entry_exists() {
+        let (client, mut api) = mock_api::client();
+        let task = tokio::spawn(keep_pod_match_conditions(client, view("web"), "sso".into()));
+        // Never an apply that would create an incomplete entry: the configuration is read
+        // again (after a backoff) until the entry is there.
+        for _ in 0..3 {
+            api.expect("GET", CONFIG)
+                .await
+                .answer(200, configuration(false));
+        }
+        let (expression, apply) = applied(&mut api).await;
+        assert!(expression.is_some());
+        apply.echo("2");
+        task.abort();
     }
 }

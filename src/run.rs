@@ -1,34 +1,138 @@
-//! `sidecarset-operator run`: wiring only. Builds the cluster view and its watches, readiness,
-//! the Event recorder, the controller (with leader election), the certificates (self-managed or
-//! from files), the webhook configurations, and serves the webhooks over TLS.
+//! `sidecarset-operator run`: wiring only, as named stages run in this order (ARCHITECTURE.md
+//! lists them):
+//!
+//! 1. [`config`]: the flags checked and turned into what the stages need (before any API call);
+//! 2. [`clients`]: the API clients, and the check that OpenKruise is not installed;
+//! 3. [`cluster_view`]: the cluster view with its watches, readiness, the webhooks' state, the
+//!    Event recorder, the metrics server, the pod webhook's match conditions;
+//! 4. [`controller`]: leader election and the controller on its own thread and runtime;
+//! 5. [`certificates`]: the serving certificate (self-managed or from files) and the webhook
+//!    configurations;
+//! 6. [`webhook_server`]: the webhooks over TLS until SIGTERM or Ctrl-C;
+//! 7. [`shutdown`]: the Lease released.
 
 use crate::certs;
 use crate::cluster::ClusterView;
 use crate::cluster::watch::Watches;
 pub use crate::config::RunArgs;
+use crate::controller::leader::{Election, Leadership};
 use crate::events::FIELD_MANAGER;
 use crate::health::Readiness;
 use crate::registration;
 use crate::tls::{self, ServingCert};
 use crate::webhook::{self, State};
 use anyhow::{Context, bail};
+use axum_server::tls_rustls::RustlsConfig;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::info;
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = config(args)?;
+    let clients = clients(&config.args).await?;
+    let mut view = cluster_view(&config, &clients).await?;
+    let election = controller(&config, &clients, &mut view)?;
+    let rustls = certificates(&config, &clients, &view).await?;
+    webhook_server(&config, view.state.clone(), rustls).await?;
+    shutdown(election).await;
+    Ok(())
+}
+
+/// Stage 1: what the other stages need, from the flags; a flag that cannot work fails here,
+/// before anything talks to the cluster.
+pub struct Config {
+    pub args: RunArgs,
+    /// Who this replica is (the leader Lease's holder, the Events' reporter).
+    pub identity: String,
+    /// Namespaces whose pods are never injected (the flag's and the operator's own).
+    pub skip_namespaces: Vec<String>,
+    /// The certificate manager's settings (`--cert-mode=self` only).
+    pub cert_settings: Option<certs::manager::ManagerSettings>,
+    /// The bounds on the admission endpoints.
+    pub limits: webhook::Limits,
+    /// How long the validating webhook waits for the API server's pod validation.
+    pub pod_validation_timeout: Duration,
+}
+
+pub fn config(args: RunArgs) -> anyhow::Result<Config> {
+    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+        format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into()),
+            std::process::id()
+        )
+    });
+    let mut skip_namespaces: Vec<String> = args.skip_namespaces.clone();
+    skip_namespaces.push(args.namespace.clone());
+    skip_namespaces.retain(|s| !s.is_empty());
+    let cert_settings = if args.cert_mode == "self" {
+        Some(cert_settings(&args)?)
+    } else {
+        None
+    };
+    let limits = webhook::Limits {
+        max_in_flight: args.max_admissions_in_flight,
+        // Below the webhook configurations' timeout, so the API server gets our answer rather
+        // than its own timeout.
+        timeout: Duration::from_millis(
+            (args.webhook_timeout_seconds.max(2) as u64 * 1000).saturating_sub(500),
+        ),
+    };
+    // At most half the webhook's timeout (and 5s) for the API server's pod validation.
+    let pod_validation_timeout =
+        Duration::from_millis(args.webhook_timeout_seconds.max(1) as u64 * 500)
+            .min(Duration::from_secs(5));
+    Ok(Config {
+        args,
+        identity,
+        skip_namespaces,
+        cert_settings,
+        limits,
+        pod_validation_timeout,
+    })
+}
+
+/// Stage 2: `watches` for watches, `calls` for everything else (each call bounded in time).
+pub struct Clients {
+    pub watches: kube::Client,
+    pub calls: kube::Client,
+}
+
+pub async fn clients(args: &RunArgs) -> anyhow::Result<Clients> {
     tls::install_crypto_provider();
-    // `client` for watches, `calls` for everything else (each call bounded in time).
-    let (client, calls) = crate::cluster::clients()
+    let (watches, calls) = crate::cluster::clients()
         .await
         .context("cannot reach the Kubernetes API: set KUBECONFIG or run in a cluster")?;
-    registration::check_openkruise(&client, args.allow_openkruise).await?;
+    registration::check_openkruise(&watches, args.allow_openkruise).await?;
+    Ok(Clients { watches, calls })
+}
 
-    let mut skip: Vec<String> = args.skip_namespaces.clone();
-    skip.push(args.namespace.clone());
+/// Stage 3: the cluster view and what reads it.
+pub struct View {
+    pub cluster: Arc<ClusterView>,
+    pub readiness: Arc<Readiness>,
+    /// The certificate served (loaded by [`certificates`]).
+    pub cert: ServingCert,
+    /// What the webhooks read.
+    pub state: Arc<State>,
+    /// Where the controller sends its Events too.
+    pub events: crate::events::Sender,
+    /// The controller's SidecarSet store and trigger, fed by the view's SidecarSet watch
+    /// (`--controller` only).
+    pub controller_feed: Option<ControllerFeed>,
+}
+
+/// The controller's SidecarSets: a reflector store and the channel that wakes it.
+pub type ControllerFeed = (
+    kube::runtime::reflector::Store<crate::api::v1beta1::SidecarSet>,
+    tokio::sync::mpsc::Receiver<crate::api::v1beta1::SidecarSet>,
+);
+
+pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<View> {
+    let args = &config.args;
     let readiness = Arc::new(Readiness::default());
     let cluster = Arc::new(ClusterView::new(
-        skip.into_iter().filter(|s| !s.is_empty()),
+        config.skip_namespaces.iter().cloned(),
         &readiness,
     ));
     let cert = ServingCert::new(readiness.gate("no valid serving certificate loaded"));
@@ -37,27 +141,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         readiness.clone(),
         cert.clone(),
     ));
-    state.set_client(calls.clone(), args.namespace_fetch_timeout);
-    // At most half the webhook's timeout (and 5s) for the API server's pod validation.
+    state.set_client(clients.calls.clone(), args.namespace_fetch_timeout);
     state.set_pod_validator(crate::pod_validation::PodValidator::new(
-        calls.clone(),
+        clients.calls.clone(),
         args.namespace.clone(),
-        Duration::from_millis(args.webhook_timeout_seconds.max(1) as u64 * 500)
-            .min(Duration::from_secs(5)),
+        config.pod_validation_timeout,
     ));
-    let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
-        format!(
-            "{}-{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into()),
-            std::process::id()
-        )
-    });
-    let (skip_tx, skip_rx) = crate::events::queue();
-    state.set_skip_events(skip_tx.clone());
+    let (events, events_rx) = crate::events::queue();
+    state.set_skip_events(events.clone());
     tokio::spawn(crate::events::record(
-        calls.clone(),
-        skip_rx,
-        identity.clone(),
+        clients.calls.clone(),
+        events_rx,
+        config.identity.clone(),
     ));
 
     if let Some(addr) = args.metrics_listen {
@@ -70,7 +165,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // One watch per kind feeds the view; the controller's SidecarSet reflector is fed by the
     // same watch.
-    let (sidecarsets, shared) = if args.controller {
+    let (controller_feed, shared) = if args.controller {
         let (store, writer) = kube::runtime::reflector::store();
         let (tx, trigger) = tokio::sync::mpsc::channel(1024);
         (Some((store, trigger)), Some((writer, tx)))
@@ -78,7 +173,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         (None, None)
     };
     Watches::new(&readiness).start(
-        client.clone(),
+        clients.watches.clone(),
         cluster.clone(),
         args.namespace.clone(),
         shared,
@@ -86,78 +181,104 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     if args.pod_match_conditions {
         tokio::spawn(registration::keep_pod_match_conditions(
-            calls.clone(),
+            clients.calls.clone(),
             cluster.clone(),
             args.webhook_config_name.clone(),
         ));
     }
+    Ok(View {
+        cluster,
+        readiness,
+        cert,
+        state,
+        events,
+        controller_feed,
+    })
+}
 
-    // Leader election (controller::leader): `leadership` gates and cancels reconciles.
+/// Stage 4: leader election (`controller::leader`: the leadership gates and cancels
+/// reconciles) and the controller. Admissions never wait for the controller: it runs on a
+/// runtime and a thread of its own, at a lower CPU priority, with its own API client (so its
+/// pod watch's decoding and its writes' I/O happen there too). Leader election stays on the
+/// main runtime, on time. The election is returned for [`shutdown`].
+pub fn controller(
+    config: &Config,
+    clients: &Clients,
+    view: &mut View,
+) -> anyhow::Result<Option<Election>> {
+    let args = &config.args;
     let election = if args.controller && args.leader_elect {
-        let settings = crate::controller::leader::Settings {
+        let settings = crate::controller::leader::ElectionSettings {
             namespace: args.namespace.clone(),
             name: args.leader_lease_name.clone(),
-            identity: identity.clone(),
+            identity: config.identity.clone(),
             lease_duration: args.leader_lease_duration,
         };
-        Some(
-            crate::controller::leader::Election::start(client.clone(), settings)
-                .map_err(anyhow::Error::msg)?,
-        )
+        Some(Election::start(clients.watches.clone(), settings).map_err(anyhow::Error::msg)?)
     } else {
         None
     };
-    let leadership = election.as_ref().map_or_else(
-        crate::controller::leader::Leadership::always,
-        crate::controller::leader::Election::leadership,
-    );
-    if let Some((store, trigger)) = sidecarsets {
-        let (namespace, cluster) = (args.namespace.clone(), cluster.clone());
-        let rules = args.rollout_rules.parse().unwrap_or_default();
-        let evictions = args
-            .evict_pods_without_sidecars
-            .then_some(args.evictions_per_minute);
-        // Admissions never wait for the controller: it runs on a runtime and a thread of its
-        // own, at a lower CPU priority, with its own API client (so its pod watch's decoding
-        // and its writes' I/O happen there too). Leader election stays here, on time.
-        std::thread::Builder::new()
-            .name("controller".into())
-            .spawn(move || {
-                lower_thread_priority(CONTROLLER_NICE);
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
+    let Some((store, trigger)) = view.controller_feed.take() else {
+        return Ok(election);
+    };
+    let leadership = election
+        .as_ref()
+        .map_or_else(Leadership::always, Election::leadership);
+    let (namespace, cluster) = (args.namespace.clone(), view.cluster.clone());
+    let (identity, events) = (config.identity.clone(), view.events.clone());
+    let rules = args.rollout_rules.parse().unwrap_or_default();
+    let evictions = args
+        .evict_pods_without_sidecars
+        .then_some(args.evictions_per_minute);
+    std::thread::Builder::new()
+        .name("controller".into())
+        .spawn(move || {
+            lower_thread_priority(CONTROLLER_NICE);
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the controller's runtime; the controller does not run");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let (watches, calls) = match crate::cluster::clients().await {
+                    Ok(c) => c,
                     Err(e) => {
-                        tracing::error!(error = %e, "cannot start the controller's runtime; the controller does not run");
+                        tracing::error!(error = %e, "the controller cannot reach the Kubernetes API; it does not run");
                         return;
                     }
                 };
-                rt.block_on(async move {
-                    let (watches, calls) = match crate::cluster::clients().await {
-                        Ok(c) => c,
-                        Err(e) => {
-                            tracing::error!(error = %e, "the controller cannot reach the Kubernetes API; it does not run");
-                            return;
-                        }
-                    };
-                    let mut ctx = crate::controller::Ctx::new(
-                        calls, namespace, leadership, identity, cluster, skip_tx, rules,
-                    );
-                    if let Some(per_minute) = evictions {
-                        ctx = ctx.evicting(per_minute);
-                    }
-                    crate::controller::run(ctx, watches, store, trigger).await
-                })
+                let mut ctx = crate::controller::Ctx::new(
+                    calls, namespace, leadership, identity, cluster, events, rules,
+                );
+                if let Some(per_minute) = evictions {
+                    ctx = ctx.evicting(per_minute);
+                }
+                crate::controller::run(ctx, watches, store, trigger).await
             })
-            .context("cannot start the controller's thread")?;
-    }
+        })
+        .context("cannot start the controller's thread")?;
+    Ok(election)
+}
 
-    // Certificates last: the watchers, the controller and leader election start meanwhile.
-    let rustls = if args.cert_mode == "self" {
+/// Stage 5, after the others have started: the serving certificate, self-managed (a Secret
+/// shared by the replicas, rotated, the caBundles kept) or from files (reloaded on change),
+/// and the webhook configurations.
+pub async fn certificates(
+    config: &Config,
+    clients: &Clients,
+    view: &View,
+) -> anyhow::Result<RustlsConfig> {
+    let args = &config.args;
+    let client = &clients.watches;
+    if let Some(settings) = &config.cert_settings {
+        let readiness = &view.readiness;
         let reports = certs::manager::Reports {
-            cert: cert.clone(),
+            cert: view.cert.clone(),
             ca_trusted: readiness
                 .gate("the webhook configurations do not trust the serving certificate's CA yet"),
             conversion: args.manage_crd_conversion.then(|| {
@@ -168,79 +289,76 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         let owned = args
             .manage_webhooks
-            .then(|| registration::webhook_configurations(&args, None));
+            .then(|| registration::webhook_configurations(args, None));
         let manager =
-            certs::manager::Manager::new(client.clone(), cert_settings(&args)?, owned, reports);
+            certs::manager::Manager::new(client.clone(), settings.clone(), owned, reports);
         info!(secret = %format!("{}/{}", args.namespace, args.cert_secret_name), "self-managed certificates");
         let rustls = manager.initial().await;
         tokio::spawn(manager.run());
-        rustls
-    } else {
-        let (config, expires) = tls::files::load(&args.cert_dir).with_context(|| {
-            format!(
-                "no usable serving certificate in {}: provide tls.crt and tls.key",
-                args.cert_dir.display()
-            )
-        })?;
-        cert.loaded(expires);
-        crate::metrics::metrics().cert_expiry.set(expires);
-        info!(dir = %args.cert_dir.display(), expires = %tls::ts(expires), "serving certificate from files");
-        if args.manage_webhooks {
-            registration::apply_webhook_configurations(&client, &args).await?;
-        }
-        if args.manage_crd_conversion {
-            let ca = args
-                .ca_file
-                .clone()
-                .unwrap_or_else(|| args.cert_dir.join("ca.crt"));
-            // Not a readiness condition here: a missing CA file must not take the pod webhook
-            // down with it (v1beta1 clients and injection work without conversion).
-            tokio::spawn(registration::keep_crd_conversion_from_file(
-                client.clone(),
-                args.conversion_target(),
-                ca,
-                args.cert_resync,
-            ));
-        }
-        let rustls = axum_server::tls_rustls::RustlsConfig::from_config(config);
-        tokio::spawn(tls::files::watch(
-            args.cert_dir.clone(),
-            rustls.clone(),
-            cert.clone(),
+        return Ok(rustls);
+    }
+    let (tls_config, expires) = tls::files::load(&args.cert_dir).with_context(|| {
+        format!(
+            "no usable serving certificate in {}: provide tls.crt and tls.key",
+            args.cert_dir.display()
+        )
+    })?;
+    view.cert.loaded(expires);
+    crate::metrics::metrics().cert_expiry.set(expires);
+    info!(dir = %args.cert_dir.display(), expires = %tls::ts(expires), "serving certificate from files");
+    if args.manage_webhooks {
+        registration::apply_webhook_configurations(client, args).await?;
+    }
+    if args.manage_crd_conversion {
+        let ca = args
+            .ca_file
+            .clone()
+            .unwrap_or_else(|| args.cert_dir.join("ca.crt"));
+        // Not a readiness condition here: a missing CA file must not take the pod webhook
+        // down with it (v1beta1 clients and injection work without conversion).
+        tokio::spawn(registration::keep_crd_conversion_from_file(
+            client.clone(),
+            args.conversion_target(),
+            ca,
+            args.cert_resync,
         ));
-        rustls
-    };
+    }
+    let rustls = RustlsConfig::from_config(tls_config);
+    tokio::spawn(tls::files::watch(
+        args.cert_dir.clone(),
+        rustls.clone(),
+        view.cert.clone(),
+    ));
+    Ok(rustls)
+}
 
+/// Stage 6: the webhooks over TLS, until SIGTERM or Ctrl-C (then requests in flight get 20 s).
+pub async fn webhook_server(
+    config: &Config,
+    state: Arc<State>,
+    rustls: RustlsConfig,
+) -> anyhow::Result<()> {
     let handle = axum_server::Handle::new();
-    let h2 = handle.clone();
+    let on_signal = handle.clone();
     tokio::spawn(async move {
         shutdown_signal().await;
         info!("shutting down: finishing requests in flight");
-        h2.graceful_shutdown(Some(Duration::from_secs(20)));
+        on_signal.graceful_shutdown(Some(Duration::from_secs(20)));
     });
-    info!(listen = %args.listen, "serving webhooks");
-    axum_server::bind_rustls(args.listen, rustls)
+    let listen = config.args.listen;
+    info!(listen = %listen, "serving webhooks");
+    axum_server::bind_rustls(listen, rustls)
         .handle(handle)
-        .serve(
-            webhook::router_with(
-                state,
-                webhook::Limits {
-                    max_in_flight: args.max_admissions_in_flight,
-                    // Below the webhook configurations' timeout, so the API server gets our
-                    // answer rather than its own timeout.
-                    timeout: Duration::from_millis(
-                        (args.webhook_timeout_seconds.max(2) as u64 * 1000).saturating_sub(500),
-                    ),
-                },
-            )
-            .into_make_service(),
-        )
+        .serve(webhook::router_with(state, config.limits).into_make_service())
         .await
-        .with_context(|| format!("cannot serve on {}", args.listen))?;
+        .with_context(|| format!("cannot serve on {listen}"))
+}
+
+/// Stage 7: the Lease released, so another replica leads at once.
+pub async fn shutdown(election: Option<Election>) {
     if let Some(election) = election {
         election.release().await;
     }
-    Ok(())
 }
 
 /// How much lower the controller's thread runs than the webhook's (a nice increment).
@@ -281,7 +399,7 @@ async fn shutdown_signal() {
     ctrl_c.await.unwrap_or(());
 }
 
-fn cert_settings(args: &RunArgs) -> anyhow::Result<certs::manager::Settings> {
+fn cert_settings(args: &RunArgs) -> anyhow::Result<certs::manager::ManagerSettings> {
     if !(0.1..1.0).contains(&args.cert_renew_at) {
         bail!(
             "--cert-renew-at {} must be between 0.1 and 1 (a fraction of the lifetime)",
@@ -315,7 +433,7 @@ fn cert_settings(args: &RunArgs) -> anyhow::Result<certs::manager::Settings> {
             Err(_) => {}
         }
     }
-    Ok(certs::manager::Settings {
+    Ok(certs::manager::ManagerSettings {
         certs: certs::CertConfig {
             service: args.webhook_service.clone(),
             namespace: args.namespace.clone(),

@@ -8,14 +8,14 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use sidecarset_e2e::proxy::{Mode, Proxy, apiserver_addr, client_through};
 use sidecarset_e2e::*;
-use sidecarset_operator::controller::leader::{Election, Settings};
+use sidecarset_operator::controller::leader::{Election, ElectionSettings};
 use std::time::{Duration, Instant};
 
 const NS: &str = "default";
 const LEASE: Duration = Duration::from_secs(4);
 
-fn settings(name: &str, identity: &str) -> Settings {
-    Settings {
+fn settings(name: &str, identity: &str) -> ElectionSettings {
+    ElectionSettings {
         namespace: NS.into(),
         name: name.into(),
         identity: identity.into(),

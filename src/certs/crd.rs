@@ -54,7 +54,7 @@ pub fn conversion_ok(
 
 /// What a pass found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ConversionPass {
     /// Already right.
     InPlace,
     /// Written now.
@@ -70,13 +70,13 @@ pub async fn ensure(
     target: &ConversionTarget,
     bundle: &str,
     field_manager: &str,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<ConversionPass> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let Some(crd) = api.get_opt(CRD_NAME).await? else {
-        return Ok(Outcome::NoCrd);
+        return Ok(ConversionPass::NoCrd);
     };
     if conversion_ok(&crd, target, bundle) {
-        return Ok(Outcome::InPlace);
+        return Ok(ConversionPass::InPlace);
     }
     // Server-side apply cannot drop a field another manager owns (e.g. the chart's `service`
     // when this process is reached by URL), and the API server refuses a client configuration
@@ -110,7 +110,7 @@ pub async fn ensure(
     .await?;
     info!(crd = CRD_NAME, target = ?target, cas = super::bundle_ders(bundle.as_bytes()).len(), "conversion webhook and caBundle written to the CRD");
     crate::metrics::metrics().ca_bundle_writes.inc();
-    Ok(Outcome::Written)
+    Ok(ConversionPass::Written)
 }
 
 #[cfg(test)]

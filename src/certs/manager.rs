@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 
 /// Settings of the certificate manager.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub struct ManagerSettings {
     pub certs: CertConfig,
     pub namespace: String,
     pub secret_name: String,
@@ -54,7 +54,7 @@ pub struct Reports {
 
 pub struct Manager {
     client: Client,
-    settings: Settings,
+    settings: ManagerSettings,
     owned: OwnedConfigs,
     reports: Reports,
     /// The material in use: served, and used to recreate a deleted Secret as it was.
@@ -87,7 +87,7 @@ fn to_material(s: &Secret) -> Result<Material, String> {
 impl Manager {
     pub fn new(
         client: Client,
-        settings: Settings,
+        settings: ManagerSettings,
         owned: OwnedConfigs,
         reports: Reports,
     ) -> Arc<Self> {
@@ -442,7 +442,7 @@ impl Manager {
             match super::crd::ensure(&self.client, target, &bundle, &self.settings.field_manager)
                 .await
             {
-                Ok(super::crd::Outcome::NoCrd) => {
+                Ok(super::crd::ConversionPass::NoCrd) => {
                     self.mark_conversion(false);
                     warn!(
                         crd = crate::api::CRD_NAME,
@@ -564,3 +564,6 @@ pub fn with_types<K: Resource<DynamicType = ()> + serde::Serialize>(
     v["kind"] = K::kind(&()).into();
     Ok(v)
 }
+
+#[cfg(test)]
+mod against_a_mock_api_server;

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use tracing::warn;
 
 /// One kind of object the view keeps.
-pub trait Kind {
+pub trait ViewedKind {
     /// What the watch delivers.
     type Object;
     /// What the view keeps of it.
@@ -32,17 +32,17 @@ pub trait Kind {
 }
 
 /// Feeds the watch events of one kind into the view.
-pub struct Feed<K: Kind> {
+pub struct Feed<K: ViewedKind> {
     buffer: Vec<(String, K::Item)>,
 }
 
-impl<K: Kind> Default for Feed<K> {
+impl<K: ViewedKind> Default for Feed<K> {
     fn default() -> Self {
         Feed { buffer: Vec::new() }
     }
 }
 
-impl<K: Kind> Feed<K> {
+impl<K: ViewedKind> Feed<K> {
     pub fn step(&mut self, view: &ClusterView, ev: Event<K::Object>) {
         match ev {
             Event::Init => self.buffer.clear(),
@@ -77,7 +77,7 @@ pub fn internal(stored: &StoredSidecarSet) -> Result<SidecarSet, String> {
     Ok(ss)
 }
 
-impl Kind for SidecarSets {
+impl ViewedKind for SidecarSets {
     type Object = StoredSidecarSet;
     type Item = SidecarSet;
     const NAME: &'static str = "SidecarSet";
@@ -98,7 +98,7 @@ impl Kind for SidecarSets {
 /// Namespace labels (metadata only).
 pub struct Namespaces;
 
-impl Kind for Namespaces {
+impl ViewedKind for Namespaces {
     type Object = PartialObjectMeta<Namespace>;
     type Item = BTreeMap<String, String>;
     const NAME: &'static str = "Namespace";
@@ -122,7 +122,7 @@ impl Kind for Namespaces {
 /// The SidecarSets' ControllerRevisions (in the operator's namespace).
 pub struct Revisions;
 
-impl Kind for Revisions {
+impl ViewedKind for Revisions {
     type Object = ControllerRevision;
     type Item = KnownRevision;
     const NAME: &'static str = "ControllerRevision";

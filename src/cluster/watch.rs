@@ -5,7 +5,7 @@
 //! view may be missing SidecarSets), and both figures are metrics.
 
 use super::ClusterView;
-use super::feed::{Feed, Kind, Namespaces, Revisions, SidecarSets};
+use super::feed::{Feed, Namespaces, Revisions, SidecarSets, ViewedKind};
 use crate::api::v1beta1::SidecarSet as StoredSidecarSet;
 use crate::health::{Gate, Readiness};
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -89,7 +89,7 @@ impl WatchHealth {
 /// Drives one watch into the view until its stream ends.
 async fn drive<K, S>(stream: S, view: &ClusterView, health: &WatchHealth)
 where
-    K: Kind,
+    K: ViewedKind,
     S: Stream<Item = Result<Event<K::Object>, watcher::Error>>,
 {
     let mut feed = Feed::<K>::default();

@@ -3,7 +3,7 @@
 //! was made from (resourceVersion), so a stale cache or a former leader cannot overwrite newer
 //! state.
 
-use super::plan::{self, Note, Plan};
+use super::plan::{self, Note, ReconcilePlan};
 use super::slim::SlimPod;
 use super::{Ctx, Error};
 use crate::api::SidecarSet;
@@ -30,7 +30,7 @@ pub async fn publish(ctx: &Ctx, ss: &SidecarSet, notes: Vec<Note>) {
 
 /// The merge patch of a planned status: a field the status no longer has is written as null
 /// (a merge patch leaves out what it does not name, so `podsWithoutSidecars` would stay).
-pub fn status_patch(plan: &Plan) -> serde_json::Value {
+pub fn status_patch(plan: &ReconcilePlan) -> serde_json::Value {
     let mut status = json!(plan.status);
     if let Some(o) = status.as_object_mut() {
         for key in ["podsWithoutSidecars", "collisionCount", "latestRevision"] {
@@ -41,7 +41,7 @@ pub fn status_patch(plan: &Plan) -> serde_json::Value {
 }
 
 /// Writes the planned status when it changed.
-pub async fn write_status(ctx: &Ctx, ss: &SidecarSet, plan: &Plan) -> Result<(), Error> {
+pub async fn write_status(ctx: &Ctx, ss: &SidecarSet, plan: &ReconcilePlan) -> Result<(), Error> {
     if !plan.write_status {
         return Ok(());
     }
@@ -173,7 +173,7 @@ pub async fn rollout_step(
     ss: &SidecarSet,
     entry: &Entry,
     pods: &[Arc<SlimPod>],
-    plan: &Plan,
+    plan: &ReconcilePlan,
     step: &rollout::Plan,
     revision: &str,
 ) -> Result<(), Error> {

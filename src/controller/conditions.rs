@@ -60,7 +60,7 @@ pub struct Health {
 
 /// What a reconcile observed, as [`assess`] needs it.
 #[derive(Debug, Clone, Copy)]
-pub struct Observed<'a> {
+pub struct HealthInputs<'a> {
     pub status: &'a Status,
     pub strategy: &'a SidecarSetUpdateStrategy,
     /// [`crate::rollout::plan`]'s answer (its error names the field of a bad strategy).
@@ -82,7 +82,7 @@ fn health(phase: Phase, reason: &'static str, message: String) -> Health {
 }
 
 /// Decides the SidecarSet's state (see the module documentation).
-pub fn assess(o: &Observed) -> Health {
+pub fn assess(o: &HealthInputs) -> Health {
     let st = o.status;
     let plan = match o.plan {
         Ok(p) => p,
@@ -366,7 +366,7 @@ mod tests {
         pull_failures: &[(String, String)],
     ) -> Health {
         let plan = rollout::plan(st, views);
-        assess(&Observed {
+        assess(&HealthInputs {
             status: &rollout::status(views),
             strategy: st,
             plan: plan.as_ref().map_err(String::as_str),

@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub struct ElectionSettings {
     pub namespace: String,
     pub name: String,
     pub identity: String,
@@ -129,16 +129,16 @@ impl Record {
 
 /// A record and when this replica first saw it (its own monotonic clock).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Observed {
+pub struct SeenRecord {
     pub record: Record,
     pub since: Instant,
 }
 
 /// Remembers `record` as seen at `now`: the first sighting counts, not the latest.
-pub fn observe(prev: Option<Observed>, record: Record, now: Instant) -> Observed {
+pub fn observe(prev: Option<SeenRecord>, record: Record, now: Instant) -> SeenRecord {
     match prev {
         Some(p) if p.record == record => p,
-        _ => Observed { record, since: now },
+        _ => SeenRecord { record, since: now },
     }
 }
 
@@ -156,7 +156,7 @@ pub enum Decision {
 pub fn decide(
     identity: &str,
     mine: Option<&str>,
-    obs: &Observed,
+    obs: &SeenRecord,
     now: Instant,
     t: &Timing,
 ) -> Decision {
@@ -192,7 +192,7 @@ pub struct Leadership {
     /// Held (shared) by every [`Leadership::run`]; taken exclusively before the Lease is released.
     acting: Arc<RwLock<()>>,
     /// Keeps the senders of [`Leadership::always`] alive.
-    _keep: Option<Arc<Senders>>,
+    _always_senders: Option<Arc<Senders>>,
 }
 
 impl Leadership {
@@ -207,7 +207,7 @@ impl Leadership {
             until,
             leading,
             acting: Arc::new(RwLock::new(())),
-            _keep: Some(Arc::new((tx, ltx))),
+            _always_senders: Some(Arc::new((tx, ltx))),
         }
     }
 
@@ -253,13 +253,16 @@ impl Leadership {
     }
 }
 
+/// What the election's tasks share.
 struct Shared {
-    api: Api<Lease>,
-    s: Settings,
-    t: Timing,
-    until: watch::Sender<Option<Instant>>,
+    /// The Leases of the election's namespace.
+    leases: Api<Lease>,
+    settings: ElectionSettings,
+    timing: Timing,
+    /// Until when this replica may act (what every [`Leadership`] reads).
+    acting_until: watch::Sender<Option<Instant>>,
     /// This process's last successful write of the Lease.
-    last: Mutex<Option<Lease>>,
+    last_write: Mutex<Option<Lease>>,
 }
 
 /// A running election; [`Election::release`] ends it.
@@ -271,24 +274,24 @@ pub struct Election {
 
 impl Election {
     /// Starts campaigning; fails only on an unusable lease duration.
-    pub fn start(client: Client, s: Settings) -> Result<Election, String> {
-        let t = Timing::new(s.lease_duration)?;
+    pub fn start(client: Client, settings: ElectionSettings) -> Result<Election, String> {
+        let timing = Timing::new(settings.lease_duration)?;
         let (until_tx, until) = watch::channel(None);
         let (leading_tx, leading) = watch::channel(false);
         let shared = Arc::new(Shared {
-            api: Api::namespaced(client, &s.namespace),
-            s,
-            t,
-            until: until_tx,
-            last: Mutex::new(None),
+            leases: Api::namespaced(client, &settings.namespace),
+            settings,
+            timing,
+            acting_until: until_tx,
+            last_write: Mutex::new(None),
         });
         let tasks = vec![
             tokio::spawn(campaign(shared.clone())),
             tokio::spawn(follow(
                 until.clone(),
                 leading_tx,
-                shared.s.identity.clone(),
-                shared.s.name.clone(),
+                shared.settings.identity.clone(),
+                shared.settings.name.clone(),
             )),
         ];
         Ok(Election {
@@ -297,7 +300,7 @@ impl Election {
                 until,
                 leading,
                 acting: Arc::new(RwLock::new(())),
-                _keep: None,
+                _always_senders: None,
             },
             tasks,
         })
@@ -308,44 +311,49 @@ impl Election {
     }
 
     pub fn timing(&self) -> Timing {
-        self.shared.t
+        self.shared.timing
     }
 
     /// Stops campaigning and acting, waits for the reconcile in flight to be dropped, then gives
     /// the Lease up (if it is still this process's last write) so another replica takes over at
     /// once. When anything fails the Lease simply expires.
     pub async fn release(self) {
-        let sh = &self.shared;
+        let shared = &self.shared;
         for task in &self.tasks[..1] {
             task.abort();
         }
-        sh.until.send_replace(None);
-        let Ok(_exclusive) =
-            tokio::time::timeout(sh.t.request_timeout, self.leadership.acting.write()).await
+        shared.acting_until.send_replace(None);
+        let Ok(_exclusive) = tokio::time::timeout(
+            shared.timing.request_timeout,
+            self.leadership.acting.write(),
+        )
+        .await
         else {
-            warn!(lease = %sh.s.name, "a reconcile did not stop in time; leaving the Lease to expire");
+            warn!(lease = %shared.settings.name, "a reconcile did not stop in time; leaving the Lease to expire");
             return;
         };
-        let Some(mut lease) = sh.last.lock().ok().and_then(|l| l.clone()) else {
+        let Some(mut lease) = shared.last_write.lock().ok().and_then(|l| l.clone()) else {
             return;
         };
         if let Some(spec) = lease.spec.as_mut() {
             spec.holder_identity = None;
         }
         match tokio::time::timeout(
-            sh.t.request_timeout,
-            sh.api.replace(&sh.s.name, &PostParams::default(), &lease),
+            shared.timing.request_timeout,
+            shared
+                .leases
+                .replace(&shared.settings.name, &PostParams::default(), &lease),
         )
         .await
         {
             Ok(Ok(_)) => {
-                info!(identity = %sh.s.identity, lease = %sh.s.name, "released the leader Lease")
+                info!(identity = %shared.settings.identity, lease = %shared.settings.name, "released the leader Lease")
             }
             Ok(Err(e)) => {
-                info!(lease = %sh.s.name, error = %e, "did not release the leader Lease (it changed meanwhile or the API refused)")
+                info!(lease = %shared.settings.name, error = %e, "did not release the leader Lease (it changed meanwhile or the API refused)")
             }
             Err(_) => {
-                warn!(lease = %sh.s.name, "releasing the leader Lease timed out; it expires by itself")
+                warn!(lease = %shared.settings.name, "releasing the leader Lease timed out; it expires by itself")
             }
         }
         for task in &self.tasks {
@@ -393,13 +401,14 @@ async fn follow(
     }
 }
 
-fn with_holder(mut lease: Lease, s: &Settings, acquire: bool) -> Lease {
+fn with_holder(mut lease: Lease, settings: &ElectionSettings, acquire: bool) -> Lease {
     let now = MicroTime(jiff::Timestamp::now());
-    let secs = i32::try_from(s.lease_duration.as_secs_f64().ceil() as u64).unwrap_or(i32::MAX);
+    let secs =
+        i32::try_from(settings.lease_duration.as_secs_f64().ceil() as u64).unwrap_or(i32::MAX);
     let cur = lease.spec.take().unwrap_or_default();
-    let changed = cur.holder_identity.as_deref() != Some(s.identity.as_str());
+    let changed = cur.holder_identity.as_deref() != Some(settings.identity.as_str());
     lease.spec = Some(LeaseSpec {
-        holder_identity: Some(s.identity.clone()),
+        holder_identity: Some(settings.identity.clone()),
         lease_duration_seconds: Some(secs),
         acquire_time: if acquire || changed {
             Some(now.clone())
@@ -426,28 +435,30 @@ fn conflict(r: &Result<kube::Result<Lease>, tokio::time::error::Elapsed>) -> boo
 }
 
 /// The election loop: renews while it may, otherwise observes and takes the Lease when allowed.
-async fn campaign(sh: Arc<Shared>) {
-    let (s, t) = (&sh.s, sh.t);
-    let mut observed: Option<Observed> = None;
+async fn campaign(shared: Arc<Shared>) {
+    let (settings, timing) = (&shared.settings, shared.timing);
+    let mut seen: Option<SeenRecord> = None;
     // Send time of the last successful write of the Lease by this process.
     let mut last_ok: Option<Instant> = None;
     let won = |lease: Lease, sent: Instant| {
-        if let Ok(mut l) = sh.last.lock() {
+        if let Ok(mut l) = shared.last_write.lock() {
             *l = Some(lease);
         }
-        sh.until.send_replace(Some(t.acting_until(sent)));
+        shared
+            .acting_until
+            .send_replace(Some(timing.acting_until(sent)));
     };
     loop {
-        let mine = sh.last.lock().ok().and_then(|l| l.clone());
+        let mine = shared.last_write.lock().ok().and_then(|l| l.clone());
         if let (Some(ok), Some(lease)) = (last_ok, mine.clone()) {
-            if t.may_renew(Instant::now(), ok) {
+            if timing.may_renew(Instant::now(), ok) {
                 let sent = Instant::now();
                 let r = tokio::time::timeout(
-                    t.request_timeout,
-                    sh.api.replace(
-                        &s.name,
+                    timing.request_timeout,
+                    shared.leases.replace(
+                        &settings.name,
                         &PostParams::default(),
-                        &with_holder(lease, s, false),
+                        &with_holder(lease, settings, false),
                     ),
                 )
                 .await;
@@ -457,37 +468,43 @@ async fn campaign(sh: Arc<Shared>) {
                         last_ok = Some(sent);
                     }
                     r if conflict(&r) => {
-                        warn!(lease = %s.name, "the leader Lease was written by someone else: no longer the leader");
-                        sh.until.send_replace(None);
+                        warn!(lease = %settings.name, "the leader Lease was written by someone else: no longer the leader");
+                        shared.acting_until.send_replace(None);
                         last_ok = None;
                     }
                     r => {
-                        warn!(lease = %s.name, error = %describe(&r), "leader election: cannot renew the Lease");
+                        warn!(lease = %settings.name, error = %describe(&r), "leader election: cannot renew the Lease");
                     }
                 }
-                tokio::time::sleep(t.retry).await;
+                tokio::time::sleep(timing.retry).await;
                 continue;
             }
-            warn!(lease = %s.name, renew_deadline = ?t.renew_deadline, "leader election: no renewal within the renew deadline: leadership lost");
-            sh.until.send_replace(None);
+            warn!(lease = %settings.name, renew_deadline = ?timing.renew_deadline, "leader election: no renewal within the renew deadline: leadership lost");
+            shared.acting_until.send_replace(None);
             last_ok = None;
         }
         // A candidate.
         let mine_rv = mine.and_then(|l| l.metadata.resource_version);
-        match tokio::time::timeout(t.request_timeout, sh.api.get_opt(&s.name)).await {
+        match tokio::time::timeout(
+            timing.request_timeout,
+            shared.leases.get_opt(&settings.name),
+        )
+        .await
+        {
             Ok(Ok(None)) => {
                 let lease = Lease {
                     metadata: ObjectMeta {
-                        name: Some(s.name.clone()),
+                        name: Some(settings.name.clone()),
                         ..Default::default()
                     },
                     spec: None,
                 };
                 let sent = Instant::now();
                 let r = tokio::time::timeout(
-                    t.request_timeout,
-                    sh.api
-                        .create(&PostParams::default(), &with_holder(lease, s, true)),
+                    timing.request_timeout,
+                    shared
+                        .leases
+                        .create(&PostParams::default(), &with_holder(lease, settings, true)),
                 )
                 .await;
                 match r {
@@ -497,23 +514,28 @@ async fn campaign(sh: Arc<Shared>) {
                     }
                     r if conflict(&r) => {}
                     r => {
-                        warn!(lease = %s.name, error = %describe(&r), "leader election: cannot create the Lease")
+                        warn!(lease = %settings.name, error = %describe(&r), "leader election: cannot create the Lease")
                     }
                 }
             }
             Ok(Ok(Some(lease))) => {
                 // The record reached us now, after its writer sent it.
-                let obs = observe(observed.take(), Record::of(&lease), Instant::now());
-                if decide(&s.identity, mine_rv.as_deref(), &obs, Instant::now(), &t)
-                    == Decision::Take
+                let obs = observe(seen.take(), Record::of(&lease), Instant::now());
+                if decide(
+                    &settings.identity,
+                    mine_rv.as_deref(),
+                    &obs,
+                    Instant::now(),
+                    &timing,
+                ) == Decision::Take
                 {
                     let sent = Instant::now();
                     let r = tokio::time::timeout(
-                        t.request_timeout,
-                        sh.api.replace(
-                            &s.name,
+                        timing.request_timeout,
+                        shared.leases.replace(
+                            &settings.name,
                             &PostParams::default(),
-                            &with_holder(lease, s, false),
+                            &with_holder(lease, settings, false),
                         ),
                     )
                     .await;
@@ -524,21 +546,21 @@ async fn campaign(sh: Arc<Shared>) {
                         }
                         r if conflict(&r) => {}
                         r => {
-                            warn!(lease = %s.name, error = %describe(&r), "leader election: cannot take the Lease")
+                            warn!(lease = %settings.name, error = %describe(&r), "leader election: cannot take the Lease")
                         }
                     }
                 } else {
-                    observed = Some(obs);
+                    seen = Some(obs);
                 }
             }
             Ok(Err(e)) => {
-                warn!(lease = %format!("{}/{}", s.namespace, s.name), error = %e, "leader election: cannot read the Lease")
+                warn!(lease = %format!("{}/{}", settings.namespace, settings.name), error = %e, "leader election: cannot read the Lease")
             }
             Err(_) => {
-                warn!(lease = %format!("{}/{}", s.namespace, s.name), "leader election: reading the Lease timed out")
+                warn!(lease = %format!("{}/{}", settings.namespace, settings.name), "leader election: reading the Lease timed out")
             }
         }
-        tokio::time::sleep(t.retry).await;
+        tokio::time::sleep(timing.retry).await;
     }
 }
 
@@ -705,7 +727,7 @@ mod tests {
             ),
         ];
         for (case, record, since, now, mine, want) in cases {
-            let got = decide("a", mine, &Observed { record, since }, now, &t);
+            let got = decide("a", mine, &SeenRecord { record, since }, now, &t);
             assert_eq!(got, want, "{case}");
         }
     }
@@ -758,7 +780,7 @@ mod tests {
             until,
             leading,
             acting: Arc::new(RwLock::new(())),
-            _keep: None,
+            _always_senders: None,
         };
         (tx, l)
     }
@@ -825,3 +847,6 @@ mod tests {
         assert!(*l.watch().borrow());
     }
 }
+
+#[cfg(test)]
+mod against_a_mock_api_server;

@@ -382,7 +382,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
             .unwrap_or_else(|_| jiff::Timestamp::now()),
     );
-    let planned = plan::plan(&plan::Observed {
+    let planned = plan::plan(&plan::Observation {
         ss: &ss,
         entry: &entry,
         pods: &pods,
@@ -417,7 +417,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     })
 }
 
-fn record_metrics(name: &str, planned: &plan::Plan) {
+fn record_metrics(name: &str, planned: &plan::ReconcilePlan) {
     let m = crate::metrics::metrics();
     let st = &planned.counts;
     for (state, n) in [
@@ -460,7 +460,7 @@ fn health(
             conditions::image_pull_failure(&p.to_pod(), &entry.ss).map(|why| (v.key.clone(), why))
         })
         .collect();
-    conditions::assess(&conditions::Observed {
+    conditions::assess(&conditions::HealthInputs {
         status: st,
         strategy: &entry.ss.spec.update_strategy,
         plan: planned.as_ref().map_err(String::as_str),
@@ -494,6 +494,9 @@ pub fn excluded_but_selected<'a>(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod against_a_mock_api_server;
 
 #[cfg(test)]
 mod tests {

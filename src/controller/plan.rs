@@ -4,7 +4,7 @@
 use super::conditions;
 use super::slim::SlimPod;
 use crate::api::{SidecarSet, SidecarSetStatus, UpdateStrategyType};
-use crate::events::Kind;
+use crate::events::EventType;
 use crate::index::Entry;
 use crate::rollout::{self, PodView};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What a reconcile saw.
-pub struct Observed<'a> {
+pub struct Observation<'a> {
     /// The SidecarSet as stored (its status is the one last written).
     pub ss: &'a SidecarSet,
     /// The same, defaulted, with its compiled scope and hashes.
@@ -39,7 +39,7 @@ pub struct Observed<'a> {
 /// An Event to publish on the SidecarSet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Note {
-    pub kind: Kind,
+    pub kind: EventType,
     pub reason: &'static str,
     pub note: String,
 }
@@ -58,7 +58,7 @@ pub const IN_FLIGHT_RECHECK: Duration = Duration::from_secs(5);
 
 /// What to do.
 #[derive(Debug)]
-pub struct Plan {
+pub struct ReconcilePlan {
     pub status: SidecarSetStatus,
     /// The status differs from the stored one.
     pub write_status: bool,
@@ -99,7 +99,7 @@ fn recorded_upgradable(pod: &SlimPod) -> Option<BTreeMap<String, bool>> {
 }
 
 /// Plans one reconcile.
-pub fn plan(o: &Observed) -> Plan {
+pub fn plan(o: &Observation) -> ReconcilePlan {
     let name = o.ss.name_any();
     let counts = rollout::status(o.views);
     let strategy = &o.entry.ss.spec.update_strategy;
@@ -122,7 +122,7 @@ pub fn plan(o: &Observed) -> Plan {
             // New pods get the current spec instead: say so where users look (the webhook
             // cannot write Events per pod for this without flooding).
             notes.push(Note {
-                kind: Kind::Warning,
+                kind: EventType::Warning,
                 reason: "PinnedRevisionNotFound",
                 note: format!(
                     "spec.injectionStrategy.revision pins {pin} but no such ControllerRevision of this SidecarSet exists in {ns}; new pods get the current spec. Pin an existing revision (kubectl get controllerrevisions -n {ns} -l kruise.io/sidecarset-name={name})",
@@ -184,7 +184,7 @@ pub fn plan(o: &Observed) -> Plan {
     if evict_soon && next == Next::OnChange {
         next = Next::After(super::missing::EVICTION_RECHECK);
     }
-    Plan {
+    ReconcilePlan {
         status,
         write_status,
         health,
@@ -211,7 +211,7 @@ pub fn step_notes(p: &rollout::Plan, upgraded: &[String], matched: i32) -> Vec<N
     let mut notes = Vec::new();
     if !upgraded.is_empty() {
         notes.push(Note {
-            kind: Kind::Normal,
+            kind: EventType::Normal,
             reason: "UpgradingPods",
             note: format!(
                 "upgrading sidecars in place in {} pod(s): {}",
@@ -222,7 +222,7 @@ pub fn step_notes(p: &rollout::Plan, upgraded: &[String], matched: i32) -> Vec<N
     }
     if !p.not_upgradable.is_empty() {
         notes.push(Note {
-            kind: Kind::Normal,
+            kind: EventType::Normal,
             reason: "NotUpgradablePods",
             note: format!(
                 "{} pod(s) differ from this SidecarSet in more than images and are left alone until recreated: {}",
@@ -233,14 +233,14 @@ pub fn step_notes(p: &rollout::Plan, upgraded: &[String], matched: i32) -> Vec<N
     }
     if let (Some(why), true) = (&p.waiting, upgraded.is_empty() && !p.done) {
         notes.push(Note {
-            kind: Kind::Warning,
+            kind: EventType::Warning,
             reason: "RolloutWaiting",
             note: why.clone(),
         });
     }
     if p.done && matched > 0 {
         notes.push(Note {
-            kind: Kind::Normal,
+            kind: EventType::Normal,
             reason: "RolloutComplete",
             note: format!("all {matched} matched pods run the current sidecars"),
         });

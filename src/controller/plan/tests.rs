@@ -50,10 +50,10 @@ fn now() -> Time {
     Time(jiff::Timestamp::from_second(1_800_000_000).unwrap())
 }
 
-fn plan_for(ss: &SidecarSet, pods: &[Arc<SlimPod>], views: &[PodView]) -> Plan {
+fn plan_for(ss: &SidecarSet, pods: &[Arc<SlimPod>], views: &[PodView]) -> ReconcilePlan {
     let entry = Entry::new(Arc::new(ss.clone())).unwrap();
     let now = now();
-    plan(&Observed {
+    plan(&Observation {
         ss,
         entry: &entry,
         pods,
@@ -179,7 +179,7 @@ fn a_pin_that_resolves_to_nothing_is_reported() {
         serde_json::from_value(json!({"customVersion": "v9"})).unwrap();
     let entry = Entry::new(Arc::new(ss.clone())).unwrap();
     let now = now();
-    let p = plan(&Observed {
+    let p = plan(&Observation {
         ss: &ss,
         entry: &entry,
         pods: &[],

@@ -1,0 +1,216 @@
+//! The offline `inject` command: the same selection and injection as the webhook, on files.
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+use sidecarset_core::api::{SidecarSet, conflicts, default_sidecarset, validate};
+use sidecarset_core::index::{Index, namespace_labels};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// An input problem, naming the file (and document) and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+fn invalid(path: &Path, message: impl Into<String>) -> InputError {
+    InputError::Invalid {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// Decodes a Kubernetes object from JSON, with the field path of the first problem.
+pub fn decode<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            e.into_inner().to_string()
+        } else {
+            format!("{path}: {}", e.into_inner())
+        }
+    })
+}
+
+/// Reads a pod from a YAML or JSON file, keeping every field as it is.
+pub fn read_pod(path: &Path) -> Result<(Value, Pod), InputError> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputError::Read {
+        path: path.into(),
+        source,
+    })?;
+    let raw: Value = serde_saphyr::from_str(&text)
+        .map_err(|e| invalid(path, format!("not YAML or JSON: {e}")))?;
+    match raw.get("kind").and_then(Value::as_str) {
+        Some("Pod") => {}
+        Some(k) => return Err(invalid(path, format!("kind is {k:?}: expected a Pod"))),
+        None => return Err(invalid(path, "kind is missing: expected a Pod")),
+    }
+    let pod = decode(&raw).map_err(|m| invalid(path, format!("invalid Pod: {m}")))?;
+    Ok((raw, pod))
+}
+
+/// A SidecarSet read from a file: where, its JSON as written (converted to v1alpha1), and the
+/// SidecarSet defaulted and validated.
+#[derive(Debug, Clone)]
+pub struct SidecarSetDoc {
+    pub file: PathBuf,
+    pub raw: Value,
+    pub ss: SidecarSet,
+}
+
+fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, InputError> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|source| InputError::Read {
+            path: path.into(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            )
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Reads the SidecarSets of a YAML file (several documents allowed, and lists such as `kubectl
+/// get sidecarsets -o yaml` writes) or of every `.yaml`, `.yml` and `.json` file of a folder;
+/// documents of other kinds are skipped. `apps.kruise.io/v1beta1` objects are converted to
+/// v1alpha1 as the conversion webhook does. Each is defaulted and validated; a name may appear
+/// once.
+pub fn read_sidecarset_docs(path: &Path) -> Result<Vec<SidecarSetDoc>, InputError> {
+    let mut out: Vec<SidecarSetDoc> = Vec::new();
+    for file in yaml_files(path)? {
+        let text = std::fs::read_to_string(&file).map_err(|source| InputError::Read {
+            path: file.clone(),
+            source,
+        })?;
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+            .map_err(|e| invalid(&file, format!("not YAML: {e}")))?;
+        let mut objects: Vec<(String, Value)> = Vec::new();
+        for (i, doc) in docs.into_iter().enumerate().filter(|(_, d)| !d.is_null()) {
+            let at = format!("document {}", i + 1);
+            match doc.get("kind").and_then(Value::as_str) {
+                Some(k) if k.ends_with("List") => {
+                    let items = doc.get("items").and_then(Value::as_array);
+                    for (j, item) in items.into_iter().flatten().enumerate() {
+                        objects.push((format!("{at}, items[{j}]"), item.clone()));
+                    }
+                }
+                Some(_) => objects.push((at, doc)),
+                None => {
+                    return Err(invalid(
+                        &file,
+                        format!("{at}: kind is missing: expected SidecarSet"),
+                    ));
+                }
+            }
+        }
+        for (at, doc) in objects {
+            // Other manifests may share the folder or file (a Deployment, a Namespace).
+            if doc.get("kind").and_then(Value::as_str) != Some("SidecarSet") {
+                continue;
+            }
+            let doc = if doc.get("apiVersion").and_then(Value::as_str)
+                == Some(sidecarset_core::api::convert::API_VERSION_V1BETA1)
+            {
+                sidecarset_core::api::convert::convert(
+                    &doc,
+                    sidecarset_core::api::convert::API_VERSION_V1ALPHA1,
+                )
+                .map_err(|e| invalid(&file, format!("{at}: {e}")))?
+            } else {
+                doc
+            };
+            let mut ss: SidecarSet =
+                decode(&doc).map_err(|m| invalid(&file, format!("{at}: {m}")))?;
+            default_sidecarset(&mut ss);
+            validate(&ss)
+                .map_err(|e| invalid(&file, format!("SidecarSet {:?}: {e}", ss.name())))?;
+            if let Some(other) = out.iter().find(|o| o.ss.name() == ss.name()) {
+                return Err(invalid(
+                    &file,
+                    format!(
+                        "SidecarSet {:?} is defined twice (also in {})",
+                        ss.name(),
+                        other.file.display()
+                    ),
+                ));
+            }
+            out.push(SidecarSetDoc {
+                file: file.clone(),
+                raw: doc,
+                ss,
+            });
+        }
+    }
+    if out.is_empty() {
+        return Err(invalid(path, "holds no SidecarSet"));
+    }
+    Ok(out)
+}
+
+/// [`read_sidecarset_docs`], checked for conflicts between them as the validating webhook
+/// checks them.
+pub fn read_sidecarsets(path: &Path) -> Result<Vec<SidecarSet>, InputError> {
+    let out = read_sidecarset_docs(path)?;
+    for d in &out {
+        conflicts(&d.ss, out.iter().map(|o| &o.ss))
+            .map_err(|e| invalid(&d.file, format!("SidecarSet {:?}: {e}", d.ss.name())))?;
+    }
+    Ok(out.into_iter().map(|d| d.ss).collect())
+}
+
+/// Parses `k=v[,k=v...]`.
+pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                Ok((k.trim().to_string(), v.trim().to_string()))
+            }
+            _ => Err(format!("{p:?} is not KEY=VALUE")),
+        })
+        .collect()
+}
+
+/// Injects the pod file with the SidecarSets and returns the resulting pod as YAML.
+pub fn inject_files(
+    pod_file: &Path,
+    sidecarsets: &Path,
+    ns_labels: &BTreeMap<String, String>,
+    now: &str,
+) -> Result<String, InputError> {
+    let (mut raw, pod) = read_pod(pod_file)?;
+    let sets = read_sidecarsets(sidecarsets)?;
+    let (index, _) = Index::from_sidecarsets(sets);
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let injection =
+        sidecarset_core::inject::for_pod(&index, &pod, &namespace_labels(&ns, ns_labels), now);
+    if let Some(denied) = &injection.denied {
+        return Err(invalid(
+            pod_file,
+            format!("the webhook would refuse this pod: {denied}"),
+        ));
+    }
+    sidecarset_core::inject::apply(&mut raw, &injection.patch)
+        .map_err(|e| invalid(pod_file, format!("the injection patch does not apply: {e}")))?;
+    serde_saphyr::to_string(&raw)
+        .map_err(|e| invalid(pod_file, format!("cannot print the result: {e}")))
+}

@@ -1,0 +1,880 @@
+//! How a pod is changed by the SidecarSets that match it. Pure: the result is a JSON patch
+//! (RFC 6902) of only what changes, addressed against the pod exactly as it was received, so
+//! fields this build does not know about (a newer Kubernetes) are never touched.
+
+pub mod resources;
+
+use crate::api::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, ENV_IS_INJECTED,
+    PatchPolicy, PodInjectPolicy, SidecarContainer, SidecarSet, SidecarSetUpgradeSpec,
+    parse_hash_annotation,
+};
+use crate::index::Entry;
+use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
+use jsonptr::PointerBuf;
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, LocalObjectReference, Pod, PodSpec, ResourceRequirements, Volume,
+};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the injection of one pod produced.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Injection {
+    /// JSON patch against the pod as received; empty when nothing changes.
+    pub patch: Patch,
+    /// SidecarSets injected by this call (not those the pod already had).
+    pub injected: Vec<String>,
+    /// SidecarSets that match the pod but were not injected, and why.
+    pub skipped: Vec<Skipped>,
+    /// Set when the pod must be refused: a matching SidecarSet cannot be injected into it (its
+    /// resourcesPolicy does not fit the pod). The patch is then empty.
+    pub denied: Option<Denial>,
+}
+
+/// Why a pod cannot be created with the SidecarSets that match it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub sidecarset: String,
+    /// The sidecar (container or init container) that cannot be built.
+    pub container: String,
+    /// The SidecarSet's field at fault, e.g. `spec.containers[0].resourcesPolicy.resourcesExpr.limits.cpu`.
+    pub field: String,
+    /// What went wrong and what to change.
+    pub message: String,
+}
+
+impl std::fmt::Display for Denial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SidecarSet {:?} cannot inject container {:?} into this pod: {}: {}",
+            self.sidecarset, self.container, self.field, self.message
+        )
+    }
+}
+
+/// Why a SidecarSet that matches a pod was not injected into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SkipReason {
+    /// `injectionStrategy.paused` is true.
+    Paused,
+    /// One of its containers has the name of a container another SidecarSet injects.
+    Conflict,
+    /// The pod's namespace is excluded from injection.
+    NamespaceExcluded,
+    /// The pod runs without the SidecarSet's sidecars although it selects it (seen by the
+    /// controller: created while the webhook was unreachable, or before the SidecarSet).
+    NotInjected,
+}
+
+impl SkipReason {
+    /// The reason as a metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            SkipReason::Paused => "paused",
+            SkipReason::Conflict => "conflict",
+            SkipReason::NamespaceExcluded => "namespace_excluded",
+            SkipReason::NotInjected => "not_injected",
+        }
+    }
+}
+
+/// A matching SidecarSet left out of a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub sidecarset: String,
+    pub reason: SkipReason,
+    /// What happened and what to do, for people (an Event's note).
+    pub detail: String,
+}
+
+pub use crate::api::{FieldPath, parse_field_path};
+
+/// A SidecarSet that selects a pod running without its sidecars.
+pub fn not_injected_skip(sidecarset: &str, evicting: bool) -> Skipped {
+    Skipped {
+        sidecarset: sidecarset.to_string(),
+        reason: SkipReason::NotInjected,
+        detail: if evicting {
+            "the pod runs without this SidecarSet's sidecars (created while the webhook was unreachable, or before the SidecarSet); the operator evicts it so that its controller recreates it with them".to_string()
+        } else {
+            "the pod runs without this SidecarSet's sidecars (created while the webhook was unreachable, or before the SidecarSet); recreate it (kubectl rollout restart) to inject them, or run the operator with --evict-pods-without-sidecars".to_string()
+        },
+    }
+}
+
+/// The skip of a SidecarSet that selects a pod in an excluded namespace.
+pub fn excluded_namespace_skip(sidecarset: &str, namespace: &str) -> Skipped {
+    Skipped {
+        sidecarset: sidecarset.to_string(),
+        reason: SkipReason::NamespaceExcluded,
+        detail: format!(
+            "namespace {namespace} is excluded from injection (the operator's namespace, kube-system and \
+             --skip-namespaces); run the pod in another namespace, or remove the namespace from the exclusions"
+        ),
+    }
+}
+
+/// Whether a new pod gets the pinned revision (`true`) or the latest spec (`false`), as
+/// `injectionStrategy.revision.policy` says: `Always` pins every pod; `Partial` (the canary
+/// flow) gives the latest spec to the pods `updateStrategy.selector` selects and the pinned
+/// revision to the others; with no update selector, `Partial` pins a `partition` percentage of
+/// pods (decided from the pod's name, so a recreated pod keeps its side) and none for an integer
+/// partition, as OpenKruise.
+pub fn pod_gets_pin(ss: &SidecarSet, pod_labels: &BTreeMap<String, String>, pod_key: &str) -> bool {
+    let Some(want) = &ss.spec.injection_strategy.revision else {
+        return false;
+    };
+    if want.policy != Some(crate::api::InjectRevisionPolicy::Partial) {
+        return true;
+    }
+    let strategy = &ss.spec.update_strategy;
+    if let Some(sel) = &strategy.selector {
+        return !crate::api::CompiledSelector::compile(sel).is_ok_and(|s| s.matches(pod_labels));
+    }
+    match &strategy.partition {
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(p)) => {
+            let pct: u64 = p.trim_end_matches('%').trim().parse().unwrap_or(0);
+            // FNV-1a of the pod's key, spread over 0..100.
+            let h = pod_key.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+            });
+            h % 100 < pct
+        }
+        _ => false,
+    }
+}
+
+/// True when the pod is still active (not finished, not being deleted): only active pods are
+/// injected.
+pub fn pod_is_active(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none()
+        && !matches!(phase, Some("Succeeded") | Some("Failed"))
+}
+
+fn ptr(tokens: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().copied())
+}
+
+fn add(path: PointerBuf, value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path, value })
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    // Serialising k8s-openapi types into a Value cannot fail (no non-string map keys).
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// Injects SidecarSets (already matched, in order; see [`crate::index::Index`]) into a pod
+/// being created. `now` is the RFC 3339 time recorded in the hash annotations. SidecarSets
+/// already recorded in the pod's hash annotation are skipped, so injecting an injected pod
+/// changes nothing.
+pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let recorded = annotations
+        .get(ANNOTATION_HASH)
+        .and_then(|v| parse_hash_annotation(v))
+        .unwrap_or_default();
+    if !pod_is_active(pod) {
+        return Injection::default();
+    }
+    // Container names are claimed by the SidecarSets already in the pod, then in order by those
+    // injected now; a SidecarSet that would inject a claimed name is left out whole (two
+    // containers of one name make the pod invalid, and replacing would take another's sidecar).
+    let mut claimed: BTreeMap<String, String> = recorded
+        .values()
+        .flat_map(|e| {
+            e.sidecar_list
+                .iter()
+                .map(|c| (c.clone(), e.sidecar_set_name.clone()))
+        })
+        .collect();
+    let mut todo: Vec<&Entry> = Vec::new();
+    let mut skipped = Vec::new();
+    for e in sidecarsets
+        .iter()
+        .copied()
+        .filter(|e| !recorded.contains_key(e.ss.name()))
+    {
+        let names: Vec<&str> =
+            e.ss.spec
+                .containers
+                .iter()
+                .chain(e.ss.spec.init_containers.iter())
+                .map(|c| c.name())
+                .collect();
+        if let Some((c, other)) = names
+            .iter()
+            .find_map(|n| claimed.get(*n).map(|other| (*n, other)))
+        {
+            skipped.push(Skipped {
+                sidecarset: e.ss.name().to_string(),
+                reason: SkipReason::Conflict,
+                detail: format!(
+                    "container {c:?} is also injected by SidecarSet {other:?}, which was injected instead; \
+                     rename the container in one of them, or make their selectors disjoint"
+                ),
+            });
+            continue;
+        }
+        for n in names {
+            claimed.insert(n.to_string(), e.ss.name().to_string());
+        }
+        todo.push(e);
+    }
+    if todo.is_empty() {
+        return Injection {
+            skipped,
+            ..Default::default()
+        };
+    }
+    let empty_spec = Default::default();
+    let spec = pod.spec.as_ref().unwrap_or(&empty_spec);
+    let mut ops = Vec::new();
+    // A pod sent without a spec (the API server calls mutating webhooks before validating): the
+    // patch must still apply, the API server then names what is missing.
+    if pod.spec.is_none() {
+        ops.push(add(ptr(&["spec"]), Value::Object(Default::default())));
+    }
+
+    // 1. Metadata patches, then the hash and list annotations.
+    let mut new_ann = annotations.clone();
+    for e in &todo {
+        patch_metadata(&e.ss, &mut new_ann);
+    }
+    let mut hash = recorded;
+    let mut hash_wo = annotations
+        .get(ANNOTATION_HASH_WITHOUT_IMAGE)
+        .and_then(|v| parse_hash_annotation(v))
+        .unwrap_or_default();
+    let mut list = crate::api::injected_list(&annotations);
+    for e in &todo {
+        let ss = &e.ss;
+        let entry = SidecarSetUpgradeSpec {
+            update_timestamp: now.to_string(),
+            hash: e.hash.to_string(),
+            sidecar_set_name: ss.name().to_string(),
+            sidecar_list: ss.sidecar_list(),
+            // The revision of the spec injected, never an older one: the status names it only
+            // once the controller has seen this generation (a pinned entry sets both).
+            controller_revision: ss
+                .status
+                .as_ref()
+                .filter(|s| {
+                    ss.metadata.generation.is_none()
+                        || s.observed_generation == ss.metadata.generation
+                })
+                .and_then(|s| s.latest_revision.clone())
+                .unwrap_or_default(),
+        };
+        let wo = SidecarSetUpgradeSpec {
+            hash: e.hash_without_image.to_string(),
+            controller_revision: String::new(),
+            ..entry.clone()
+        };
+        hash.insert(ss.name().to_string(), entry);
+        hash_wo.insert(ss.name().to_string(), wo);
+        list.insert(ss.name().to_string());
+    }
+    new_ann.insert(ANNOTATION_HASH.into(), to_value(&hash).to_string());
+    new_ann.insert(
+        ANNOTATION_HASH_WITHOUT_IMAGE.into(),
+        to_value(&hash_wo).to_string(),
+    );
+    new_ann.insert(
+        ANNOTATION_INJECTED_LIST.into(),
+        list.into_iter().collect::<Vec<_>>().join(","),
+    );
+    annotation_ops(
+        pod.metadata.annotations.is_some(),
+        &annotations,
+        &new_ann,
+        &mut ops,
+    );
+
+    // 2. Containers, built from the app containers the pod came with. A resourcesPolicy reads
+    //    the pod's containers other than those of the matching SidecarSets.
+    let apps: Vec<&Container> = spec.containers.iter().collect();
+    let sidecar_names: BTreeSet<&str> = sidecarsets
+        .iter()
+        .flat_map(|e| {
+            e.ss.spec
+                .containers
+                .iter()
+                .chain(e.ss.spec.init_containers.iter())
+                .map(|c| c.name())
+        })
+        .collect();
+    let mut sidecars = Vec::new();
+    let mut init_sidecars = Vec::new();
+    let mut volumes_needed: Vec<&Volume> = Vec::new();
+    for ss in todo.iter().map(|e| &e.ss) {
+        let build = |init| build_all(ss, init, pod, spec, &apps, &sidecar_names);
+        let (built_init, built) = match (build(true), build(false)) {
+            (Ok(i), Ok(c)) => (i, c),
+            (Err(denied), _) | (_, Err(denied)) => {
+                return Injection {
+                    skipped,
+                    denied: Some(denied),
+                    ..Default::default()
+                };
+            }
+        };
+        for (_, c) in built.iter().chain(built_init.iter()) {
+            let mounted = c.volume_mounts.iter().flatten().map(|m| m.name.as_str());
+            let devices = c.volume_devices.iter().flatten().map(|d| d.name.as_str());
+            for name in mounted.chain(devices) {
+                if let Some(v) = ss.spec.volumes.iter().find(|v| v.name == name)
+                    && !volumes_needed.iter().any(|x| x.name == name)
+                {
+                    volumes_needed.push(v);
+                }
+            }
+        }
+        sidecars.extend(built);
+        init_sidecars.extend(built_init);
+    }
+    init_sidecars.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+    // No containers (the list is empty or absent: the typed pod cannot tell): the whole list
+    // is added, which applies in both cases.
+    merge_containers(
+        "containers",
+        &spec.containers,
+        &sidecars,
+        spec.containers.is_empty(),
+        &mut ops,
+    );
+    merge_containers(
+        "initContainers",
+        spec.init_containers.as_deref().unwrap_or(&[]),
+        &init_sidecars,
+        spec.init_containers.is_none(),
+        &mut ops,
+    );
+
+    // 3. Volumes: only those mounted by injected containers; the pod's own win on a name clash.
+    let pod_volumes: BTreeSet<&str> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.as_str())
+        .collect();
+    let new_volumes: Vec<Value> = volumes_needed
+        .iter()
+        .filter(|v| !pod_volumes.contains(v.name.as_str()))
+        .map(|v| to_value(*v))
+        .collect();
+    append_ops("volumes", spec.volumes.is_none(), new_volumes, &mut ops);
+
+    // 4. Image pull secrets, without duplicates.
+    let mut secrets: BTreeSet<&str> = spec
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|s| s.name.as_str())
+        .collect();
+    let mut new_secrets = Vec::new();
+    for e in &todo {
+        for s in &e.ss.spec.image_pull_secrets {
+            if secrets.insert(s.name.as_str()) {
+                new_secrets.push(to_value(&LocalObjectReference {
+                    name: s.name.clone(),
+                }));
+            }
+        }
+    }
+    append_ops(
+        "imagePullSecrets",
+        spec.image_pull_secrets.is_none(),
+        new_secrets,
+        &mut ops,
+    );
+
+    Injection {
+        patch: Patch(ops),
+        injected: todo.iter().map(|e| e.ss.name().to_string()).collect(),
+        skipped,
+        denied: None,
+    }
+}
+
+/// Builds the sidecars of a SidecarSet's init containers or containers, with the resources their
+/// resourcesPolicy computes.
+fn build_all<'a>(
+    ss: &'a SidecarSet,
+    init: bool,
+    pod: &Pod,
+    spec: &PodSpec,
+    apps: &[&Container],
+    sidecar_names: &BTreeSet<&str>,
+) -> Result<Vec<(&'a SidecarContainer, Container)>, Denial> {
+    let (field, list) = if init {
+        ("initContainers", &ss.spec.init_containers)
+    } else {
+        ("containers", &ss.spec.containers)
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, sc)| {
+            let mut c = build_sidecar(sc, pod, apps);
+            if let Some(policy) = &sc.resources_policy {
+                let computed =
+                    resources::compute(policy, spec, sidecar_names).map_err(|e| Denial {
+                        sidecarset: ss.name().to_string(),
+                        container: sc.name().to_string(),
+                        field: format!("spec.{field}[{i}].{}", e.field),
+                        message: e.message,
+                    })?;
+                // Only limits and requests are computed; resource claims stay as they are.
+                let mut r = c.resources.take().unwrap_or_default();
+                r.limits = computed.limits;
+                r.requests = computed.requests;
+                c.resources = (r != ResourceRequirements::default()).then_some(r);
+            }
+            Ok((sc, c))
+        })
+        .collect()
+}
+
+/// Applies a SidecarSet's `patchPodMetadata` to a pod's annotations: Retain adds what is
+/// missing, Overwrite sets, MergePatchJson merges JSON objects (RFC 7386).
+pub fn patch_metadata(ss: &SidecarSet, ann: &mut BTreeMap<String, String>) {
+    for p in &ss.spec.patch_pod_metadata {
+        for (k, v) in &p.annotations {
+            match p.patch_policy.unwrap_or(PatchPolicy::Retain) {
+                PatchPolicy::Retain => {
+                    ann.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+                PatchPolicy::Overwrite => {
+                    ann.insert(k.clone(), v.clone());
+                }
+                PatchPolicy::MergePatchJson => {
+                    let merged = match (
+                        ann.get(k).map(|e| serde_json::from_str::<Value>(e)),
+                        serde_json::from_str(v),
+                    ) {
+                        (Some(Ok(mut existing)), Ok(patch)) if existing.is_object() => {
+                            json_patch::merge(&mut existing, &patch);
+                            existing.to_string()
+                        }
+                        // Absent, or not a JSON object: the patch value is set as it is.
+                        _ => v.clone(),
+                    };
+                    ann.insert(k.clone(), merged);
+                }
+            }
+        }
+    }
+}
+
+fn annotation_ops(
+    had_map: bool,
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+    ops: &mut Vec<PatchOperation>,
+) {
+    let changed: Vec<(&String, &String)> = new
+        .iter()
+        .filter(|(k, v)| old.get(*k) != Some(*v))
+        .collect();
+    if changed.is_empty() {
+        return;
+    }
+    if !had_map {
+        ops.push(add(
+            ptr(&["metadata", "annotations"]),
+            Value::Object(Default::default()),
+        ));
+    }
+    for (k, v) in changed {
+        ops.push(add(
+            ptr(&["metadata", "annotations", k]),
+            Value::String(v.clone()),
+        ));
+    }
+}
+
+fn append_ops(field: &str, absent: bool, items: Vec<Value>, ops: &mut Vec<PatchOperation>) {
+    if items.is_empty() {
+        return;
+    }
+    if absent {
+        ops.push(add(ptr(&["spec", field]), Value::Array(items)));
+    } else {
+        for item in items {
+            ops.push(add(ptr(&["spec", field, "-"]), item));
+        }
+    }
+}
+
+/// Places sidecars among the pod's containers: a pod container with a sidecar's name is replaced
+/// in place; the others go before (as a block, in order) or after the app containers.
+fn merge_containers(
+    field: &str,
+    pod: &[Container],
+    sidecars: &[(&SidecarContainer, Container)],
+    absent: bool,
+    ops: &mut Vec<PatchOperation>,
+) {
+    if sidecars.is_empty() {
+        return;
+    }
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for (sc, c) in sidecars {
+        if let Some(i) = pod.iter().position(|p| p.name == c.name) {
+            ops.push(PatchOperation::Replace(ReplaceOperation {
+                path: ptr(&["spec", field, &i.to_string()]),
+                value: to_value(c),
+            }));
+            continue;
+        }
+        let default = if field == "initContainers" {
+            PodInjectPolicy::AfterAppContainer
+        } else {
+            PodInjectPolicy::BeforeAppContainer
+        };
+        match sc.pod_inject_policy.unwrap_or(default) {
+            PodInjectPolicy::BeforeAppContainer => before.push(to_value(c)),
+            PodInjectPolicy::AfterAppContainer => after.push(to_value(c)),
+        }
+    }
+    if absent {
+        before.extend(after);
+        if !before.is_empty() {
+            ops.push(add(ptr(&["spec", field]), Value::Array(before)));
+        }
+        return;
+    }
+    for (i, c) in before.into_iter().enumerate() {
+        ops.push(add(ptr(&["spec", field, &i.to_string()]), c));
+    }
+    for c in after {
+        ops.push(add(ptr(&["spec", field, "-"]), c));
+    }
+}
+
+/// The container as injected: shared volume mounts (and the env their subPathExpr uses),
+/// transferred env, and `IS_INJECTED=true`. The sidecar's own env and mounts always win.
+fn build_sidecar(sc: &SidecarContainer, pod: &Pod, apps: &[&Container]) -> Container {
+    let mut c = sc.container.clone();
+    let mut env = c.env.take().unwrap_or_default();
+    let push_env = |env: &mut Vec<EnvVar>, e: &EnvVar| {
+        if !env.iter().any(|x| x.name == e.name) {
+            env.push(e.clone());
+        }
+    };
+    push_env(
+        &mut env,
+        &EnvVar {
+            name: ENV_IS_INJECTED.into(),
+            value: Some("true".into()),
+            value_from: None,
+        },
+    );
+
+    let own_names: BTreeSet<&str> = [sc.name()].into_iter().collect();
+    if sc.share_volumes() {
+        let mut mounts = c.volume_mounts.take().unwrap_or_default();
+        for app in apps.iter().filter(|a| !own_names.contains(a.name.as_str())) {
+            for m in app.volume_mounts.iter().flatten() {
+                if mounts.iter().any(|x| x.mount_path == m.mount_path) {
+                    continue;
+                }
+                mounts.push(m.clone());
+                for var in m
+                    .sub_path_expr
+                    .as_deref()
+                    .map(subpath_vars)
+                    .unwrap_or_default()
+                {
+                    if let Some(e) = app.env.iter().flatten().find(|e| e.name == var) {
+                        push_env(&mut env, e);
+                    }
+                }
+            }
+        }
+        c.volume_mounts = (!mounts.is_empty()).then_some(mounts);
+    }
+    if sc.share_volume_devices() {
+        let mut devices = c.volume_devices.take().unwrap_or_default();
+        for app in apps.iter().filter(|a| !own_names.contains(a.name.as_str())) {
+            for d in app.volume_devices.iter().flatten() {
+                if !devices.iter().any(|x| x.device_path == d.device_path) {
+                    devices.push(d.clone());
+                }
+            }
+        }
+        c.volume_devices = (!devices.is_empty()).then_some(devices);
+    }
+
+    for t in &sc.transfer_env {
+        let source = match (&t.source_container_name, &t.source_container_name_from) {
+            (Some(n), _) if !n.is_empty() => Some(n.clone()),
+            (_, Some(from)) => from
+                .field_ref
+                .as_ref()
+                .and_then(|f| parse_field_path(&f.field_path))
+                .and_then(|fp| resolve_field(pod, &fp)),
+            _ => None,
+        };
+        let Some(app) = source.and_then(|s| apps.iter().find(|a| a.name == s)) else {
+            continue;
+        };
+        let wanted: Vec<&str> = t
+            .env_name
+            .iter()
+            .map(String::as_str)
+            .chain(t.env_names.iter().map(String::as_str))
+            .collect();
+        for name in wanted {
+            if let Some(e) = app.env.iter().flatten().find(|e| e.name == name) {
+                push_env(&mut env, e);
+            }
+        }
+    }
+    c.env = Some(env);
+    c
+}
+
+fn resolve_field(pod: &Pod, fp: &FieldPath) -> Option<String> {
+    match fp {
+        FieldPath::Name => pod.metadata.name.clone(),
+        FieldPath::Label(k) => pod.metadata.labels.as_ref()?.get(k).cloned(),
+        FieldPath::Annotation(k) => pod.metadata.annotations.as_ref()?.get(k).cloned(),
+    }
+}
+
+/// Names of the `$(VAR)` references in a subPathExpr.
+fn subpath_vars(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(start) = rest.find("$(") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find(')') else { break };
+        out.push(after[..end].to_string());
+        rest = &after[end + 1..];
+    }
+    out
+}
+
+/// The one entry point for injecting a pod being created, shared by the webhook and the `inject`
+/// command: pick the matching SidecarSets from the index and inject them.
+pub fn for_pod(
+    index: &crate::index::Index,
+    pod: &Pod,
+    ns_labels: &BTreeMap<String, String>,
+    now: &str,
+) -> Injection {
+    for_pod_pinned(index, pod, ns_labels, now, &|_| None)
+}
+
+/// [`for_pod`], where `pinned` may replace a matched SidecarSet by the revision its
+/// `injectionStrategy.revision` pins (see [`pinned_entry`]).
+pub fn for_pod_pinned(
+    index: &crate::index::Index,
+    pod: &Pod,
+    ns_labels: &BTreeMap<String, String>,
+    now: &str,
+    pinned: &dyn Fn(&Entry) -> Option<Entry>,
+) -> Injection {
+    let empty = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let (matched, paused) = index.matching_split(labels, ns_labels);
+    let mut injection = if matched
+        .iter()
+        .all(|e| e.ss.spec.injection_strategy.revision.is_none())
+    {
+        inject(pod, &matched, now)
+    } else {
+        let owned: Vec<Entry> = matched
+            .iter()
+            .map(|e| pinned(e).unwrap_or_else(|| (*e).clone()))
+            .collect();
+        inject(pod, &owned.iter().collect::<Vec<_>>(), now)
+    };
+    if !paused.is_empty() && pod_is_active(pod) {
+        let recorded =
+            crate::api::injected_list(pod.metadata.annotations.as_ref().unwrap_or(&empty));
+        injection.skipped.extend(
+            paused
+                .iter()
+                .filter(|e| !recorded.contains(e.ss.name()))
+                .map(|e| Skipped {
+                    sidecarset: e.ss.name().to_string(),
+                    reason: SkipReason::Paused,
+                    detail:
+                        "its injectionStrategy.paused is true; set it to false to inject new pods \
+                             (pods that exist are not changed)"
+                            .into(),
+                }),
+        );
+        injection
+            .skipped
+            .sort_by(|a, b| a.sidecarset.cmp(&b.sidecarset));
+    }
+    injection
+}
+
+/// The SidecarSet as a recorded revision made it: the revision's `spec` (containers, init
+/// containers, volumes, image pull secrets, patchPodMetadata) over the current object, the
+/// revision's name recorded in the pods' hash annotation, and the revision's hashes: those in
+/// the revision's `annotations` (copied from the SidecarSet when the revision was made), or
+/// computed from the restored spec when the revision has none (as OpenKruise).
+pub fn pinned_entry(
+    current: &Entry,
+    revision_name: &str,
+    data: &Value,
+    annotations: &BTreeMap<String, String>,
+) -> Option<Entry> {
+    let spec = data.get("spec")?;
+    let mut ss = (*current.ss).clone();
+    let take = |k: &str| {
+        spec.get(k)
+            .filter(|v| !v.is_null())
+            .cloned()
+            .unwrap_or(Value::Array(vec![]))
+    };
+    ss.spec.containers = serde_json::from_value(take("containers")).ok()?;
+    ss.spec.init_containers = serde_json::from_value(take("initContainers")).ok()?;
+    ss.spec.volumes = serde_json::from_value(take("volumes")).ok()?;
+    ss.spec.image_pull_secrets = serde_json::from_value(take("imagePullSecrets")).ok()?;
+    ss.spec.patch_pod_metadata = serde_json::from_value(take("patchPodMetadata")).ok()?;
+    let ann = ss.metadata.annotations.get_or_insert_with(Default::default);
+    for key in [ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE] {
+        match annotations.get(key).filter(|v| !v.is_empty()) {
+            Some(v) => ann.insert(key.to_string(), v.clone()),
+            None => ann.remove(key),
+        };
+    }
+    let generation = ss.metadata.generation;
+    let status = ss.status.get_or_insert_with(Default::default);
+    status.latest_revision = Some(revision_name.to_string());
+    status.observed_generation = generation;
+    Entry::new(std::sync::Arc::new(ss)).ok()
+}
+
+/// On a pod UPDATE: never adds containers; keeps the injection annotations truthful by putting
+/// back the ones an update dropped while the injected sidecars are still in the pod.
+pub fn on_update(old: &Pod, new: &Pod) -> Patch {
+    let old_ann = old.metadata.annotations.clone().unwrap_or_default();
+    let new_ann = new.metadata.annotations.clone().unwrap_or_default();
+    let names: BTreeSet<&str> = new
+        .spec
+        .iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .map(|c| c.name.as_str())
+        .collect();
+    let still_injected = old_ann
+        .get(ANNOTATION_HASH)
+        .and_then(|v| parse_hash_annotation(v))
+        .is_some_and(|m| {
+            m.values()
+                .all(|e| e.sidecar_list.iter().all(|n| names.contains(n.as_str())))
+        });
+    let mut wanted = new_ann.clone();
+    if still_injected {
+        for key in [
+            ANNOTATION_HASH,
+            ANNOTATION_HASH_WITHOUT_IMAGE,
+            ANNOTATION_INJECTED_LIST,
+        ] {
+            if let (Some(v), false) = (old_ann.get(key), new_ann.contains_key(key)) {
+                wanted.insert(key.to_string(), v.clone());
+            }
+        }
+    }
+    let mut ops = Vec::new();
+    annotation_ops(
+        new.metadata.annotations.is_some(),
+        &new_ann,
+        &wanted,
+        &mut ops,
+    );
+    Patch(ops)
+}
+
+/// Applies a patch to a pod as JSON (what the API server does with the webhook's answer).
+pub fn apply(pod: &mut Value, patch: &Patch) -> Result<(), json_patch::PatchError> {
+    json_patch::patch(pod, &patch.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the fuzz properties (tests/all/properties.rs): a pod sent with no spec, or with no
+    /// containers, got a patch adding at /spec/containers/0, which does not apply.
+    #[test]
+    fn the_patch_applies_to_a_pod_without_spec_or_containers() {
+        let ss: SidecarSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": "s"},
+            "spec": {"selector": {"matchLabels": {"app": "a"}},
+                     "containers": [{"name": "proxy", "image": "p:1"}, {"name": "log", "image": "l:1", "podInjectPolicy": "AfterAppContainer"}],
+                     "initContainers": [{"name": "init", "image": "i:1"}]}}))
+        .unwrap();
+        let (index, errs) = crate::index::Index::from_sidecarsets([ss]);
+        assert!(errs.is_empty());
+        let ns = crate::index::namespace_labels("ns", &BTreeMap::new());
+        let meta = serde_json::json!({"name": "p", "namespace": "ns", "labels": {"app": "a"}});
+        for raw in [
+            serde_json::json!({"metadata": meta}),
+            serde_json::json!({"metadata": meta, "spec": {}}),
+            serde_json::json!({"metadata": meta, "spec": {"containers": []}}),
+            serde_json::json!({"metadata": meta, "spec": {"containers": null}}),
+        ] {
+            let pod: Pod = serde_json::from_value(raw.clone()).unwrap();
+            let inj = for_pod(&index, &pod, &ns, "t");
+            let mut out = raw.clone();
+            apply(&mut out, &inj.patch).unwrap_or_else(|e| panic!("{raw}: {e}"));
+            let names = |list: &str| -> Vec<String> {
+                out["spec"][list]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| c["name"].as_str().unwrap().to_string())
+                    .collect()
+            };
+            assert_eq!(names("containers"), ["proxy", "log"], "{raw}");
+            assert_eq!(names("initContainers"), ["init"], "{raw}");
+        }
+    }
+
+    #[test]
+    fn field_paths() {
+        assert_eq!(parse_field_path("metadata.name"), Some(FieldPath::Name));
+        assert_eq!(
+            parse_field_path("metadata.labels['app']"),
+            Some(FieldPath::Label("app".into()))
+        );
+        assert_eq!(
+            parse_field_path("metadata.annotations['x.io/c']"),
+            Some(FieldPath::Annotation("x.io/c".into()))
+        );
+        assert_eq!(
+            parse_field_path("metadata.labels[\"a\"]"),
+            Some(FieldPath::Label("a".into()))
+        );
+        for bad in [
+            "metadata.labels",
+            "metadata.labels['']",
+            "spec.nodeName",
+            "metadata.labels[app]",
+        ] {
+            assert_eq!(parse_field_path(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn subpath_expr_vars() {
+        assert_eq!(subpath_vars("$(POD)/logs/$(NS)"), vec!["POD", "NS"]);
+        assert!(subpath_vars("plain").is_empty());
+        assert!(subpath_vars("$(BROKEN").is_empty());
+    }
+}

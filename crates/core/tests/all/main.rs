@@ -1,0 +1,7 @@
+//! The core's integration tests, one test binary (each binary links the whole dependency graph).
+
+mod crate_graph;
+mod inject_fixtures;
+mod rollout_fixtures;
+mod schema;
+mod validate_fixtures;

@@ -1,0 +1,242 @@
+//! The certificate manager against a mock API server: the Secret created by two replicas at
+//! once, the order of a CA rotation, and a caBundle repaired after someone overwrote it.
+
+use super::*;
+use crate::health::Readiness;
+use crate::mock_api::{self, ApiServer, Call};
+use serde_json::Value;
+
+const SECRET: &str = "/api/v1/namespaces/ns/secrets";
+const MUTATING: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sso";
+const VALIDATING: &str =
+    "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/sso";
+
+fn cert_config() -> CertConfig {
+    CertConfig {
+        service: "svc".into(),
+        namespace: "ns".into(),
+        extra_dns: vec![],
+        extra_ips: vec![],
+        ca_validity: Duration::from_secs(30 * 24 * 3600),
+        leaf_validity: Duration::from_secs(3 * 24 * 3600),
+        renew_at: 2.0 / 3.0,
+        // A rotation step may follow the previous one at once (the test decides when).
+        overlap: Duration::ZERO,
+    }
+}
+
+fn manager(client: Client, readiness: &Readiness) -> Arc<Manager> {
+    let settings = ManagerSettings {
+        certs: cert_config(),
+        namespace: "ns".into(),
+        secret_name: "certs".into(),
+        webhook_config_name: "sso".into(),
+        field_manager: "sidecarset-operator".into(),
+        resync: Duration::from_secs(300),
+        conversion: None,
+    };
+    let reports = Reports {
+        cert: ServingCert::new(readiness.gate("no certificate")),
+        ca_trusted: readiness.gate("CA not trusted"),
+        conversion: None,
+    };
+    Manager::new(client, settings, None, reports)
+}
+
+fn generated() -> Material {
+    act(
+        &Action::Generate("test".into()),
+        None,
+        &cert_config(),
+        now(),
+    )
+    .unwrap()
+}
+
+fn secret(m: &Material, resource_version: &str) -> Value {
+    let mut annotations = serde_json::Map::new();
+    if let Some(since) = m.step_since {
+        annotations.insert(
+            super::super::ANNOTATION_STEP_SINCE.into(),
+            since.to_string().into(),
+        );
+    }
+    let data: serde_json::Map<String, Value> = m
+        .to_data()
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::to_value(ByteString(v)).unwrap()))
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+           "metadata": {"name": "certs", "namespace": "ns", "resourceVersion": resource_version,
+                        "annotations": annotations},
+           "data": data})
+}
+
+/// A webhook configuration of `kind` whose one webhook trusts `bundle`.
+fn configuration(kind: &str, bundle: &str) -> Value {
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+           "metadata": {"name": "sso"},
+           "webhooks": [{"name": "w.sidecarset.io", "admissionReviewVersions": ["v1"],
+                         "sideEffects": "None",
+                         "clientConfig": {"caBundle": serde_json::to_value(ByteString(bundle.as_bytes().to_vec())).unwrap()}}]})
+}
+
+/// Answers the two reads of the webhook configurations (whether they trust a bundle).
+async fn configurations_trust(api: &mut ApiServer, bundle: &str) {
+    api.expect("GET", MUTATING)
+        .await
+        .answer(200, configuration("MutatingWebhookConfiguration", bundle));
+    api.expect("GET", VALIDATING)
+        .await
+        .answer(200, configuration("ValidatingWebhookConfiguration", bundle));
+}
+
+/// The caBundle a server-side apply of a webhook configuration writes.
+fn applied_bundle(call: &Call) -> String {
+    assert_eq!(
+        call.content_type.as_deref(),
+        Some("application/apply-patch+yaml")
+    );
+    assert!(
+        call.uri.contains("fieldManager=sidecarset-operator"),
+        "{}",
+        call.uri
+    );
+    assert!(call.uri.contains("force=true"), "{}", call.uri);
+    let b64: ByteString =
+        serde_json::from_value(call.body["webhooks"][0]["clientConfig"]["caBundle"].clone())
+            .unwrap();
+    String::from_utf8(b64.0).unwrap()
+}
+
+/// The rest of a pass once the configurations are found not to trust `bundle`: the names of
+/// their webhooks are read, then the bundle is applied to both; returns what was applied.
+async fn bundle_written(api: &mut ApiServer, stale: &str) -> (String, String) {
+    configurations_trust(api, stale).await;
+    let mutating = api.expect("PATCH", MUTATING).await;
+    let m = applied_bundle(&mutating);
+    mutating.echo("10");
+    let validating = api.expect("PATCH", VALIDATING).await;
+    let v = applied_bundle(&validating);
+    validating.echo("11");
+    (m, v)
+}
+
+#[tokio::test]
+async fn a_secret_another_replica_created_first_is_adopted_not_overwritten() {
+    let (client, mut api) = mock_api::client();
+    let readiness = Readiness::default();
+    let m = manager(client, &readiness);
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .fail(404, "NotFound");
+    let create = api.expect("POST", SECRET).await;
+    assert_eq!(create.body["metadata"]["name"], "certs");
+    create.fail(409, "AlreadyExists");
+    pass.await.unwrap().unwrap();
+    // Nothing written over theirs, nothing served, no caBundle of ours published.
+    api.expect_nothing().await;
+    assert_eq!(m.reports.cert.expiry(), None);
+
+    // The next pass serves theirs.
+    let theirs = generated();
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&theirs, "7"));
+    configurations_trust(&mut api, &theirs.ca_bundle()).await;
+    configurations_trust(&mut api, &theirs.ca_bundle()).await;
+    pass.await.unwrap().unwrap();
+    api.expect_nothing().await;
+    let leaf = super::super::cert_info(&theirs.tls_cert, "tls.crt").unwrap();
+    assert_eq!(m.reports.cert.expiry(), Some(leaf.not_after));
+    assert!(m.reports.ca_trusted.is_open());
+}
+
+#[tokio::test]
+async fn a_new_ca_signs_the_served_certificate_only_once_the_webhooks_trust_it() {
+    let (client, mut api) = mock_api::client();
+    let readiness = Readiness::default();
+    let m = manager(client, &readiness);
+    let old = generated();
+    let rotating = act(&Action::StartCaRotation, Some(&old), &cert_config(), now()).unwrap();
+    let (Some((next_ca, _)), both) = (&rotating.next_ca, rotating.ca_bundle()) else {
+        panic!("a rotation has a next CA");
+    };
+
+    // Step 1 is stored (both CAs in the Secret), but the webhooks trust only the old CA: the
+    // old CA's certificate stays served and the bundle with both CAs is published.
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&rotating, "5"));
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    let (mutating, validating) = bundle_written(&mut api, &old.ca_bundle()).await;
+    assert_eq!(
+        (mutating.as_str(), validating.as_str()),
+        (both.as_str(), both.as_str())
+    );
+    assert!(both.contains(next_ca.trim()) && both.contains(old.ca_cert.trim()));
+    pass.await.unwrap().unwrap();
+    api.expect_nothing().await;
+    let old_leaf = super::super::cert_info(&old.tls_cert, "tls.crt").unwrap();
+    assert_eq!(m.reports.cert.expiry(), Some(old_leaf.not_after));
+
+    // Step 2 once they trust both: the Secret is replaced under the resourceVersion read, and
+    // only then is the new CA's certificate served.
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&rotating, "5"));
+    configurations_trust(&mut api, &both).await;
+    let promote = api.expect("PUT", &format!("{SECRET}/certs")).await;
+    assert_eq!(promote.body["metadata"]["resourceVersion"], "5");
+    assert_eq!(m.reports.cert.expiry(), Some(old_leaf.not_after));
+    let promoted: Secret = serde_json::from_value(promote.body.clone()).unwrap();
+    let promoted = to_material(&promoted).unwrap();
+    assert_eq!(promoted.ca_cert.trim(), next_ca.trim());
+    promote.echo("6");
+    configurations_trust(&mut api, &both).await;
+    pass.await.unwrap().unwrap();
+    let new_leaf = super::super::cert_info(&promoted.tls_cert, "tls.crt").unwrap();
+    assert_eq!(m.reports.cert.expiry(), Some(new_leaf.not_after));
+}
+
+#[tokio::test]
+async fn a_ca_bundle_someone_overwrote_is_written_back() {
+    let (client, mut api) = mock_api::client();
+    let readiness = Readiness::default();
+    let m = manager(client, &readiness);
+    let ours = generated();
+    let someone_elses = generated().ca_bundle();
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&ours, "3"));
+    configurations_trust(&mut api, &someone_elses).await;
+    configurations_trust(&mut api, &someone_elses).await;
+    let (mutating, validating) = bundle_written(&mut api, &someone_elses).await;
+    assert_eq!(mutating, ours.ca_bundle());
+    assert_eq!(validating, ours.ca_bundle());
+    pass.await.unwrap().unwrap();
+    // The Secret itself was fine: never rewritten.
+    api.expect_nothing().await;
+    assert!(m.reports.ca_trusted.is_open());
+}

@@ -1,0 +1,221 @@
+//! The controller's writes against a mock API server: the status patch (only when the status
+//! changed, to the status subresource), ControllerRevisions (created for a new spec, the
+//! oldest deleted past the history limit, a create race left to the next pass) and evictions
+//! (a PodDisruptionBudget's refusal, pods their controller would not recreate).
+
+use super::*;
+use crate::health::Readiness;
+use crate::mock_api::{self, ApiServer};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Value, json};
+
+const REVISIONS: &str = "/apis/apps/v1/namespaces/sidecarset-system/controllerrevisions";
+
+fn sidecarset(status: Option<Value>) -> SidecarSet {
+    let mut v = json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+        "metadata": {"name": "mesh", "generation": 3},
+        "spec": {"selector": {"matchLabels": {"app": "web"}},
+                 "containers": [{"name": "proxy", "image": "proxy:2"}],
+                 "revisionHistoryLimit": 1}
+    });
+    if let Some(s) = status {
+        v["status"] = s;
+    }
+    let mut ss: SidecarSet = serde_json::from_value(v).unwrap();
+    default_sidecarset(&mut ss);
+    ss
+}
+
+fn ctx(client: Client) -> Ctx {
+    let readiness = Readiness::default();
+    let cluster = Arc::new(ClusterView::new(Vec::<String>::new(), &readiness));
+    Ctx::new(
+        client,
+        "sidecarset-system".into(),
+        leader::Leadership::always(),
+        "me".into(),
+        cluster,
+        crate::events::queue().0,
+        rollout::Rules::OpenKruise,
+    )
+}
+
+fn planned(ss: &SidecarSet) -> plan::ReconcilePlan {
+    let entry = Entry::new(Arc::new(ss.clone())).unwrap();
+    let now = Time(jiff::Timestamp::from_second(1_800_000_000).unwrap());
+    plan::plan(&plan::Observation {
+        ss,
+        entry: &entry,
+        pods: &[],
+        views: &[],
+        latest_revision: "mesh-abc",
+        collision_count: 0,
+        pin_resolves: true,
+        without_sidecars: 0,
+        evicting: false,
+        revisions_namespace: "sidecarset-system",
+        rules: rollout::Rules::OpenKruise,
+        now: &now,
+    })
+}
+
+#[tokio::test]
+async fn the_status_is_merge_patched_on_the_status_subresource_only_when_it_changed() {
+    let (client, mut api) = mock_api::client();
+    let ctx = ctx(client);
+    let ss = sidecarset(None);
+    let first = planned(&ss);
+    assert!(first.write_status);
+    let server = async {
+        let patch = api
+            .expect(
+                "PATCH",
+                "/apis/apps.kruise.io/v1beta1/sidecarsets/mesh/status",
+            )
+            .await;
+        assert_eq!(
+            patch.content_type.as_deref(),
+            Some("application/merge-patch+json")
+        );
+        assert_eq!(patch.body["status"]["observedGeneration"], 3);
+        assert_eq!(patch.body["status"]["latestRevision"], "mesh-abc");
+        // Fields the status no longer has are written as null (a merge patch keeps the rest).
+        assert!(patch.body["status"]["podsWithoutSidecars"].is_null());
+        assert!(
+            patch.body["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("podsWithoutSidecars")
+        );
+        patch.answer(
+            200,
+            json!({"apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+                                 "metadata": {"name": "mesh"}, "spec": {}}),
+        );
+    };
+    let (written, ()) = tokio::join!(act::write_status(&ctx, &ss, &first), server);
+    written.unwrap();
+
+    // The stored status is now the planned one: the next reconcile writes nothing.
+    let stored = sidecarset(Some(serde_json::to_value(&first.status).unwrap()));
+    let again = planned(&stored);
+    assert!(!again.write_status);
+    let ctx = Arc::new(ctx);
+    let second = tokio::spawn({
+        let ctx = ctx.clone();
+        async move { act::write_status(&ctx, &stored, &again).await }
+    });
+    api.expect_nothing().await;
+    second.await.unwrap().unwrap();
+}
+
+/// The revision of another spec, as OpenKruise or an earlier reconcile stored it.
+fn old_revision(name: &str, number: i64) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+           "metadata": {"name": name, "namespace": "sidecarset-system", "resourceVersion": "1",
+                        "labels": {"kruise.io/sidecarset-name": "mesh"}},
+           "data": {"spec": {"containers": [{"name": "proxy", "image": "proxy:1"}]}},
+           "revision": number})
+}
+
+async fn revisions_listed(api: &mut ApiServer, items: Vec<Value>) {
+    let list = api.expect("GET", REVISIONS).await;
+    assert!(
+        list.uri
+            .contains("labelSelector=kruise.io%2Fsidecarset-name%3Dmesh"),
+        "{}",
+        list.uri
+    );
+    list.answer(
+        200,
+        json!({"apiVersion": "apps/v1", "kind": "ControllerRevisionList",
+                            "metadata": {"resourceVersion": "1"}, "items": items}),
+    );
+}
+
+#[tokio::test]
+async fn a_new_spec_gets_a_revision_and_the_oldest_beyond_the_history_limit_is_deleted() {
+    let (client, mut api) = mock_api::client();
+    let ctx = ctx(client);
+    let entry = Entry::new(Arc::new(sidecarset(None))).unwrap();
+    let server = async {
+        revisions_listed(&mut api, vec![old_revision("mesh-old", 4)]).await;
+        let create = api.expect("POST", REVISIONS).await;
+        assert_eq!(create.body["revision"], 5);
+        assert_eq!(
+            create.body["metadata"]["labels"]["kruise.io/sidecarset-name"],
+            "mesh"
+        );
+        let name = create.body["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        create.echo("2");
+        // revisionHistoryLimit 1: the old one goes, the new one stays.
+        api.expect("DELETE", &format!("{REVISIONS}/mesh-old"))
+            .await
+            .answer(
+                200,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+            );
+        name
+    };
+    let (registered, created) = tokio::join!(revisions::register(&ctx, &entry, &[]), server);
+    let (latest, collisions) = registered.unwrap();
+    assert_eq!((latest, collisions), (created, 0));
+    api.expect_nothing().await;
+}
+
+#[tokio::test]
+async fn a_revision_created_meanwhile_by_another_writer_is_left_to_the_next_pass() {
+    let (client, mut api) = mock_api::client();
+    let ctx = ctx(client);
+    let entry = Entry::new(Arc::new(sidecarset(None))).unwrap();
+    let server = async {
+        revisions_listed(&mut api, vec![]).await;
+        api.expect("POST", REVISIONS)
+            .await
+            .fail(409, "AlreadyExists");
+    };
+    let (registered, ()) = tokio::join!(revisions::register(&ctx, &entry, &[]), server);
+    let err = registered.unwrap_err().to_string();
+    assert!(err.contains("appeared meanwhile"), "{err}");
+    // Nothing deleted or overwritten on a guess.
+    api.expect_nothing().await;
+}
+
+fn pod(name: &str, owner_kind: &str) -> SlimPod {
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "a",
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": "o", "uid": "u",
+                             "controller": true}]}}))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn evictions_skip_pods_nobody_recreates_and_respect_a_disruption_budget() {
+    let (client, mut api) = mock_api::client();
+    let (guarded, job, free) = (
+        pod("guarded", "ReplicaSet"),
+        pod("job", "Job"),
+        pod("free", "ReplicaSet"),
+    );
+    let rate = missing::Rate::new(10);
+    let server = async {
+        let first = api
+            .expect("POST", "/api/v1/namespaces/a/pods/guarded/eviction")
+            .await;
+        first.fail(429, "TooManyRequests");
+        // The Job's pod is never evicted (its controller would not recreate it).
+        api.expect("POST", "/api/v1/namespaces/a/pods/free/eviction")
+            .await
+            .answer(
+                201,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+            );
+    };
+    let candidates = [&guarded, &job, &free];
+    let (evicted, ()) = tokio::join!(missing::evict(&client, &rate, "mesh", &candidates), server);
+    assert_eq!(evicted, 1);
+    api.expect_nothing().await;
+}
