@@ -68,7 +68,7 @@ check-manifests: ## Fail when the generated manifests differ from the code (run 
 	cargo build -q --bin sidecarset-operator
 	@for f in $(CRD_FILES); do \
 	  if ! $(BIN) crd | diff -q - $$f >/dev/null; then \
-	    echo "$$f is out of date with src/api: run 'make manifests' and commit the result"; exit 1; fi; done
+	    echo "$$f is out of date with crates/core/src/api: run 'make manifests' and commit the result"; exit 1; fi; done
 	@echo "generated manifests are up to date"
 
 .PHONY: run

@@ -202,7 +202,7 @@ def build(args):
     for kind, key in [("spec", "specDescriptors"), ("status", "statusDescriptors")]:
         for desc in o.get(key, []):
             if not crd_schema_has(schema[kind], desc["path"]):
-                fail(f"csv-base.yaml {key} path '{desc['path']}' does not exist in the CRD's {kind} (src/api changed?)")
+                fail(f"csv-base.yaml {key} path '{desc['path']}' does not exist in the CRD's {kind} (crates/core/src/api changed?)")
 
     # OLM keeps the CRD's conversion webhook (webhookdefinitions below): the operator must not,
     # and needs no access to CRDs.
