@@ -16,6 +16,7 @@ pub mod index;
 pub mod inject;
 pub mod inspect;
 pub mod metrics;
+pub mod migrate;
 pub mod pod_validation;
 pub mod registration;
 pub mod rollout;

@@ -57,6 +57,12 @@ enum Command {
     /// select, upgrade in place or leave alone (and why), conflicts with other SidecarSets, and
     /// the rollout order.
     Diff(inspect::DiffArgs),
+    /// Move a cluster to this operator without losing a SidecarSet: `migrate from-openkruise`
+    /// (a dry run prints the plan; --apply does the next step).
+    Migrate {
+        #[command(subcommand)]
+        from: sidecarset_operator::migrate::MigrateCommand,
+    },
 }
 
 /// The name kubectl runs a plugin `kubectl sidecarset` by.
@@ -94,6 +100,31 @@ fn tool(
             for line in &out.stderr {
                 eprintln!("{line}");
             }
+            ExitCode::from(out.code)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `migrate from-openkruise` on a small runtime: the plan (and what was done) on stdout.
+fn migrate(args: &sidecarset_operator::migrate::FromOpenKruiseArgs) -> ExitCode {
+    use sidecarset_operator::migrate;
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(migrate::EXIT_INPUT);
+        }
+    };
+    match rt.block_on(migrate::from_openkruise(args)) {
+        Ok(out) => {
+            print!("{}", out.stdout);
             ExitCode::from(out.code)
         }
         Err(e) => {
@@ -148,6 +179,9 @@ fn main() -> ExitCode {
             what: inspect::ExplainCommand::Pod(args),
         } => tool(inspect::explain_pod(&args)),
         Command::Diff(args) => tool(inspect::diff(&args)),
+        Command::Migrate {
+            from: sidecarset_operator::migrate::MigrateCommand::FromOpenkruise(args),
+        } => migrate(&args),
         Command::Crd => match api::crd_yaml() {
             Ok(y) => {
                 print!("{y}");
