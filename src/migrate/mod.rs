@@ -308,7 +308,9 @@ async fn read(c: &Client, o: &FromOpenKruiseArgs) -> Result<Read, MigrateError> 
         .await
         .map_err(|e| access("discovering OpenKruise's APIs", e))?;
     for g in discovery.groups() {
-        for (ar, _) in g.recommended_resources() {
+        // Every resource at its most stable version: the preferred version of apps.kruise.io
+        // (v1beta1, for SidecarSets) does not serve CloneSets (v1alpha1).
+        for (ar, _) in g.resources_by_stability() {
             if INFRASTRUCTURE.contains(&ar.plural.as_str()) {
                 continue;
             }

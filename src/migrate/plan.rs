@@ -438,7 +438,7 @@ pub fn plan(s: &Snapshot, o: &Options) -> Plan {
             }
             Phase::RemoveOpenKruise => {
                 p.next.push(format!(
-                    "helm upgrade {} {} -n {} --reuse-values --set extraArgs=null   # drops --allow-openkruise",
+                    "helm upgrade {} {} -n {} --reuse-values --set webhook.failurePolicy=Fail --set extraArgs=null   # ours alone now: no pod without its sidecars, and no second injector allowed",
                     o.operator_release, o.chart, o.operator_namespace
                 ));
             }
@@ -457,8 +457,11 @@ pub fn install_command(o: &Options, next_to_openkruise: bool) -> String {
         o.operator_release,
         o.chart,
         o.operator_namespace,
+        // Next to OpenKruise, ours ignores its own failures: until the operator serves (the
+        // chart registers the webhooks before its pods are ready), a pod that Fail would refuse
+        // passes, injected by OpenKruise. Fail comes back once OpenKruise is gone.
         if next_to_openkruise {
-            " --set 'extraArgs={--allow-openkruise}'"
+            " --set webhook.failurePolicy=Ignore --set 'extraArgs={--allow-openkruise}'"
         } else {
             ""
         }
@@ -833,7 +836,18 @@ metadata: {name: kruise-validating-webhook-configuration}
             let p = plan(&s, &options());
             assert_eq!(p.phase, want, "{ours:?}");
             if want == Phase::InstallOperator {
-                assert!(p.next[0].contains("--allow-openkruise"), "{:?}", p.next);
+                assert!(
+                    p.next[0].contains("--allow-openkruise")
+                        && p.next[0].contains("webhook.failurePolicy=Ignore"),
+                    "{:?}",
+                    p.next
+                );
+            } else {
+                assert!(
+                    p.next[0].contains("webhook.failurePolicy=Fail"),
+                    "{:?}",
+                    p.next
+                );
             }
         }
     }
