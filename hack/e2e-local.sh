@@ -70,3 +70,6 @@ cargo test -p sidecarset-e2e --test faults -- --ignored --nocapture --test-threa
 
 log "migration from OpenKruise (recreates the SidecarSet CRD in OpenKruise's state; runs alone)"
 cargo test -p sidecarset-e2e --test migration -- --ignored --nocapture --test-threads=1
+
+log "migration from OpenKruise's chart layout with migrate from-openkruise (Helm; pods created in a loop throughout)"
+HELM_BIN=$HELM_BIN cargo test -p sidecarset-e2e --test migration_helm -- --ignored --nocapture --test-threads=1

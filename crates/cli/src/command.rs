@@ -32,6 +32,12 @@ pub enum ToolCommand {
     /// select, upgrade in place or leave alone (and why), conflicts with other SidecarSets, and
     /// the rollout order.
     Diff(inspect::DiffArgs),
+    /// Move a cluster to this operator without losing a SidecarSet: `migrate from-openkruise`
+    /// (a dry run prints the plan; --apply does the next step).
+    Migrate {
+        #[command(subcommand)]
+        from: crate::migrate::MigrateCommand,
+    },
 }
 
 /// The name kubectl runs a plugin `kubectl sidecarset` by.
@@ -56,6 +62,9 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
             what: inspect::ExplainCommand::Pod(args),
         } => on_cluster(inspect::explain_pod(&args)),
         ToolCommand::Diff(args) => on_cluster(inspect::diff(&args)),
+        ToolCommand::Migrate {
+            from: crate::migrate::MigrateCommand::FromOpenkruise(args),
+        } => migrate(&args),
         ToolCommand::Crd => match sidecarset_core::api::crd_yaml() {
             Ok(y) => {
                 print!("{y}");
@@ -116,6 +125,31 @@ fn on_cluster(
             for line in &out.stderr {
                 eprintln!("{line}");
             }
+            ExitCode::from(out.code)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `migrate from-openkruise` on a small runtime: the plan (and what was done) on stdout.
+fn migrate(args: &crate::migrate::FromOpenKruiseArgs) -> ExitCode {
+    use crate::migrate;
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(migrate::EXIT_INPUT);
+        }
+    };
+    match rt.block_on(migrate::from_openkruise(args)) {
+        Ok(out) => {
+            print!("{}", out.stdout);
             ExitCode::from(out.code)
         }
         Err(e) => {

@@ -6,6 +6,7 @@
 
 mod command;
 pub mod inspect;
+pub mod migrate;
 pub mod offline;
 
 pub use command::{PLUGIN_NAME, ToolCommand, invoked_as_plugin, run_tool};
