@@ -309,6 +309,21 @@ fn has_sidecars(p: &Pod) -> bool {
             .is_some_and(|l| l == "ss-rich")
 }
 
+/// Uninstalls both Helm releases when the test ends, however it ends (an early `?` too): a
+/// stand-in left behind would keep OpenKruise's webhook configurations (failurePolicy Fail)
+/// pointing at this process.
+struct Releases {
+    op_release: String,
+    op_ns: String,
+}
+
+impl Drop for Releases {
+    fn drop(&mut self) {
+        let _ = run(Command::new(helm()).args(["uninstall", &self.op_release, "-n", &self.op_ns]));
+        let _ = run(Command::new(helm()).args(["uninstall", "kruise"]));
+    }
+}
+
 #[tokio::test]
 #[ignore = "recreates the SidecarSet CRD and runs Helm; run alone by hack/e2e-local.sh"]
 async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_without_sidecars()
@@ -337,11 +352,24 @@ async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_witho
     };
     let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
     let namespaces: Api<Namespace> = Api::all(c.clone());
+    let _releases = Releases {
+        op_release: op_release.to_string(),
+        op_ns: op_ns.clone(),
+    };
 
     // A clean slate: no SidecarSet CRD, no kruise-system.
     let _ = crds.delete(CRD_NAME, &DeleteParams::default()).await;
+    let _ = crds
+        .delete("clonesets.apps.kruise.io", &DeleteParams::default())
+        .await;
     let _ = namespaces.delete(KRUISE_NS, &DeleteParams::default()).await;
     wait_gone(&crds, CRD_NAME, "the old SidecarSet CRD to be gone").await?;
+    wait_gone(
+        &crds,
+        "clonesets.apps.kruise.io",
+        "an old CloneSet CRD to be gone",
+    )
+    .await?;
     wait_gone(&namespaces, KRUISE_NS, "an old kruise-system to be gone").await?;
 
     // 0. The control: a plain `helm uninstall` of the stand-in deletes the SidecarSets.
@@ -354,6 +382,13 @@ async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_witho
         &PostParams::default(),
         &serde_json::from_value(as_beta.clone())?,
     )
+    .await?;
+    // A CRD deleted while the API server still initialises its storage can stay Terminating
+    // ("could not list instances: storage is (re)initializing"): wait until CloneSets list.
+    eventually(30, "the CloneSet API to serve", || {
+        let cs = clonesets(&c, "default");
+        async move { Ok(cs.list(&Default::default()).await.ok().map(|_| ())) }
+    })
     .await?;
     helm_ok(&["uninstall", "kruise", "--wait", "--timeout", "2m"])?;
     wait_gone(
