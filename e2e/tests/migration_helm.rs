@@ -309,6 +309,20 @@ fn has_sidecars(p: &Pod) -> bool {
             .is_some_and(|l| l == "ss-rich")
 }
 
+/// Name → UID of every object the API lists.
+async fn uids<K>(api: &Api<K>) -> anyhow::Result<BTreeMap<String, String>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned,
+{
+    Ok(api
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .map(|x| (x.name_any(), x.uid().unwrap_or_default()))
+        .collect())
+}
+
 /// Uninstalls both Helm releases when the test ends, however it ends (an early `?` too): a
 /// stand-in left behind would keep OpenKruise's webhook configurations (failurePolicy Fail)
 /// pointing at this process.
@@ -452,27 +466,9 @@ async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_witho
         })
         .await?;
     }
-    let before_ss: BTreeMap<String, String> = sidecarsets_beta(&c)
-        .list(&Default::default())
-        .await?
-        .items
-        .iter()
-        .map(|x| (x.name_any(), x.uid().unwrap_or_default()))
-        .collect();
-    let before_revs: BTreeMap<String, String> = revs
-        .list(&Default::default())
-        .await?
-        .items
-        .iter()
-        .map(|x| (x.name_any(), x.uid().unwrap_or_default()))
-        .collect();
-    let before_pods: BTreeMap<String, String> = pods
-        .list(&Default::default())
-        .await?
-        .items
-        .iter()
-        .map(|x| (x.name_any(), x.uid().unwrap_or_default()))
-        .collect();
+    let before_ss = uids(&sidecarsets_beta(&c)).await?;
+    let before_revs = uids(&revs).await?;
+    let before_pods = uids(&pods).await?;
     let crd_uid = crds.get(CRD_NAME).await?.uid();
 
     // 2. Pods created in a loop through the whole migration.
@@ -677,21 +673,9 @@ async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_witho
         let (cs_uid, during_both) = result?;
         // Nothing lost: same UIDs.
         let uid_of = |m: &BTreeMap<String, String>, k: &str| m.get(k).cloned();
-        let after_ss: BTreeMap<String, String> = sidecarsets_beta(&c)
-            .list(&Default::default())
-            .await?
-            .items
-            .iter()
-            .map(|x| (x.name_any(), x.uid().unwrap_or_default()))
-            .collect();
+        let after_ss = uids(&sidecarsets_beta(&c)).await?;
         anyhow::ensure!(after_ss == before_ss, "SidecarSets before {before_ss:?}, after {after_ss:?}");
-        let after_revs: BTreeMap<String, String> = revs
-            .list(&Default::default())
-            .await?
-            .items
-            .iter()
-            .map(|x| (x.name_any(), x.uid().unwrap_or_default()))
-            .collect();
+        let after_revs = uids(&revs).await?;
         for (k, v) in &before_revs {
             anyhow::ensure!(uid_of(&after_revs, k).as_ref() == Some(v), "revision {k} lost: {after_revs:?}");
         }

@@ -22,8 +22,8 @@
 //! configurations in the order of their names), then ours, which skips every SidecarSet the pod
 //! already records in `kruise.io/sidecarset-hash`; the pod is exactly what OpenKruise made.
 //!
-//! Only the kube client, k8s-openapi, serde and the `api` module are used, so the command can
-//! move with the CLI.
+//! Only the kube client, k8s-openapi, serde and the core's `api` module are used; the exit codes
+//! are the other tools' (`inspect`), plus 4 for a refused plan.
 
 pub mod plan;
 pub mod release;
@@ -44,9 +44,7 @@ use std::path::PathBuf;
 
 /// Exit codes: 0 done (or a dry run); 1 bad usage or input; 2 no access to the cluster;
 /// 4 refused (blockers, or the verification found something lost).
-pub const EXIT_OK: u8 = 0;
-pub const EXIT_INPUT: u8 = 1;
-pub const EXIT_ACCESS: u8 = 2;
+pub use crate::inspect::{EXIT_ACCESS, EXIT_INPUT, EXIT_OK};
 pub const EXIT_REFUSED: u8 = 4;
 
 const FIELD_MANAGER: &str = "sidecarset-operator-migrate";
