@@ -133,16 +133,34 @@ pub struct RunArgs {
     pub max_admissions_in_flight: usize,
     /// Evict the pods a SidecarSet selects that run without its sidecars (created while the
     /// webhook was unreachable, or before the operator or the SidecarSet), so that their
-    /// controllers recreate them injected. Through the Eviction API (PodDisruptionBudgets are
-    /// respected), only pods with a controller other than a Job, at most
-    /// --evictions-per-minute. Off by default: the pods are reported (status, metric, Event).
+    /// controllers recreate them injected, for the SidecarSets that opt in with the annotation
+    /// sidecarset-operator.io/evict-pods-without-sidecars ("true": pods created after the
+    /// SidecarSet's generation took effect; "all": older pods too). Only pods the webhook would
+    /// inject now, whose controller is of --evict-owner-kinds, through the Eviction API
+    /// (PodDisruptionBudgets are respected, uid and resourceVersion preconditions), at most
+    /// --evictions-per-minute and --evictions-per-hour; an owner whose replacement comes back
+    /// without the sidecars is not evicted again. Off by default: the pods are reported
+    /// (status, metric, Event).
     #[arg(long, env = "SSO_EVICT_PODS_WITHOUT_SIDECARS", default_value_t = false, action = clap::ArgAction::Set)]
     pub evict_pods_without_sidecars: bool,
     /// Evictions per minute at most, over all SidecarSets (with --evict-pods-without-sidecars).
     #[arg(long, env = "SSO_EVICTIONS_PER_MINUTE", default_value_t = 10)]
     pub evictions_per_minute: u32,
+    /// Evictions per hour at most, per SidecarSet (with --evict-pods-without-sidecars).
+    #[arg(long, env = "SSO_EVICTIONS_PER_HOUR", default_value_t = 20)]
+    pub evictions_per_hour: u32,
+    /// The controllers whose pods may be evicted, as Kind.group (with
+    /// --evict-pods-without-sidecars): the kinds that recreate a pod from a template.
+    #[arg(long, env = "SSO_EVICT_OWNER_KINDS", default_value = crate::controller::missing::DEFAULT_OWNER_KINDS)]
+    pub evict_owner_kinds: String,
+    /// How often the leader reconciles every SidecarSet even when nothing changed, repairing a
+    /// status that disagrees with its plan (a late write of a former leader, a write lost); 0
+    /// turns it off.
+    #[arg(long, env = "SSO_RESYNC_PERIOD", default_value = "10m", value_parser = parse_duration_or_zero)]
+    pub resync_period: Duration,
     /// A watch of the cluster view (SidecarSets, Namespaces, ControllerRevisions) failing for
-    /// longer than this makes the replica unready (its view may be missing changes).
+    /// longer than this is reported as degraded (metric sidecarset_operator_degraded, /readyz's
+    /// text, a log line): the replica stays ready and answers from its view as of the last event.
     #[arg(long, env = "SSO_WATCH_STALE_AFTER", default_value = "2m", value_parser = parse_duration)]
     pub watch_stale_after: Duration,
     /// How long the pod webhook waits for a namespace it has not seen yet (created just before
@@ -167,6 +185,14 @@ impl RunArgs {
             },
         }
     }
+}
+
+/// [`parse_duration`], or `0` (off).
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    if s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(s)
 }
 
 /// Parses `<number><unit>` with unit s, m, h or d (e.g. 90d, 30s).

@@ -89,6 +89,7 @@ fn reason(r: SkipReason) -> (&'static str, &'static str) {
         SkipReason::Conflict => ("SidecarSetConflict", "Warning"),
         SkipReason::NamespaceExcluded => ("SidecarSetNamespaceExcluded", "Normal"),
         SkipReason::NotInjected => ("SidecarSetMissing", "Warning"),
+        SkipReason::EvictionStopped => ("SidecarSetEvictionStopped", "Warning"),
     }
 }
 

@@ -24,6 +24,17 @@ pub struct WatchLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabel {
+    pub condition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SidecarSetReasonLabels {
+    pub sidecarset: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabel {
     pub webhook: String,
 }
@@ -72,6 +83,10 @@ pub struct Metrics {
     pub pods_evicted: Family<SidecarSetLabel, Counter>,
     pub watch_event_age: Family<WatchLabel, Gauge>,
     pub watch_failing: Family<WatchLabel, Gauge>,
+    pub degraded: Family<ConditionLabel, Gauge>,
+    pub evictions_withheld: Family<SidecarSetReasonLabels, Counter>,
+    pub status_repairs: Counter,
+    pub writes_fenced: Counter,
     pub spans_exported: Family<ResultLabel, Counter>,
 }
 
@@ -103,6 +118,10 @@ fn build() -> Metrics {
         pods_evicted: Family::default(),
         watch_event_age: Family::default(),
         watch_failing: Family::default(),
+        degraded: Family::default(),
+        evictions_withheld: Family::default(),
+        status_repairs: Counter::default(),
+        writes_fenced: Counter::default(),
         spans_exported: Family::default(),
     };
     registry.register(
@@ -204,6 +223,26 @@ fn build() -> Metrics {
         "watch_failing_seconds",
         "Seconds each watch of the cluster view has been failing without a success (0: healthy)",
         m.watch_failing.clone(),
+    );
+    registry.register(
+        "degraded",
+        "1 while a condition is wrong that does not keep this replica from answering admissions (crd_conversion, watch_sidecarsets, watch_namespaces, watch_revisions); /readyz says what",
+        m.degraded.clone(),
+    );
+    registry.register(
+        "evictions_withheld",
+        "Pods without their sidecars that were not evicted, by SidecarSet and reason (not_opted_in, not_injectable, owner_not_allowed, older_than_generation, circuit_open, rate, budget, precondition)",
+        m.evictions_withheld.clone(),
+    );
+    registry.register(
+        "status_repairs",
+        "SidecarSet statuses rewritten by a resync because they disagreed with the plan (a late write of a former leader, or a write lost)",
+        m.status_repairs.clone(),
+    );
+    registry.register(
+        "writes_fenced",
+        "Writes the controller did not send because this replica stopped leading before they left",
+        m.writes_fenced.clone(),
     );
     registry.register(
         "trace_spans_exported",

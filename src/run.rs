@@ -33,7 +33,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut view = cluster_view(&config, &clients).await?;
     let election = controller(&config, &clients, &mut view)?;
     let rustls = certificates(&config, &clients, &view).await?;
-    webhook_server(&config, view.state.clone(), rustls).await?;
+    let died = election.as_ref().map(Election::died);
+    tokio::select! {
+        served = webhook_server(&config, view.state.clone(), rustls) => served?,
+        _ = async move {
+            match died {
+                Some(d) => d.await,
+                None => std::future::pending().await,
+            }
+        } => bail!("the leader election stopped working; exiting so that this replica restarts with a working one"),
+    }
     shutdown(election).await;
     Ok(())
 }
@@ -122,10 +131,10 @@ pub struct View {
     pub controller_feed: Option<ControllerFeed>,
 }
 
-/// The controller's SidecarSets: a reflector store and the channel that wakes it.
+/// The controller's SidecarSets: a reflector store and the names that wake it.
 pub type ControllerFeed = (
     kube::runtime::reflector::Store<crate::api::v1beta1::SidecarSet>,
-    tokio::sync::mpsc::Receiver<crate::api::v1beta1::SidecarSet>,
+    Arc<crate::cluster::watch::Wakeups>,
 );
 
 pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<View> {
@@ -167,8 +176,8 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
     // same watch.
     let (controller_feed, shared) = if args.controller {
         let (store, writer) = kube::runtime::reflector::store();
-        let (tx, trigger) = tokio::sync::mpsc::channel(1024);
-        (Some((store, trigger)), Some((writer, tx)))
+        let wake = Arc::new(crate::cluster::watch::Wakeups::default());
+        (Some((store, wake.clone())), Some((writer, wake)))
     } else {
         (None, None)
     };
@@ -225,11 +234,19 @@ pub fn controller(
         .as_ref()
         .map_or_else(Leadership::always, Election::leadership);
     let (namespace, cluster) = (args.namespace.clone(), view.cluster.clone());
-    let (identity, events) = (config.identity.clone(), view.events.clone());
+    let identity = config.identity.clone();
     let rules = args.rollout_rules.parse().unwrap_or_default();
-    let evictions = args
-        .evict_pods_without_sidecars
-        .then_some(args.evictions_per_minute);
+    let evictions = match args.evict_pods_without_sidecars {
+        true => Some(crate::controller::missing::Policy {
+            per_minute: args.evictions_per_minute,
+            per_hour: args.evictions_per_hour,
+            owner_kinds: crate::controller::missing::parse_owner_kinds(&args.evict_owner_kinds)
+                .map_err(anyhow::Error::msg)?,
+            namespace: args.namespace.clone(),
+        }),
+        false => None,
+    };
+    let resync = args.resync_period;
     std::thread::Builder::new()
         .name("controller".into())
         .spawn(move || {
@@ -245,19 +262,38 @@ pub fn controller(
                 }
             };
             rt.block_on(async move {
-                let (watches, calls) = match crate::cluster::clients().await {
+                // Its writes, Events included, go through one client fenced by the leadership
+                // (controller::fence); its Events have a queue of their own on this runtime, so
+                // none of them is sent by the main runtime after leadership ended.
+                let clients = async {
+                    let config = kube::Config::infer()
+                        .await
+                        .map_err(kube::Error::InferConfig)?;
+                    let watches = kube::Client::try_from(config.clone())?;
+                    let calls =
+                        crate::controller::fence::fenced_client(config, leadership.clone())?;
+                    Ok::<_, kube::Error>((watches, calls))
+                };
+                let (watches, calls) = match clients.await {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::error!(error = %e, "the controller cannot reach the Kubernetes API; it does not run");
                         return;
                     }
                 };
+                let (events, events_rx) = crate::events::queue();
+                tokio::spawn(crate::events::record(
+                    calls.clone(),
+                    events_rx,
+                    identity.clone(),
+                ));
                 let mut ctx = crate::controller::Ctx::new(
                     calls, namespace, leadership, identity, cluster, events, rules,
                 );
-                if let Some(per_minute) = evictions {
-                    ctx = ctx.evicting(per_minute);
+                if let Some(policy) = evictions {
+                    ctx = ctx.evicting(policy);
                 }
+                ctx = ctx.resyncing(resync);
                 crate::controller::run(ctx, watches, store, trigger).await
             })
         })
@@ -281,9 +317,12 @@ pub async fn certificates(
             cert: view.cert.clone(),
             ca_trusted: readiness
                 .gate("the webhook configurations do not trust the serving certificate's CA yet"),
+            // A condition, not a gate: every replica shares it, and admissions are answered
+            // correctly without it (v1beta1 clients and injection do not need conversion).
             conversion: args.manage_crd_conversion.then(|| {
-                readiness.gate(
-                    "the SidecarSet CRD's conversion webhook does not point here with our CA yet",
+                readiness.condition(
+                    "crd_conversion",
+                    "the SidecarSet CRD's conversion webhook does not point here with our CA (cannot write it, or not yet): v1alpha1 reads and writes fail",
                 )
             }),
         };

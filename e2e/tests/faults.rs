@@ -319,7 +319,11 @@ impl Pair {
                 match res {
                     Some("sidecarsets") => n == Some(self.name.as_str()),
                     Some("controllerrevisions") => ns == Some(self.ns.as_str()),
+                    // Pods, their status and their evictions.
                     Some("pods") => ns == Some(self.pods_ns.as_str()),
+                    // Every Event this replica writes (its controller's, on the SidecarSet and
+                    // the pods' owners).
+                    Some("events") => true,
                     _ => false,
                 }
             })

@@ -17,19 +17,22 @@ use crate::health::{Gate, Readiness};
 use crate::index::{Entry, Index, namespace_labels};
 use kube::ResourceExt;
 pub use revisions::{KnownRevision, resolve_pin};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use tracing::warn;
 
-/// Labels by namespace name.
-pub type NamespaceLabels = HashMap<String, BTreeMap<String, String>>;
+/// Labels by namespace name (a persistent map: a change copies a path, not the map).
+pub type NamespaceLabels = imbl::HashMap<String, BTreeMap<String, String>>;
+
+/// ControllerRevisions of SidecarSets by name (a persistent map, like [`NamespaceLabels`]).
+pub type Revisions = imbl::HashMap<String, KnownRevision>;
 
 /// The cluster as this replica sees it.
 pub struct ClusterView {
     index: RwLock<Arc<Index>>,
     namespaces: RwLock<Arc<NamespaceLabels>>,
     /// ControllerRevisions of SidecarSets by name.
-    revisions: RwLock<Arc<HashMap<String, KnownRevision>>>,
+    revisions: RwLock<Arc<Revisions>>,
     /// Namespaces whose pods are never injected (the operator's own, kube-system).
     pub skip_namespaces: BTreeSet<String>,
     sidecarsets_listed: Gate,
@@ -131,8 +134,11 @@ impl ClusterView {
 
     // ---- Namespaces ----
 
-    pub fn set_namespaces(&self, ns: NamespaceLabels) {
-        write(&self.namespaces, ns);
+    pub fn set_namespaces(&self, ns: impl IntoIterator<Item = (String, BTreeMap<String, String>)>) {
+        write(
+            &self.namespaces,
+            ns.into_iter().collect::<NamespaceLabels>(),
+        );
     }
 
     /// True once the namespaces have been listed.
@@ -151,18 +157,22 @@ impl ClusterView {
     }
 
     /// A namespace added or relabelled.
+    /// (The clone of a persistent map shares its nodes: an event costs O(log n), not a copy.)
     pub fn apply_namespace(&self, name: String, labels: BTreeMap<String, String>) {
-        let mut next = (*read(&self.namespaces)).clone();
-        next.insert(name, labels);
-        self.set_namespaces(next);
+        if let Ok(mut g) = self.namespaces.write() {
+            let mut next = (**g).clone();
+            next.insert(name, labels);
+            *g = Arc::new(next);
+        }
     }
 
     pub fn delete_namespace(&self, name: &str) {
-        let current = read(&self.namespaces);
-        if current.contains_key(name) {
-            let mut next = (*current).clone();
+        if let Ok(mut g) = self.namespaces.write()
+            && g.contains_key(name)
+        {
+            let mut next = (**g).clone();
             next.remove(name);
-            self.set_namespaces(next);
+            *g = Arc::new(next);
         }
     }
 
@@ -182,29 +192,32 @@ impl ClusterView {
 
     // ---- ControllerRevisions ----
 
-    pub fn set_revisions(&self, revisions: HashMap<String, KnownRevision>) {
+    pub fn set_revisions(&self, revisions: Revisions) {
         write(&self.revisions, revisions);
     }
 
     /// Every revision of a completed list.
-    pub fn reset_revisions(&self, all: HashMap<String, KnownRevision>) {
+    pub fn reset_revisions(&self, all: Revisions) {
         self.set_revisions(all);
         self.revisions_listed
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn apply_revision(&self, name: String, r: KnownRevision) {
-        let mut next = (*read(&self.revisions)).clone();
-        next.insert(name, r);
-        self.set_revisions(next);
+        if let Ok(mut g) = self.revisions.write() {
+            let mut next = (**g).clone();
+            next.insert(name, r);
+            *g = Arc::new(next);
+        }
     }
 
     pub fn delete_revision(&self, name: &str) {
-        let current = read(&self.revisions);
-        if current.contains_key(name) {
-            let mut next = (*current).clone();
+        if let Ok(mut g) = self.revisions.write()
+            && g.contains_key(name)
+        {
+            let mut next = (**g).clone();
             next.remove(name);
-            self.set_revisions(next);
+            *g = Arc::new(next);
         }
     }
 
@@ -216,7 +229,7 @@ impl ClusterView {
     }
 
     /// Every known revision (a snapshot).
-    pub fn revisions(&self) -> Arc<HashMap<String, KnownRevision>> {
+    pub fn revisions(&self) -> Arc<Revisions> {
         read(&self.revisions)
     }
 

@@ -3,7 +3,7 @@
 
 use crate::api::{LABEL_REVISION_CUSTOM_VERSION, LABEL_SIDECARSET_NAME, SidecarSet};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// A SidecarSet's ControllerRevision as the cluster view keeps it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -19,6 +19,9 @@ pub struct KnownRevision {
     pub number: i64,
     /// The uid of the SidecarSet that owns it, when it has an owner.
     pub owner_uid: Option<String>,
+    /// Its own uid and resourceVersion (the preconditions of the controller's writes to it).
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
 }
 
 /// Which revision `injectionStrategy.revision` pins for a SidecarSet, among the known ones:
@@ -27,7 +30,7 @@ pub struct KnownRevision {
 pub fn resolve_pin<'a>(
     sidecarset: &SidecarSet,
     want: &crate::api::SidecarSetInjectRevision,
-    revisions: &'a HashMap<String, KnownRevision>,
+    revisions: &'a super::Revisions,
 ) -> Option<(&'a String, &'a KnownRevision)> {
     // Revisions of an earlier SidecarSet of this name are not this one's history.
     let uid = sidecarset.metadata.uid.as_deref();
@@ -66,6 +69,8 @@ impl KnownRevision {
                     .flatten()
                     .find(|o| o.kind == "SidecarSet")
                     .map(|o| o.uid.clone()),
+                uid: r.metadata.uid.clone(),
+                resource_version: r.metadata.resource_version.clone(),
             },
         )
     }

@@ -237,3 +237,84 @@ fn a_watch_is_fresh_until_it_has_failed_for_longer_than_the_threshold() {
     // A clock that went back never makes it stale.
     assert!(fresh(1_000_000, 999_000, limit));
 }
+
+/// A controller that does not read its wake-ups (busy, or stalled at its lower priority) must
+/// not hold the view back: 3,000 SidecarSet events all reach the index, and the wake-ups stay
+/// one per SidecarSet however often each changes.
+#[tokio::test]
+async fn the_sidecarset_feed_never_waits_on_the_controller() {
+    use super::watch::{Wakeups, WatchHealth, feed_sidecarsets};
+    let readiness = Readiness::default();
+    let view = ClusterView::new(Vec::<String>::new(), &readiness);
+    let health = WatchHealth::new("sidecarsets", "watch_sidecarsets", "stale", &readiness);
+    let (_store, writer) = kube::runtime::reflector::store();
+    let wake = Arc::new(Wakeups::default());
+    let mut events: Vec<Result<Event<StoredSidecarSet>, kube::runtime::watcher::Error>> =
+        vec![Ok(Event::Init)];
+    events.extend((0..1500).map(|i| Ok(Event::InitApply(stored(&format!("ss-{i}"), "web")))));
+    events.push(Ok(Event::InitDone));
+    for round in 0..2 {
+        events.extend((0..1500).map(|i| {
+            Ok(Event::Apply(stored(
+                &format!("ss-{i}"),
+                if round == 0 { "api" } else { "web" },
+            )))
+        }));
+    }
+    events.extend((1500..3000).map(|i| Ok(Event::Apply(stored(&format!("ss-{i}"), "web")))));
+    let fed = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        feed_sidecarsets(
+            futures::stream::iter(events),
+            &view,
+            &health,
+            Some((writer, wake.clone())),
+        ),
+    )
+    .await;
+    assert!(
+        fed.is_ok(),
+        "the feed waited on a controller that does not read (the view froze at {} SidecarSets)",
+        view.index().len()
+    );
+    assert_eq!(view.index().len(), 3000);
+    assert_eq!(wake.len(), 3000, "one wake-up per SidecarSet, coalesced");
+    let taken = wake.take();
+    assert_eq!(taken.first().map(String::as_str), Some("ss-0"));
+    assert!(wake.is_empty());
+}
+
+/// The controller takes a woken name and reads the object from its store: the objects of a
+/// (re)list are in the store only once the list is complete, so their names wake it then, and
+/// every listed SidecarSet reaches the controller.
+#[tokio::test]
+async fn every_listed_sidecarset_reaches_the_controller_from_its_store() {
+    use super::watch::{Wakeups, WatchHealth, feed_sidecarsets};
+    use futures::StreamExt;
+    let readiness = Readiness::default();
+    let view = ClusterView::new(Vec::<String>::new(), &readiness);
+    let health = WatchHealth::new("sidecarsets", "watch_sidecarsets", "stale", &readiness);
+    let (store, writer) = kube::runtime::reflector::store();
+    let wake = Arc::new(Wakeups::default());
+    let events: Vec<Result<Event<StoredSidecarSet>, kube::runtime::watcher::Error>> = vec![
+        Ok(Event::Init),
+        Ok(Event::InitApply(stored("a", "web"))),
+        Ok(Event::InitApply(stored("b", "web"))),
+        Ok(Event::InitDone),
+        Ok(Event::Apply(stored("c", "web"))),
+    ];
+    feed_sidecarsets(
+        futures::stream::iter(events),
+        &view,
+        &health,
+        Some((writer, wake.clone())),
+    )
+    .await;
+    let got: Vec<String> = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        wake.stream(store).take(3).map(|o| o.name_any()).collect(),
+    )
+    .await
+    .expect("the controller got every SidecarSet");
+    assert_eq!(got, ["a", "b", "c"]);
+}

@@ -1,8 +1,10 @@
 //! The watches that keep the cluster view current: SidecarSets (the one watch of them in the
 //! process; the controller subscribes to it), Namespaces (metadata only) and the SidecarSets'
 //! ControllerRevisions. Each tracks its health: the age of its last event and how long it has
-//! been failing; a watch failing for longer than `stale_after` makes the replica unready (its
-//! view may be missing SidecarSets), and both figures are metrics.
+//! been failing; a watch failing for longer than `stale_after` is a degraded condition (a
+//! metric, `/readyz`'s text, the chart's alert), not unreadiness: every replica shares a failing
+//! API server, and taking them all out of the Service at once would refuse every matched pod
+//! under `failurePolicy: Fail` while their views still answer as of the last event.
 
 use super::ClusterView;
 use super::feed::{Feed, Namespaces, Revisions, SidecarSets, ViewedKind};
@@ -19,13 +21,12 @@ use kube::runtime::watcher::{self, Event};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tracing::warn;
 
 /// How one watch is doing.
 pub struct WatchHealth {
     pub name: &'static str,
-    /// Open unless the watch has been failing for longer than the threshold.
+    /// Open unless the watch has been failing for longer than the threshold (a condition).
     fresh: Gate,
     /// When it last received an event or (re)listed (unix ms).
     last_ok: AtomicI64,
@@ -44,9 +45,13 @@ pub fn fresh(failing_since_ms: i64, now_ms: i64, stale_after: Duration) -> bool 
 }
 
 impl WatchHealth {
-    pub fn new(name: &'static str, why: &'static str, readiness: &Readiness) -> Arc<Self> {
-        let fresh = readiness.gate(why);
-        fresh.set(true);
+    pub fn new(
+        name: &'static str,
+        condition: &'static str,
+        why: &'static str,
+        readiness: &Readiness,
+    ) -> Arc<Self> {
+        let fresh = readiness.condition(condition, why);
         Arc::new(WatchHealth {
             name,
             fresh,
@@ -121,16 +126,19 @@ impl Watches {
         Watches {
             sidecarsets: WatchHealth::new(
                 "sidecarsets",
+                "watch_sidecarsets",
                 "the SidecarSet watch has been failing for longer than --watch-stale-after",
                 readiness,
             ),
             namespaces: WatchHealth::new(
                 "namespaces",
+                "watch_namespaces",
                 "the Namespace watch has been failing for longer than --watch-stale-after",
                 readiness,
             ),
             revisions: WatchHealth::new(
                 "revisions",
+                "watch_revisions",
                 "the ControllerRevision watch has been failing for longer than --watch-stale-after",
                 readiness,
             ),
@@ -139,36 +147,21 @@ impl Watches {
 
     /// Starts the three watches and their health checks. `controller`: the controller's
     /// SidecarSet store, kept by the same watch (no second watch of SidecarSets in the process),
-    /// and the channel its reconciles are triggered from (every object added or changed, with
-    /// backpressure: nothing is dropped).
+    /// and the [`Wakeups`] its reconciles are triggered from (the names of the objects added or
+    /// changed, coalesced: the view never waits on the controller).
     pub fn start(
         self,
         client: Client,
         view: Arc<ClusterView>,
         revisions_namespace: String,
-        controller: Option<(Writer<StoredSidecarSet>, mpsc::Sender<StoredSidecarSet>)>,
+        controller: Option<(Writer<StoredSidecarSet>, Arc<Wakeups>)>,
         stale_after: Duration,
     ) {
         let cfg = watcher::Config::default().any_semantic();
         let api: Api<StoredSidecarSet> = Api::all(client.clone());
         let (v, h) = (view.clone(), self.sidecarsets.clone());
         let stream = watcher::watcher(api, cfg.clone()).default_backoff();
-        match controller {
-            Some((writer, tx)) => tokio::spawn(async move {
-                let stream = kube::runtime::reflector(writer, stream).then(move |ev| {
-                    let tx = tx.clone();
-                    async move {
-                        if let Ok(Event::Apply(o) | Event::InitApply(o)) = &ev {
-                            // The controller gone (its thread ended): the view goes on.
-                            let _ = tx.send(o.clone()).await;
-                        }
-                        ev
-                    }
-                });
-                drive::<SidecarSets, _>(stream, &v, &h).await
-            }),
-            None => tokio::spawn(async move { drive::<SidecarSets, _>(stream, &v, &h).await }),
-        };
+        tokio::spawn(async move { feed_sidecarsets(stream, &v, &h, controller).await });
 
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
         let (v, h) = (view.clone(), self.namespaces.clone());
@@ -193,6 +186,113 @@ impl Watches {
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
         });
+    }
+}
+
+/// Drives the SidecarSet watch into the view and, with `controller`, into the controller's
+/// store and its [`Wakeups`]. Nothing here waits on the controller: a busy controller (it runs at
+/// a lower priority) must never freeze the webhook's index and the pod webhook's match
+/// conditions.
+pub async fn feed_sidecarsets<S>(
+    stream: S,
+    view: &ClusterView,
+    health: &WatchHealth,
+    controller: Option<(Writer<StoredSidecarSet>, Arc<Wakeups>)>,
+) where
+    S: Stream<Item = Result<Event<StoredSidecarSet>, watcher::Error>>,
+{
+    match controller {
+        Some((writer, wake)) => {
+            // The store holds a (re)list's objects only once it is complete: their names wait
+            // for InitDone, so the controller finds each object when it takes its name.
+            let mut listed: Vec<String> = Vec::new();
+            let stream = kube::runtime::reflector(writer, stream).inspect_ok(move |ev| match ev {
+                Event::Apply(o) => {
+                    if let Some(name) = &o.metadata.name {
+                        wake.push(name);
+                    }
+                }
+                Event::Init => listed.clear(),
+                Event::InitApply(o) => listed.extend(o.metadata.name.clone()),
+                Event::InitDone => {
+                    for name in listed.drain(..) {
+                        wake.push(&name);
+                    }
+                }
+                Event::Delete(_) => {}
+            });
+            drive::<SidecarSets, _>(stream, view, health).await
+        }
+        None => drive::<SidecarSets, _>(stream, view, health).await,
+    }
+}
+
+/// The names of the SidecarSets the controller should look at, coalesced: pushing never waits
+/// and a name waits at most once however often it changes (the controller reads the object from
+/// its store when it takes the name, so it sees the latest). Bounded by the number of
+/// SidecarSets.
+#[derive(Default)]
+pub struct Wakeups {
+    pending: std::sync::Mutex<(Vec<String>, std::collections::HashSet<String>)>,
+    notify: tokio::sync::Notify,
+}
+
+impl Wakeups {
+    pub fn push(&self, name: &str) {
+        if let Ok(mut p) = self.pending.lock() {
+            let (order, set) = &mut *p;
+            if set.insert(name.to_string()) {
+                order.push(name.to_string());
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    /// How many names wait.
+    pub fn len(&self) -> usize {
+        self.pending.lock().map(|p| p.0.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes every waiting name, in the order first pushed.
+    pub fn take(&self) -> Vec<String> {
+        self.pending
+            .lock()
+            .map(|mut p| {
+                p.1.clear();
+                std::mem::take(&mut p.0)
+            })
+            .unwrap_or_default()
+    }
+
+    /// The SidecarSets to reconcile, as their objects in `store` now: waits while no name is
+    /// waiting; ends never.
+    pub fn stream(
+        self: Arc<Self>,
+        store: kube::runtime::reflector::Store<StoredSidecarSet>,
+    ) -> impl Stream<Item = StoredSidecarSet> + Send {
+        futures::stream::unfold((self, store), |(w, store)| async move {
+            loop {
+                let names = w.take();
+                if names.is_empty() {
+                    w.notify.notified().await;
+                    continue;
+                }
+                let objects: Vec<StoredSidecarSet> = names
+                    .iter()
+                    .filter_map(|n| {
+                        store
+                            .get(&kube::runtime::reflector::ObjectRef::new(n))
+                            .map(|o| (*o).clone())
+                    })
+                    .collect();
+                return Some((futures::stream::iter(objects), (w, store)));
+            }
+        })
+        .flatten()
     }
 }
 

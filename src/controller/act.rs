@@ -40,19 +40,34 @@ pub fn status_patch(plan: &ReconcilePlan) -> serde_json::Value {
     json!({ "status": status })
 }
 
-/// Writes the planned status when it changed.
+/// Writes the planned status when it changed, only onto the SidecarSet the plan was made from:
+/// the patch carries its resourceVersion, so a write from a stale view (or of a former leader
+/// whose request was late) is refused with a conflict instead of replacing newer state. A
+/// conflict is replanned at once from the newer object.
 pub async fn write_status(ctx: &Ctx, ss: &SidecarSet, plan: &ReconcilePlan) -> Result<(), Error> {
     if !plan.write_status {
         return Ok(());
     }
+    let name = ss.name_any();
     let api: Api<StoredSidecarSet> = Api::all(ctx.client.clone());
-    api.patch_status(
-        &ss.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(status_patch(plan)),
-    )
-    .await?;
-    Ok(())
+    let mut body = status_patch(plan);
+    if let Some(rv) = ss.resource_version() {
+        body["metadata"] = json!({ "resourceVersion": rv });
+    }
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+    {
+        Ok(_) => {
+            ctx.remember_status(&name, &plan.status);
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Conflict(format!(
+            "the SidecarSet changed since it was read ({}); replanning",
+            e.message
+        ))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Upgrades the step's pods in place, concurrently (the API server is the limit, not us).
@@ -262,6 +277,8 @@ pub async fn report_missing(ctx: &Ctx, entry: &Entry, pods: &[Arc<SlimPod>]) {
         return;
     }
     let name = entry.ss.name();
+    let evicting = ctx.evictions.is_some()
+        && super::missing::opt_in(entry.ss.annotations()) != super::missing::OptIn::Off;
     for pod in pods {
         let ns = pod.namespace().unwrap_or_default();
         if let Some(regarding) = crate::events::regarding(&pod.to_pod(), &ns)
@@ -270,19 +287,51 @@ pub async fn report_missing(ctx: &Ctx, entry: &Entry, pods: &[Arc<SlimPod>]) {
                 .try_send(crate::events::SkipNotice {
                     regarding,
                     pod: format!("{ns}/{}", pod.name_any()),
-                    skipped: vec![crate::inject::not_injected_skip(
-                        name,
-                        ctx.evictions.is_some(),
-                    )],
+                    skipped: vec![crate::inject::not_injected_skip(name, evicting)],
                 })
                 .is_err()
         {
             crate::metrics::metrics().events_dropped.inc();
         }
     }
-    if let Some(rate) = &ctx.evictions {
-        let list: Vec<&SlimPod> = pods.iter().map(|p| p.as_ref()).collect();
-        super::missing::evict(&ctx.client, rate, name, &list).await;
+    let Some(evictions) = &ctx.evictions else {
+        return;
+    };
+    let list: Vec<&SlimPod> = pods.iter().map(|p| p.as_ref()).collect();
+    // The webhook's own decision, on the pod as the API server has it now.
+    let would_inject = |pod: &Pod| -> bool {
+        let ns = pod.namespace().unwrap_or_default();
+        let key = format!("{ns}/{}", pod.name_any());
+        let empty = BTreeMap::new();
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+        let index = ctx.cluster.index();
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let injection = crate::inject::for_pod_pinned(
+            &index,
+            pod,
+            &ctx.cluster.namespace_labels(&ns),
+            &now,
+            &|e| ctx.cluster.pinned(e, labels, &key),
+        );
+        injection.denied.is_none() && injection.injected.iter().any(|n| n == name)
+    };
+    let pass = super::missing::evict(&ctx.client, evictions, &entry.ss, &list, &would_inject).await;
+    for (owner, pod) in pass.opened {
+        let ns = pod.namespace().unwrap_or_default();
+        if let Some(regarding) = crate::events::regarding(&pod, &ns)
+            && ctx
+                .skips
+                .try_send(crate::events::SkipNotice {
+                    regarding,
+                    pod: format!("{ns}/{}", pod.name_any()),
+                    skipped: vec![crate::inject::eviction_stopped_skip(name, &owner)],
+                })
+                .is_err()
+        {
+            crate::metrics::metrics().events_dropped.inc();
+        }
     }
 }
 

@@ -186,27 +186,108 @@ async fn a_revision_created_meanwhile_by_another_writer_is_left_to_the_next_pass
 }
 
 fn pod(name: &str, owner_kind: &str) -> SlimPod {
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": "a",
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "namespace": "a", "uid": format!("uid-{name}"),
+        "resourceVersion": "7", "creationTimestamp": "2026-12-01T10:00:00Z",
         "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": "o", "uid": "u",
-                             "controller": true}]}}))
+                             "controller": true}]}}),
+    )
     .unwrap()
 }
 
+const STATE: &str = "/api/v1/namespaces/ops/configmaps";
+
+fn as_pod(p: &SlimPod, rv: &str) -> serde_json::Value {
+    let mut v = serde_json::to_value(p.to_pod()).unwrap();
+    v["metadata"]["resourceVersion"] = json!(rv);
+    v
+}
+
 #[tokio::test]
-async fn evictions_skip_pods_nobody_recreates_and_respect_a_disruption_budget() {
+async fn evictions_are_recorded_first_preconditioned_and_skip_what_must_not_go() {
     let (client, mut api) = mock_api::client();
-    let (guarded, job, free) = (
+    let (guarded, job, recreated, conflicting, free) = (
         pod("guarded", "ReplicaSet"),
         pod("job", "Job"),
+        pod("recreated", "ReplicaSet"),
+        pod("conflicting", "ReplicaSet"),
         pod("free", "ReplicaSet"),
     );
-    let rate = missing::Rate::new(10);
+    let evictions = missing::Evictions::new(missing::Policy {
+        per_minute: 10,
+        per_hour: 10,
+        owner_kinds: missing::parse_owner_kinds(missing::DEFAULT_OWNER_KINDS).unwrap(),
+        namespace: "ops".into(),
+    });
+    let mut ss = sidecarset(None);
+    ss.metadata.uid = Some("ss-uid".into());
+    ss.metadata.generation = Some(3);
+    ss.metadata.annotations =
+        Some([(missing::ANNOTATION_EVICT.to_string(), "all".to_string())].into());
     let server = async {
-        let first = api
+        // The state, read fresh: none yet; this SidecarSet's generation is recorded first.
+        api.expect("GET", &format!("{STATE}/{}", missing::STATE_CONFIGMAP))
+            .await
+            .fail(404, "NotFound");
+        let created = api.expect("POST", STATE).await;
+        let state: serde_json::Value =
+            serde_json::from_str(created.body["data"]["mesh"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (state["uid"].as_str(), state["generation"].as_i64()),
+            (Some("ss-uid"), Some(3))
+        );
+        created.echo("100");
+        // guarded: read fresh, the token spent in the API first (conditional on what was
+        // read), then the Eviction with uid and resourceVersion preconditions; a PDB refuses
+        // it and the token is given back.
+        api.expect("GET", "/api/v1/namespaces/a/pods/guarded")
+            .await
+            .answer(200, as_pod(&guarded, "8"));
+        let reserve = api
+            .expect("PUT", &format!("{STATE}/{}", missing::STATE_CONFIGMAP))
+            .await;
+        assert_eq!(reserve.body["metadata"]["resourceVersion"], "100");
+        let state: serde_json::Value =
+            serde_json::from_str(reserve.body["data"]["mesh"].as_str().unwrap()).unwrap();
+        assert_eq!(state["evictions"][0]["pod"], "a/guarded");
+        reserve.echo("101");
+        let eviction = api
             .expect("POST", "/api/v1/namespaces/a/pods/guarded/eviction")
             .await;
-        first.fail(429, "TooManyRequests");
-        // The Job's pod is never evicted (its controller would not recreate it).
+        assert_eq!(
+            eviction.body["deleteOptions"]["preconditions"],
+            json!({"uid": "uid-guarded", "resourceVersion": "8"}),
+            "the eviction must be conditional on the pod as read"
+        );
+        eviction.fail(429, "TooManyRequests");
+        let give_back = api
+            .expect("PUT", &format!("{STATE}/{}", missing::STATE_CONFIGMAP))
+            .await;
+        assert_eq!(give_back.body["metadata"]["resourceVersion"], "101");
+        let state: serde_json::Value =
+            serde_json::from_str(give_back.body["data"]["mesh"].as_str().unwrap()).unwrap();
+        assert_eq!(state["evictions"], json!([]));
+        give_back.echo("102");
+        // job: never read nor evicted (a Job does not recreate its pods).
+        // recreated: the name now holds another pod (another uid): left alone.
+        let mut other = as_pod(&recreated, "9");
+        other["metadata"]["uid"] = json!("uid-new");
+        api.expect("GET", "/api/v1/namespaces/a/pods/recreated")
+            .await
+            .answer(200, other);
+        // conflicting: the webhook would not inject it now: reported, never evicted.
+        api.expect("GET", "/api/v1/namespaces/a/pods/conflicting")
+            .await
+            .answer(200, as_pod(&conflicting, "9"));
+        // free: evicted.
+        api.expect("GET", "/api/v1/namespaces/a/pods/free")
+            .await
+            .answer(200, as_pod(&free, "9"));
+        let reserve = api
+            .expect("PUT", &format!("{STATE}/{}", missing::STATE_CONFIGMAP))
+            .await;
+        assert_eq!(reserve.body["metadata"]["resourceVersion"], "102");
+        reserve.echo("103");
         api.expect("POST", "/api/v1/namespaces/a/pods/free/eviction")
             .await
             .answer(
@@ -214,8 +295,13 @@ async fn evictions_skip_pods_nobody_recreates_and_respect_a_disruption_budget() 
                 json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
             );
     };
-    let candidates = [&guarded, &job, &free];
-    let (evicted, ()) = tokio::join!(missing::evict(&client, &rate, "mesh", &candidates), server);
-    assert_eq!(evicted, 1);
+    let candidates = [&guarded, &job, &recreated, &conflicting, &free];
+    let would_inject =
+        |p: &k8s_openapi::api::core::v1::Pod| p.metadata.name.as_deref() != Some("conflicting");
+    let (pass, ()) = tokio::join!(
+        missing::evict(&client, &evictions, &ss, &candidates, &would_inject),
+        server
+    );
+    assert_eq!(pass.evicted, 1);
     api.expect_nothing().await;
 }

@@ -211,6 +211,18 @@ impl Leadership {
         }
     }
 
+    /// A leadership driven by a test: it acts until the instant `until` holds.
+    #[cfg(test)]
+    pub fn for_tests(until: watch::Receiver<Option<Instant>>) -> Leadership {
+        let (_, leading) = watch::channel(true);
+        Leadership {
+            until,
+            leading,
+            acting: Arc::new(RwLock::new(())),
+            _always_senders: None,
+        }
+    }
+
     /// True while this replica may act (checked against the monotonic clock on each call).
     pub fn is_leader(&self) -> bool {
         // A dead election loop (its sender gone) means not leading.
@@ -269,7 +281,35 @@ struct Shared {
 pub struct Election {
     shared: Arc<Shared>,
     leadership: Leadership,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The campaign first, then the follower.
+    tasks: Vec<tokio::task::AbortHandle>,
+    /// True once the campaign ended by itself (a panic): see [`Election::died`].
+    died: watch::Receiver<bool>,
+}
+
+/// Runs `task`, reporting through the returned flag when it ends other than by being aborted
+/// (a panic, or returning): a replica whose election died must not go on as if it could lead.
+pub fn supervise<F>(task: F) -> (tokio::task::AbortHandle, watch::Receiver<bool>)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = watch::channel(false);
+    let handle = tokio::spawn(task);
+    let abort = handle.abort_handle();
+    tokio::spawn(async move {
+        match handle.await {
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => {
+                tracing::error!(error = %e, "the leader election task panicked");
+                tx.send_replace(true);
+            }
+            Ok(()) => {
+                tracing::error!("the leader election task ended");
+                tx.send_replace(true);
+            }
+        }
+    });
+    (abort, rx)
 }
 
 impl Election {
@@ -285,14 +325,16 @@ impl Election {
             acting_until: until_tx,
             last_write: Mutex::new(None),
         });
+        let (campaigning, died) = supervise(campaign(shared.clone()));
         let tasks = vec![
-            tokio::spawn(campaign(shared.clone())),
+            campaigning,
             tokio::spawn(follow(
                 until.clone(),
                 leading_tx,
                 shared.settings.identity.clone(),
                 shared.settings.name.clone(),
-            )),
+            ))
+            .abort_handle(),
         ];
         Ok(Election {
             shared,
@@ -303,7 +345,17 @@ impl Election {
                 _always_senders: None,
             },
             tasks,
+            died,
         })
+    }
+
+    /// Resolves if the election's campaign ends by itself (it never should): the process then
+    /// exits, so that it restarts with a working election instead of running without one.
+    pub fn died(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.died.clone();
+        async move {
+            let _ = rx.wait_for(|d| *d).await;
+        }
     }
 
     pub fn leadership(&self) -> Leadership {
@@ -422,6 +474,34 @@ fn with_holder(mut lease: Lease, settings: &ElectionSettings, acquire: bool) -> 
     lease
 }
 
+fn renew_micros(lease: &Lease) -> Option<i64> {
+    let t = lease.spec.as_ref()?.renew_time.as_ref()?;
+    Some(t.0.as_microsecond())
+}
+
+/// Reads the Lease back after a conflict: if it holds one of `unconfirmed`'s renewals (this
+/// identity, that renewTime to the microsecond the API server keeps), returns it with the
+/// renewal's send time.
+async fn adopt(shared: &Shared, unconfirmed: &[(i64, Instant)]) -> Option<(Lease, Instant)> {
+    if unconfirmed.is_empty() {
+        return None;
+    }
+    let current = tokio::time::timeout(
+        shared.timing.request_timeout,
+        shared.leases.get_opt(&shared.settings.name),
+    )
+    .await
+    .ok()?
+    .ok()??;
+    let spec = current.spec.as_ref()?;
+    if spec.holder_identity.as_deref() != Some(shared.settings.identity.as_str()) {
+        return None;
+    }
+    let t = renew_micros(&current)?;
+    let sent = unconfirmed.iter().find(|(u, _)| *u == t)?.1;
+    Some((current, sent))
+}
+
 fn describe(e: &Result<kube::Result<Lease>, tokio::time::error::Elapsed>) -> String {
     match e {
         Ok(Ok(_)) => "ok".into(),
@@ -448,31 +528,53 @@ async fn campaign(shared: Arc<Shared>) {
             .acting_until
             .send_replace(Some(timing.acting_until(sent)));
     };
+    // Renewals sent since the last confirmed one whose answer never came (timed out): any of
+    // them may have landed. (renewTime in microseconds, send time.)
+    let mut unconfirmed: Vec<(i64, Instant)> = Vec::new();
     loop {
         let mine = shared.last_write.lock().ok().and_then(|l| l.clone());
         if let (Some(ok), Some(lease)) = (last_ok, mine.clone()) {
             if timing.may_renew(Instant::now(), ok) {
                 let sent = Instant::now();
+                let attempt = with_holder(lease, settings, false);
                 let r = tokio::time::timeout(
                     timing.request_timeout,
-                    shared.leases.replace(
-                        &settings.name,
-                        &PostParams::default(),
-                        &with_holder(lease, settings, false),
-                    ),
+                    shared
+                        .leases
+                        .replace(&settings.name, &PostParams::default(), &attempt),
                 )
                 .await;
                 match r {
                     Ok(Ok(lease)) => {
                         won(lease, sent);
                         last_ok = Some(sent);
+                        unconfirmed.clear();
                     }
                     r if conflict(&r) => {
-                        warn!(lease = %settings.name, "the leader Lease was written by someone else: no longer the leader");
-                        shared.acting_until.send_replace(None);
-                        last_ok = None;
+                        // Our own timed-out renewal may be what changed the Lease: read it back
+                        // and adopt that write if it is ours (else no leader for a lease
+                        // duration). Without such a renewal the conflict is someone else's.
+                        match adopt(&shared, &unconfirmed).await {
+                            Some((lease, at)) => {
+                                info!(lease = %settings.name, "a renewal that timed out had landed: adopted, still the leader");
+                                won(lease, at);
+                                last_ok = Some(at);
+                                unconfirmed.clear();
+                            }
+                            None => {
+                                warn!(lease = %settings.name, "the leader Lease was written by someone else: no longer the leader");
+                                shared.acting_until.send_replace(None);
+                                last_ok = None;
+                                unconfirmed.clear();
+                            }
+                        }
                     }
                     r => {
+                        if r.is_err()
+                            && let Some(t) = renew_micros(&attempt)
+                        {
+                            unconfirmed.push((t, sent));
+                        }
                         warn!(lease = %settings.name, error = %describe(&r), "leader election: cannot renew the Lease");
                     }
                 }

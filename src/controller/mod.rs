@@ -9,6 +9,7 @@
 
 pub mod act;
 pub mod conditions;
+pub mod fence;
 pub mod leader;
 pub mod missing;
 pub mod plan;
@@ -58,10 +59,16 @@ pub struct Ctx {
     pub(crate) reported_excluded: Mutex<std::collections::HashSet<String>>,
     /// How `partition` and `maxUnavailable` are counted (`--rollout-rules`).
     pub rules: rollout::Rules,
-    /// With `--evict-pods-without-sidecars`: the eviction rate.
-    pub evictions: Option<missing::Rate>,
+    /// With `--evict-pods-without-sidecars`: the eviction policy and its state.
+    pub evictions: Option<missing::Evictions>,
+    /// How often a leader reconciles everything even without a change (`--resync-period`; zero:
+    /// never).
+    pub resync: Duration,
     /// SidecarSet → (uid, generation) its pods were last scanned for missing sidecars at.
     scanned: Mutex<HashMap<String, Scanned>>,
+    /// SidecarSet → digest of the status this process last wrote (to tell a repair from a
+    /// change: see [`Ctx::status_repair`]).
+    written: Mutex<HashMap<String, u64>>,
 }
 
 impl Ctx {
@@ -87,16 +94,55 @@ impl Ctx {
             reported_excluded: Default::default(),
             rules,
             evictions: None,
+            resync: Duration::from_secs(600),
             scanned: Default::default(),
+            written: Default::default(),
         }
     }
 
-    /// Evicts pods running without the sidecars of a SidecarSet that selects them, at most
-    /// `per_minute` a minute.
-    pub fn evicting(mut self, per_minute: u32) -> Self {
-        self.evictions = Some(missing::Rate::new(per_minute));
+    /// Remembers the status just written for `name`.
+    pub fn remember_status(&self, name: &str, status: &crate::api::SidecarSetStatus) {
+        if let Ok(mut w) = self.written.lock() {
+            if w.len() > 100_000 {
+                w.clear();
+            }
+            w.insert(name.to_string(), status_digest(status));
+        }
+    }
+
+    /// Whether writing a new status for `name` repairs one this process did not write: the
+    /// stored status differs from the last one it wrote (a late write of a former leader, a
+    /// write by someone else, or one of ours lost). False when this process never wrote it.
+    pub fn status_repair(&self, name: &str, stored: Option<&crate::api::SidecarSetStatus>) -> bool {
+        let Ok(w) = self.written.lock() else {
+            return false;
+        };
+        match (w.get(name), stored) {
+            (Some(mine), Some(st)) => *mine != status_digest(st),
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+
+    /// Evicts pods running without the sidecars of a SidecarSet that selects them, as `policy`
+    /// allows.
+    pub fn evicting(mut self, policy: missing::Policy) -> Self {
+        self.evictions = Some(missing::Evictions::new(policy));
         self
     }
+
+    /// Reconciles everything every `period` while leading (zero: never).
+    pub fn resyncing(mut self, period: Duration) -> Self {
+        self.resync = period;
+        self
+    }
+}
+
+fn status_digest(st: &crate::api::SidecarSetStatus) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(st).unwrap_or_default().hash(&mut h);
+    h.finish()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +151,9 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Invalid(String),
+    /// A conditional write found the object changed: replanned soon from the newer one.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 fn injected_into<K: ResourceExt + ?Sized>(p: &K) -> std::collections::BTreeSet<String> {
@@ -160,13 +209,31 @@ fn on_becoming_leader(leadership: leader::Leadership) -> impl futures::Stream<It
     })
 }
 
+/// Emits every `period` while this replica leads (never with a zero period).
+fn resync_ticks(
+    leadership: leader::Leadership,
+    period: Duration,
+) -> impl futures::Stream<Item = ()> + Send {
+    futures::stream::unfold(leadership, move |leadership| async move {
+        if period.is_zero() {
+            std::future::pending::<()>().await;
+        }
+        loop {
+            tokio::time::sleep(period).await;
+            if leadership.is_leader() {
+                return Some(((), leadership));
+            }
+        }
+    })
+}
+
 /// Runs the controller until the process ends. `sidecarsets` and `trigger`: the SidecarSet
 /// store kept by the cluster view's watch, and the objects it sees added or changed.
 pub async fn run(
     mut ctx: Ctx,
     watches: Client,
     sidecarsets: Store<StoredSidecarSet>,
-    trigger: tokio::sync::mpsc::Receiver<StoredSidecarSet>,
+    trigger: Arc<crate::cluster::watch::Wakeups>,
 ) {
     let client = watches;
     let (pods, writer) = reflector::store();
@@ -200,12 +267,15 @@ pub async fn run(
 
     let cluster = ctx.cluster.clone();
     let becoming_leader = on_becoming_leader(ctx.leadership.clone());
+    // Every `resync` while leading, everything again: a status that disagrees with the plan (a
+    // late write of a former leader, a write lost) is repaired even when nothing changes.
+    let resyncs = resync_ticks(ctx.leadership.clone(), ctx.resync);
+    let reconcile_all = futures::stream::select(becoming_leader, resyncs);
     let mut changes = RelevantChanges::default();
-    let trigger = futures::stream::unfold(trigger, |mut rx| async move {
-        rx.recv().await.map(|ss| (ss, rx))
-    })
-    .filter(move |ss| std::future::ready(changes.changed(ss)))
-    .map(Ok::<_, watcher::Error>);
+    let trigger = trigger
+        .stream(sidecarsets.clone())
+        .filter(move |ss| std::future::ready(changes.changed(ss)))
+        .map(Ok::<_, watcher::Error>);
     Controller::for_stream(trigger, sidecarsets)
         .watches_stream(pod_stream, move |pod: SlimPod| {
             let injected = injected_into(&pod);
@@ -233,7 +303,7 @@ pub async fn run(
                 .map(|n| ObjectRef::<StoredSidecarSet>::new(&n))
                 .collect::<Vec<_>>()
         })
-        .reconcile_all_on(becoming_leader)
+        .reconcile_all_on(reconcile_all)
         .shutdown_on_signal()
         .run(measured_reconcile, error_policy, Arc::new(ctx))
         .for_each(|_| async {})
@@ -241,6 +311,10 @@ pub async fn run(
 }
 
 fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    if let Error::Conflict(why) = err {
+        tracing::debug!(sidecarset = %ss.name_any(), %why, "conditional write refused; replanning in 1 s");
+        return Action::requeue(Duration::from_secs(1));
+    }
     warn!(sidecarset = %ss.name_any(), error = %err, "reconcile failed; retrying in 5 s");
     Action::requeue(Duration::from_secs(5))
 }
@@ -391,7 +465,8 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         collision_count,
         pin_resolves: ctx.cluster.pin_resolves(&ss),
         without_sidecars: without.len(),
-        evicting: ctx.evictions.is_some(),
+        evicting: ctx.evictions.is_some()
+            && missing::opt_in(ss.annotations()) != missing::OptIn::Off,
         revisions_namespace: &ctx.namespace,
         rules: ctx.rules,
         now: &now,
@@ -403,6 +478,10 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     record_metrics(&name, &planned);
 
     // Act.
+    if planned.write_status && ctx.status_repair(&name, ss.status.as_ref()) {
+        crate::metrics::metrics().status_repairs.inc();
+        tracing::info!(sidecarset = %name, "status repaired: the stored status was not the last one this leader wrote (a late write of a former leader, or a write by someone else)");
+    }
     act::write_status(&ctx, &ss, &planned).await?;
     act::report_excluded(&ctx, &entry);
     act::report_missing(&ctx, &entry, &without).await;

@@ -209,6 +209,12 @@ pub async fn register(
             );
         }
         if !change.is_empty() {
+            // Only onto the revision as read (a former leader's late write must not renumber
+            // a revision someone changed since).
+            if let Some(rv) = &r.resource_version {
+                let meta = change.entry("metadata").or_insert_with(|| json!({}));
+                meta["resourceVersion"] = json!(rv);
+            }
             // A merge patch: the data are left as stored (they are immutable, byte for byte).
             api.patch(
                 &name,
@@ -284,7 +290,7 @@ async fn truncate(
     let mut sorted: Vec<&(String, KnownRevision)> = revisions.iter().collect();
     sorted.sort_by_key(|(_, r)| r.number);
     let mut excess = revisions.len() - limit;
-    for (name, _) in sorted {
+    for (name, known) in sorted {
         if excess == 0 {
             break;
         }
@@ -292,7 +298,23 @@ async fn truncate(
         if in_use.contains(&name) {
             continue;
         }
-        api.delete(&name, &DeleteParams::default()).await?;
+        // Only the revision as read: a revision recreated or changed since is left for the next
+        // pass (its change wakes it).
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: known.uid.clone(),
+                resource_version: known.resource_version.clone(),
+            }),
+            ..Default::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+                info!(sidecarset = %ss, revision = %name, reason = %e.message, "old revision changed or gone meanwhile; not deleted");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        }
         info!(sidecarset = %ss, revision = %name, "old revision deleted");
         excess -= 1;
     }

@@ -122,11 +122,11 @@ async fn readyz(AxState(state): AxState<Arc<State>>) -> HttpResponse {
             .expiry()
             .map(crate::tls::ts)
             .unwrap_or_else(|| "unknown".into());
-        (
-            StatusCode::OK,
-            format!("ok\nserving certificate expires {expiry}\n"),
-        )
-            .into_response()
+        let mut body = format!("ok\nserving certificate expires {expiry}\n");
+        for why in state.readiness.degraded() {
+            body.push_str(&format!("degraded: {why}\n"));
+        }
+        (StatusCode::OK, body).into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, why.join("; ")).into_response()
     }

@@ -15,13 +15,13 @@ fn rev(ss: &str, custom: Option<&str>, number: i64) -> KnownRevision {
         data: json!({}),
         annotations: BTreeMap::new(),
         number,
-        owner_uid: None,
+        ..Default::default()
     }
 }
 
 #[test]
 fn a_pin_resolves_to_the_named_or_the_newest_revision_of_that_version() {
-    let revisions = HashMap::from([
+    let revisions: sidecarset_operator::cluster::Revisions = HashMap::from([
         ("mesh-a".to_string(), rev("mesh", Some("v1"), 1)),
         ("mesh-b".to_string(), rev("mesh", Some("v1"), 3)),
         ("mesh-c".to_string(), rev("mesh", Some("v2"), 2)),
@@ -34,7 +34,9 @@ fn a_pin_resolves_to_the_named_or_the_newest_revision_of_that_version() {
                 ..rev("mesh", Some("v2"), 7)
             },
         ),
-    ]);
+    ])
+    .into_iter()
+    .collect();
     let pin = |name: Option<&str>, custom: Option<&str>| SidecarSetInjectRevision {
         revision_name: name.map(String::from),
         custom_version: custom.map(String::from),

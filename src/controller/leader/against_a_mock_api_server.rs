@@ -108,3 +108,85 @@ async fn a_write_in_flight_is_dropped_when_leadership_is_lost() {
     assert_eq!(sent.elapsed(), timing.acting_deadline);
     assert!(!election.leadership().is_leader());
 }
+
+/// A renewal whose answer never came had landed: the next renewal conflicts with it. The
+/// replica reads the Lease back, finds its own write and stays the leader, instead of giving
+/// the cluster no leader for a lease duration.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_timed_out_but_landed_is_adopted() {
+    let (client, mut api) = mock_api::client();
+    let (election, _) = leading(&mut api, client).await;
+    let leadership = election.leadership();
+    let mut flips = leadership.watch();
+    flips.borrow_and_update();
+    // Renewal 1 reaches the server and is applied (resourceVersion 2), but its answer is lost.
+    let first = api.expect("PUT", &format!("{LEASE}/sso")).await;
+    assert_eq!(first.body["metadata"]["resourceVersion"], "1");
+    let mut landed = first.body.clone();
+    landed["metadata"]["resourceVersion"] = "2".into();
+    let _lost_answer = first.hold();
+    // Renewal 2, still conditional on 1, conflicts with renewal 1.
+    let second = api.expect("PUT", &format!("{LEASE}/sso")).await;
+    assert_eq!(second.body["metadata"]["resourceVersion"], "1");
+    assert!(leadership.is_leader(), "still within the acting deadline");
+    second.fail(409, "Conflict");
+    // The replica reads the Lease back: it holds renewal 1.
+    api.expect("GET", &format!("{LEASE}/sso"))
+        .await
+        .answer(200, landed);
+    // The next renewal builds on it: the replica never stopped leading.
+    let third = api.expect("PUT", &format!("{LEASE}/sso")).await;
+    assert_eq!(
+        third.body["metadata"]["resourceVersion"], "2",
+        "renews on top of its adopted write"
+    );
+    assert!(leadership.is_leader());
+    assert!(
+        !flips.has_changed().unwrap(),
+        "leadership flipped while the write was adopted"
+    );
+    third.echo("3");
+}
+
+/// A conflict with a write that is not ours (another holder) still ends leadership at once.
+#[tokio::test(start_paused = true)]
+async fn a_conflict_after_a_timeout_with_another_holder_ends_leadership() {
+    let (client, mut api) = mock_api::client();
+    let (election, _) = leading(&mut api, client).await;
+    let first = api.expect("PUT", &format!("{LEASE}/sso")).await;
+    let mut other = first.body.clone();
+    other["metadata"]["resourceVersion"] = "2".into();
+    other["spec"]["holderIdentity"] = "someone-else".into();
+    let _lost_answer = first.hold();
+    api.expect("PUT", &format!("{LEASE}/sso"))
+        .await
+        .fail(409, "Conflict");
+    api.expect("GET", &format!("{LEASE}/sso"))
+        .await
+        .answer(200, other);
+    election.leadership().lost().await;
+    assert!(!election.leadership().is_leader());
+}
+
+#[tokio::test]
+async fn a_campaign_that_panics_or_returns_is_reported_and_an_aborted_one_is_not() {
+    let (_, died) = supervise(async { panic!("campaign bug") });
+    let mut d = died.clone();
+    tokio::time::timeout(Duration::from_secs(5), d.wait_for(|v| *v))
+        .await
+        .expect("a panic is reported")
+        .unwrap();
+    let (_, died) = supervise(async {});
+    let mut d = died.clone();
+    tokio::time::timeout(Duration::from_secs(5), d.wait_for(|v| *v))
+        .await
+        .expect("a return is reported")
+        .unwrap();
+    let (abort, died) = supervise(std::future::pending());
+    abort.abort();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !*died.borrow(),
+        "an abort (release, shutdown) is not a death"
+    );
+}

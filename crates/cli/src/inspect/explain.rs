@@ -400,7 +400,7 @@ fn skip_reason(
             SkipReason::Paused => Why::Paused,
             SkipReason::Conflict => Why::Conflict,
             SkipReason::NamespaceExcluded => Why::NamespaceExcluded,
-            SkipReason::NotInjected => Why::NotInjectedAtCreation,
+            SkipReason::NotInjected | SkipReason::EvictionStopped => Why::NotInjectedAtCreation,
         };
         return (why, s.detail.clone());
     }

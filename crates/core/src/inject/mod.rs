@@ -66,6 +66,9 @@ pub enum SkipReason {
     /// The pod runs without the SidecarSet's sidecars although it selects it (seen by the
     /// controller: created while the webhook was unreachable, or before the SidecarSet).
     NotInjected,
+    /// A pod evicted for missing the SidecarSet's sidecars was recreated still without them: its
+    /// owner is not evicted again until the SidecarSet changes (seen by the controller).
+    EvictionStopped,
 }
 
 impl SkipReason {
@@ -76,6 +79,7 @@ impl SkipReason {
             SkipReason::Conflict => "conflict",
             SkipReason::NamespaceExcluded => "namespace_excluded",
             SkipReason::NotInjected => "not_injected",
+            SkipReason::EvictionStopped => "eviction_stopped",
         }
     }
 }
@@ -101,6 +105,20 @@ pub fn not_injected_skip(sidecarset: &str, evicting: bool) -> Skipped {
         } else {
             "the pod runs without this SidecarSet's sidecars (created while the webhook was unreachable, or before the SidecarSet); recreate it (kubectl rollout restart) to inject them, or run the operator with --evict-pods-without-sidecars".to_string()
         },
+    }
+}
+
+/// A SidecarSet whose evictions stopped for an owner: its replacement pod came back without the
+/// sidecars.
+pub fn eviction_stopped_skip(sidecarset: &str, owner: &str) -> Skipped {
+    Skipped {
+        sidecarset: sidecarset.to_string(),
+        reason: SkipReason::EvictionStopped,
+        detail: format!(
+            "a pod of {owner} evicted because it ran without this SidecarSet's sidecars came back without them \
+             (the webhook was not called, or skipped it); no more evictions of {owner}'s pods for this SidecarSet \
+             until it changes: `sidecarset-operator explain pod` on a new pod says why it was not injected"
+        ),
     }
 }
 
