@@ -5,6 +5,7 @@
 //! intercepts pods of every namespace while it runs.
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sidecarset_e2e::*;
@@ -1186,7 +1187,7 @@ async fn pods_without_their_sidecars_are_evicted_within_pdbs_and_the_rate() -> a
         ]
         .map(String::from),
     );
-    let mut op = Operator::start(&as_strs(&args), port, &log)?;
+    let mut op = Some(Operator::start(&as_strs(&args), port, &log)?);
     let app2 = format!("e2e-evict-app2-{s}");
     create_namespace(&c, &app2, json!({})).await?;
     let result = async {
@@ -1295,13 +1296,20 @@ async fn pods_without_their_sidecars_are_evicted_within_pdbs_and_the_rate() -> a
             }
         })
         .await?;
-        drop(op);
-        op = Operator::start(&as_strs(&args), port, &log)?;
+        op.take();
+        op = Some(Operator::start(&as_strs(&args), port, &log)?);
         let sets: Api<sidecarset_operator::api::SidecarSet> = Api::all(c.clone());
-        sets.patch(&ss, &PatchParams::default(), &Patch::Merge(json!({"spec": {"selector": {
+        // Through the new process's conversion webhook (v1alpha1): retried until it serves.
+        let widen = json!({"spec": {"selector": {
             "matchLabels": null,
-            "matchExpressions": [{"key": "e2e-app", "operator": "In", "values": [label, label2]}]}}})))
-            .await?;
+            "matchExpressions": [{"key": "e2e-app", "operator": "In", "values": [label, label2]}]}}});
+        eventually(30, "the SidecarSet's selector widened through the new process", || {
+            let (sets, ss, widen) = (sets.clone(), ss.clone(), widen.clone());
+            async move {
+                Ok(sets.patch(&ss, &PatchParams::default(), &Patch::Merge(widen)).await.ok().map(|_| ()))
+            }
+        })
+        .await?;
         eventually(30, "status.podsWithoutSidecars = 2 after the restart", || {
             let (sets, ss) = (sets.clone(), ss.clone());
             async move {
@@ -1327,6 +1335,17 @@ async fn pods_without_their_sidecars_are_evicted_within_pdbs_and_the_rate() -> a
     delete_namespace(&c, &app).await;
     cleanup(&c, &name, &ns).await;
     result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
+}
+
+/// Waits for the namespace's default ServiceAccount (pods are refused until
+/// kube-controller-manager made it).
+async fn wait_default_sa(c: &kube::Client, ns: &str) -> anyhow::Result<()> {
+    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(c.clone(), ns);
+    eventually(30, "the namespace's default ServiceAccount", || {
+        let sa = sa.clone();
+        async move { Ok(sa.get_opt("default").await?.map(|_| ())) }
+    })
+    .await
 }
 
 /// The operator's metrics on `addr`.
@@ -1398,6 +1417,7 @@ async fn evictions_never_loop_on_a_conflict_nor_touch_pods_of_unknown_owners() -
     );
     let result = async {
         wait_webhooks_trusted(&c, &name).await?;
+        wait_default_sa(&c, &app).await?;
         for ss in [&first, &second] {
             create_sidecarset(&c, json!({
                 "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
@@ -1658,6 +1678,7 @@ async fn losing_the_right_to_write_the_crd_conversion_leaves_the_replica_ready_a
         })
         .await?;
         create_namespace(&c, &target, json!({})).await?;
+        wait_default_sa(&c, &target).await?;
         create_sidecarset(&c, json!({
             "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
             "spec": {"selector": {"matchLabels": {"e2e-app": format!("rbac-{s}")}},
@@ -1756,15 +1777,13 @@ async fn losing_the_right_to_write_the_crd_conversion_leaves_the_replica_ready_a
 
 /// GET https://127.0.0.1:`port`/readyz (certificate not checked): status and body.
 async fn readyz(port: u16) -> anyhow::Result<(u16, String)> {
-    let out = tokio::process::Command::new("curl")
-        .args([
-            "-sk",
-            "-w",
-            "\n%{http_code}",
-            &format!("https://127.0.0.1:{port}/readyz"),
-        ])
-        .output()
-        .await?;
+    let url = format!("https://127.0.0.1:{port}/readyz");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(["-sk", "-w", "\n%{http_code}", &url])
+            .output()
+    })
+    .await??;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
     Ok((code.trim().parse().unwrap_or(0), body.to_string()))

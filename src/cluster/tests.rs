@@ -285,36 +285,53 @@ async fn the_sidecarset_feed_never_waits_on_the_controller() {
 }
 
 /// The controller takes a woken name and reads the object from its store: the objects of a
-/// (re)list are in the store only once the list is complete, so their names wake it then, and
-/// every listed SidecarSet reaches the controller.
+/// (re)list are in the store only once the list is complete, so their names must not wake it
+/// before (it would find nothing and drop them), and every listed SidecarSet must reach it.
 #[tokio::test]
 async fn every_listed_sidecarset_reaches_the_controller_from_its_store() {
     use super::watch::{Wakeups, WatchHealth, feed_sidecarsets};
     use futures::StreamExt;
-    let readiness = Readiness::default();
-    let view = ClusterView::new(Vec::<String>::new(), &readiness);
+    let readiness = Arc::new(Readiness::default());
+    let view = Arc::new(ClusterView::new(Vec::<String>::new(), &readiness));
     let health = WatchHealth::new("sidecarsets", "watch_sidecarsets", "stale", &readiness);
     let (store, writer) = kube::runtime::reflector::store();
     let wake = Arc::new(Wakeups::default());
-    let events: Vec<Result<Event<StoredSidecarSet>, kube::runtime::watcher::Error>> = vec![
-        Ok(Event::Init),
-        Ok(Event::InitApply(stored("a", "web"))),
-        Ok(Event::InitApply(stored("b", "web"))),
-        Ok(Event::InitDone),
-        Ok(Event::Apply(stored("c", "web"))),
-    ];
-    feed_sidecarsets(
-        futures::stream::iter(events),
-        &view,
-        &health,
-        Some((writer, wake.clone())),
-    )
-    .await;
+    let (tx, rx) = futures::channel::mpsc::unbounded::<
+        Result<Event<StoredSidecarSet>, kube::runtime::watcher::Error>,
+    >();
+    let feeding = tokio::spawn({
+        let (view, wake) = (view.clone(), wake.clone());
+        async move { feed_sidecarsets(rx, &view, &health, Some((writer, wake))).await }
+    });
+    let settle = || tokio::time::sleep(std::time::Duration::from_millis(50));
+    for ev in [
+        Event::Init,
+        Event::InitApply(stored("a", "web")),
+        Event::InitApply(stored("b", "web")),
+    ] {
+        tx.unbounded_send(Ok(ev)).unwrap();
+    }
+    settle().await;
+    assert!(
+        wake.is_empty(),
+        "names of a list still in progress woke the controller: {:?}",
+        wake.take()
+    );
+    tx.unbounded_send(Ok(Event::InitDone)).unwrap();
+    tx.unbounded_send(Ok(Event::Apply(stored("c", "web"))))
+        .unwrap();
+    settle().await;
     let got: Vec<String> = tokio::time::timeout(
         std::time::Duration::from_secs(5),
-        wake.stream(store).take(3).map(|o| o.name_any()).collect(),
+        wake.clone()
+            .stream(store)
+            .take(3)
+            .map(|o| o.name_any())
+            .collect(),
     )
     .await
     .expect("the controller got every SidecarSet");
     assert_eq!(got, ["a", "b", "c"]);
+    drop(tx);
+    feeding.await.unwrap();
 }
