@@ -732,7 +732,11 @@ mod tests {
             ("a", 45, false),
         ];
         for (i, (key, secs, want)) in cases.into_iter().enumerate() {
-            assert_eq!(b.take(key, t0 + Duration::from_secs(secs)), want, "case {i}");
+            assert_eq!(
+                b.take(key, t0 + Duration::from_secs(secs)),
+                want,
+                "case {i}"
+            );
         }
         // Keys beyond the bound get nothing until buckets refill (then they are forgotten).
         let mut many = Buckets::new(rate);

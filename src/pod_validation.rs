@@ -301,7 +301,11 @@ impl PodValidator {
         let template = synthetic_template(ss);
         let key = outcome_key(&template);
         if let Some(outcome) = self.remembered(&key) {
-            tracing::debug!(sidecarset = ss.name(), ?outcome, "pod validation: the same pod spec was checked lately");
+            tracing::debug!(
+                sidecarset = ss.name(),
+                ?outcome,
+                "pod validation: the same pod spec was checked lately"
+            );
             return outcome;
         }
         let start = std::time::Instant::now();

@@ -434,8 +434,8 @@ pub async fn keep_pod_match_conditions(
             }
             warned_long = want.is_none();
             // Read back whenever the condition should change, and at least every RESYNC.
-            let due = written.as_ref() != Some(&want)
-                || last_read.is_none_or(|t| t.elapsed() >= RESYNC);
+            let due =
+                written.as_ref() != Some(&want) || last_read.is_none_or(|t| t.elapsed() >= RESYNC);
             if !due {
                 tokio::select! {
                     _ = state.index_changed() => {}
@@ -840,8 +840,14 @@ mod against_a_mock_api_server {
             .as_str()
             .unwrap()
             .to_string();
-        assert!(widened.contains("'web'") && widened.contains("'api'"), "{widened}");
-        assert!(!admission.is_finished(), "admitted before the condition was written");
+        assert!(
+            widened.contains("'web'") && widened.contains("'api'"),
+            "{widened}"
+        );
+        assert!(
+            !admission.is_finished(),
+            "admitted before the condition was written"
+        );
         apply.echo("3");
         admission.await.unwrap().expect("admitted once covered");
         // Once the index holds it, the condition made from the index alone is the same: not

@@ -31,8 +31,7 @@ async fn condition(c: &kube::Client, name: &str, type_: &str) -> anyhow::Result<
 }
 
 #[tokio::test]
-async fn a_conflicting_sidecarset_created_right_after_the_other_is_refused() -> anyhow::Result<()>
-{
+async fn a_conflicting_sidecarset_created_right_after_the_other_is_refused() -> anyhow::Result<()> {
     let c = client().await;
     // Created back to back, each pair three times: the second is checked against the API
     // server's list, which holds the first (the operator's cache may not yet).
@@ -82,11 +81,15 @@ async fn a_conflict_that_got_in_shows_as_a_condition_on_both() -> anyhow::Result
         }
         let shown = async {
             for name in [&a, &b] {
-                eventually(30, &format!("SidecarSet {name}'s Conflict condition"), || async {
-                    Ok(condition(&c, name, "Conflict")
-                        .await?
-                        .filter(|s| s == "True"))
-                })
+                eventually(
+                    30,
+                    &format!("SidecarSet {name}'s Conflict condition"),
+                    || async {
+                        Ok(condition(&c, name, "Conflict")
+                            .await?
+                            .filter(|s| s == "True"))
+                    },
+                )
                 .await?;
             }
             Ok::<(), anyhow::Error>(())

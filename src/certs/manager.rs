@@ -104,7 +104,14 @@ impl Manager {
         owned: OwnedConfigs,
         reports: Reports,
     ) -> Arc<Self> {
-        Self::with(client.clone(), client, system_clock(), settings, owned, reports)
+        Self::with(
+            client.clone(),
+            client,
+            system_clock(),
+            settings,
+            owned,
+            reports,
+        )
     }
 
     /// A manager whose reads and writes go through `calls`, its watches through `watches`, and
@@ -307,8 +314,7 @@ impl Manager {
             return false;
         };
         current.ca_cert != next.ca_cert
-            && super::cert_info(&current.tls_cert, "tls.crt")
-                .is_ok_and(|i| now < i.not_after)
+            && super::cert_info(&current.tls_cert, "tls.crt").is_ok_and(|i| now < i.not_after)
     }
 
     fn key(&self) -> String {

@@ -774,14 +774,19 @@ mod tests {
     fn the_conflict_condition_is_there_only_while_a_conflict_is() {
         let t0 = Time(jiff::Timestamp::from_second(1_800_000_000).unwrap());
         let t1 = Time(jiff::Timestamp::from_second(1_800_000_100).unwrap());
-        let why = "spec.containers[0].name: container \"proxy\" is also injected by SidecarSet \"b\"";
+        let why =
+            "spec.containers[0].name: container \"proxy\" is also injected by SidecarSet \"b\"";
         // (conflict, previous conditions, now) → (present, transition time)
         let first = conflict_condition(Some(why), Some(2), &[], &t0).unwrap();
         let stays = conflict_condition(Some(why), Some(3), std::slice::from_ref(&first), &t1);
         let gone = conflict_condition(None, Some(4), std::slice::from_ref(&first), &t1);
         let cases = [
             ("a conflict appears", Some(&first), Some(t0.clone())),
-            ("it stays: its time is kept", stays.as_ref(), Some(t0.clone())),
+            (
+                "it stays: its time is kept",
+                stays.as_ref(),
+                Some(t0.clone()),
+            ),
             ("it is resolved: no condition", gone.as_ref(), None),
         ];
         for (what, c, time) in cases {
@@ -792,7 +797,11 @@ mod tests {
                     (CONFLICT, "True", "ConflictsWithSidecarSet"),
                     "{what}"
                 );
-                assert!(c.message.contains("SidecarSet \"b\""), "{what}: {}", c.message);
+                assert!(
+                    c.message.contains("SidecarSet \"b\""),
+                    "{what}: {}",
+                    c.message
+                );
             }
         }
         assert_eq!(first.observed_generation, Some(2));

@@ -381,7 +381,10 @@ mod tests {
                     KnownRevision {
                         sidecarset: "mesh".into(),
                         custom_version: Some(if i <= 2 { "v1" } else { "v2" }.into()),
-                        annotations: BTreeMap::from([(ANNOTATION_HASH.to_string(), format!("h{i}"))]),
+                        annotations: BTreeMap::from([(
+                            ANNOTATION_HASH.to_string(),
+                            format!("h{i}"),
+                        )]),
                         number: i,
                         ..Default::default()
                     },
@@ -409,17 +412,50 @@ mod tests {
         let by_hash = pod(json!({"hash": "h3"}));
         // (what, pin, pods, deleted)
         let cases: Vec<(&str, Option<serde_json::Value>, Vec<Arc<_>>, Vec<&str>)> = vec![
-            ("nothing pinned or running", None, vec![], vec!["mesh-1", "mesh-2", "mesh-3", "mesh-4"]),
-            ("revisionName pin", Some(json!({"revisionName": "mesh-2"})), vec![], vec!["mesh-1", "mesh-3", "mesh-4"]),
+            (
+                "nothing pinned or running",
+                None,
+                vec![],
+                vec!["mesh-1", "mesh-2", "mesh-3", "mesh-4"],
+            ),
+            (
+                "revisionName pin",
+                Some(json!({"revisionName": "mesh-2"})),
+                vec![],
+                vec!["mesh-1", "mesh-3", "mesh-4"],
+            ),
             // The newest revision of v1 is mesh-2: new pods get it.
-            ("customVersion pin", Some(json!({"customVersion": "v1"})), vec![], vec!["mesh-1", "mesh-3", "mesh-4"]),
-            ("a pod names its revision", None, vec![named.clone()], vec!["mesh-1", "mesh-3", "mesh-4"]),
-            ("a pod records only the hash", None, vec![by_hash.clone()], vec!["mesh-1", "mesh-2", "mesh-4"]),
-            ("all at once", Some(json!({"customVersion": "v1"})), vec![named, by_hash],
-             vec!["mesh-1", "mesh-4"]),
+            (
+                "customVersion pin",
+                Some(json!({"customVersion": "v1"})),
+                vec![],
+                vec!["mesh-1", "mesh-3", "mesh-4"],
+            ),
+            (
+                "a pod names its revision",
+                None,
+                vec![named.clone()],
+                vec!["mesh-1", "mesh-3", "mesh-4"],
+            ),
+            (
+                "a pod records only the hash",
+                None,
+                vec![by_hash.clone()],
+                vec!["mesh-1", "mesh-2", "mesh-4"],
+            ),
+            (
+                "all at once",
+                Some(json!({"customVersion": "v1"})),
+                vec![named, by_hash],
+                vec!["mesh-1", "mesh-4"],
+            ),
         ];
         for (what, pin, pods, want) in cases {
-            assert_eq!(to_delete(&entry(pin), &revisions, "mesh-5", &pods), want, "{what}");
+            assert_eq!(
+                to_delete(&entry(pin), &revisions, "mesh-5", &pods),
+                want,
+                "{what}"
+            );
         }
         // Within the limit: nothing.
         assert!(to_delete(&entry(None), &revisions[..1], "mesh-1", &[]).is_empty());

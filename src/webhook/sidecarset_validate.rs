@@ -73,7 +73,10 @@ pub(super) async fn endpoint(
         *resp = Response::deny(
             &req.uid,
             503,
-            format!("SidecarSet {:?} cannot be admitted yet: {why}", new.ss.name()),
+            format!(
+                "SidecarSet {:?} cannot be admitted yet: {why}",
+                new.ss.name()
+            ),
         );
     }
     call.answer(decoded, |req| answer.unwrap_or_else(|| own_rules(req)))
@@ -139,7 +142,8 @@ impl SidecarSetLister {
                 return Err("too many SidecarSet writes at once to list them for each".to_string());
             }
             let started = std::time::Instant::now();
-            let api: kube::Api<crate::api::v1beta1::SidecarSet> = kube::Api::all(self.client.clone());
+            let api: kube::Api<crate::api::v1beta1::SidecarSet> =
+                kube::Api::all(self.client.clone());
             let list = api
                 .list(&kube::api::ListParams::default())
                 .await

@@ -352,7 +352,12 @@ fn forged_traffic_over_tls_gets_well_formed_answers_and_bounded_events() {
         any::<bool>(),
         prop::collection::vec(arb::mutation(REVIEW_KEYS), 0..3),
         prop::collection::vec(any::<u8>(), 0..256),
-        prop::sample::select(vec!["/mutate-pod", "/mutate-sidecarset", "/validate-sidecarset", "/convert"]),
+        prop::sample::select(vec![
+            "/mutate-pod",
+            "/mutate-sidecarset",
+            "/validate-sidecarset",
+            "/convert",
+        ]),
     );
     runner
         .run(&strategy, |(mut pod, bytes_only, mutations, bytes, path)| {
@@ -407,7 +412,8 @@ fn forged_traffic_over_tls_gets_well_formed_answers_and_bounded_events() {
         notices += n.skipped.len() as u64;
     }
     let rate = events::PER_SOURCE;
-    let bound = u64::from(rate.burst) + (elapsed.as_secs_f64() / rate.every.as_secs_f64()) as u64 + 1;
+    let bound =
+        u64::from(rate.burst) + (elapsed.as_secs_f64() / rate.every.as_secs_f64()) as u64 + 1;
     assert!(
         notices <= bound,
         "{notices} Events queued from one source in {elapsed:?} (bound {bound}) for {} requests",
@@ -430,10 +436,12 @@ fn arb_paused_pod() -> Value {
 }
 
 fn arb_paused_sidecarset() -> SidecarSet {
-    serde_json::from_value(json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+    serde_json::from_value(
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
         "metadata": {"name": "paused-mesh"},
         "spec": {"selector": {"matchLabels": {"app": "forged"}},
                  "injectionStrategy": {"paused": true},
-                 "containers": [{"name": "proxy", "image": "proxy:1"}]}}))
+                 "containers": [{"name": "proxy", "image": "proxy:1"}]}}),
+    )
     .unwrap()
 }

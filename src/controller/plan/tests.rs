@@ -275,7 +275,9 @@ fn a_conflict_that_got_in_shows_as_a_condition_and_is_written() {
             now: &now,
         })
     };
-    let with = observe(Some("container \"proxy\" is also injected by SidecarSet \"other\""));
+    let with = observe(Some(
+        "container \"proxy\" is also injected by SidecarSet \"other\"",
+    ));
     let c: Vec<_> = with
         .status
         .conditions
