@@ -411,7 +411,13 @@ mod tests {
         let named = pod(json!({"hash": "h2", "controllerRevision": "mesh-2"}));
         let by_hash = pod(json!({"hash": "h3"}));
         // (what, pin, pods, deleted)
-        let cases: Vec<(&str, Option<serde_json::Value>, Vec<Arc<_>>, Vec<&str>)> = vec![
+        type Case<'a> = (
+            &'a str,
+            Option<serde_json::Value>,
+            Vec<Arc<crate::controller::slim::SlimPod>>,
+            Vec<&'a str>,
+        );
+        let cases: Vec<Case> = vec![
             (
                 "nothing pinned or running",
                 None,
