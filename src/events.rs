@@ -177,29 +177,43 @@ pub fn event(notice: &SkipNotice, s: &Skipped, instance: &str, now: jiff::Timest
 /// reason and SidecarSet, not 500.
 #[derive(Default)]
 pub struct Dedupe {
-    seen: HashMap<(String, String, String, SkipReason, String), Instant>,
+    seen: HashMap<DedupeKey, Instant>,
+}
+
+type DedupeKey = (String, String, String, SkipReason, String);
+
+fn dedupe_key(regarding: &ObjectReference, s: &Skipped) -> DedupeKey {
+    (
+        regarding.namespace.clone().unwrap_or_default(),
+        regarding.kind.clone().unwrap_or_default(),
+        regarding.name.clone().unwrap_or_default(),
+        s.reason,
+        s.sidecarset.clone(),
+    )
 }
 
 impl Dedupe {
+    /// True when this Event was recorded less than [`REPEAT_AFTER`] before `now`.
+    pub fn seen_lately(&self, regarding: &ObjectReference, s: &Skipped, now: Instant) -> bool {
+        self.seen
+            .get(&dedupe_key(regarding, s))
+            .is_some_and(|t| now.saturating_duration_since(*t) < REPEAT_AFTER)
+    }
+
     /// True when this Event should be recorded now (and remembers it).
     pub fn admit(&mut self, regarding: &ObjectReference, s: &Skipped, now: Instant) -> bool {
-        let key = (
-            regarding.namespace.clone().unwrap_or_default(),
-            regarding.kind.clone().unwrap_or_default(),
-            regarding.name.clone().unwrap_or_default(),
-            s.reason,
-            s.sidecarset.clone(),
-        );
-        if self
-            .seen
-            .get(&key)
-            .is_some_and(|t| now.saturating_duration_since(*t) < REPEAT_AFTER)
-        {
+        if self.seen_lately(regarding, s, now) {
             return false;
         }
+        let key = dedupe_key(regarding, s);
         if self.seen.len() >= 10_000 {
             self.seen
                 .retain(|_, t| now.saturating_duration_since(*t) < REPEAT_AFTER);
+            if self.seen.len() >= 10_000 {
+                // Bounded memory first: forgetting costs at most a repeated Event (and the
+                // per-namespace rate still holds).
+                self.seen.clear();
+            }
         }
         self.seen.insert(key, now);
         true
@@ -222,16 +236,164 @@ pub fn queue() -> (Sender, mpsc::Receiver<SkipNotice>) {
     mpsc::channel(QUEUE)
 }
 
-/// Records the Events of the notices until the queue closes.
+/// A token bucket: `burst` tokens, refilled at one per `every`.
+#[derive(Clone, Copy, Debug)]
+pub struct Rate {
+    pub burst: u32,
+    pub every: Duration,
+}
+
+/// Skip Events recorded per namespace: a burst of 20, then one every 10 s (6 a minute).
+pub const PER_NAMESPACE: Rate = Rate {
+    burst: 20,
+    every: Duration::from_secs(10),
+};
+
+/// Skip notices accepted per source address of the admission requests: a burst of 200, then 2
+/// a second. The API server is one source for every legitimate request; anything else that
+/// reaches the webhook port is another, and cannot spend the API server's budget.
+pub const PER_SOURCE: Rate = Rate {
+    burst: 200,
+    every: Duration::from_millis(500),
+};
+
+/// Keys (namespaces, sources) a [`Buckets`] remembers: beyond this, a key not seen yet gets no
+/// token until buckets refill (a forged review can name any number of namespaces).
+const BUCKETS_KEPT: usize = 10_000;
+
+/// The tokens of a bucket that held `at.0` at `at.1`, at `now`.
+fn refill(rate: Rate, at: (f64, Instant), now: Instant) -> f64 {
+    let refilled = now.saturating_duration_since(at.1).as_secs_f64()
+        / rate.every.as_secs_f64().max(f64::MIN_POSITIVE);
+    (at.0 + refilled).min(f64::from(rate.burst))
+}
+
+/// One token bucket per key (a namespace, a source address), of bounded memory.
+#[derive(Debug)]
+pub struct Buckets {
+    rate: Rate,
+    /// Key → (tokens, when they were counted).
+    buckets: HashMap<String, (f64, Instant)>,
+}
+
+impl Buckets {
+    pub fn new(rate: Rate) -> Self {
+        Buckets {
+            rate,
+            buckets: HashMap::new(),
+        }
+    }
+
+    fn tokens(&self, at: (f64, Instant), now: Instant) -> f64 {
+        refill(self.rate, at, now)
+    }
+
+    /// Takes a token of `key` at `now`: false when it has none left.
+    pub fn take(&mut self, key: &str, now: Instant) -> bool {
+        if !self.buckets.contains_key(key) && self.buckets.len() >= BUCKETS_KEPT {
+            // Full buckets are the same as no bucket: forget them.
+            let burst = f64::from(self.rate.burst);
+            let rate = self.rate;
+            self.buckets.retain(|_, b| refill(rate, *b, now) < burst);
+            if self.buckets.len() >= BUCKETS_KEPT {
+                return false;
+            }
+        }
+        let current = self
+            .buckets
+            .get(key)
+            .map_or(f64::from(self.rate.burst), |b| self.tokens(*b, now));
+        if current < 1.0 {
+            self.buckets.insert(key.to_string(), (current, now));
+            return false;
+        }
+        self.buckets.insert(key.to_string(), (current - 1.0, now));
+        true
+    }
+
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+}
+
+/// Why a notice or an Event was not recorded (the `reason` of the dropped-Events metric).
+pub mod dropped {
+    /// The queue to the Event writer was full.
+    pub const QUEUE_FULL: &str = "queue_full";
+    /// The namespace's Events were over [`super::PER_NAMESPACE`].
+    pub const NAMESPACE_RATE: &str = "namespace_rate";
+    /// The source of the admission requests was over [`super::PER_SOURCE`].
+    pub const SOURCE_RATE: &str = "source_rate";
+}
+
+/// What the webhook side keeps before a notice is queued: the same notice as one queued lately
+/// is not queued again (a Deployment of 500 pods queues one), and each source of admission
+/// requests gets [`PER_SOURCE`].
+pub struct Admission {
+    dedupe: Dedupe,
+    sources: Buckets,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            dedupe: Dedupe::default(),
+            sources: Buckets::new(PER_SOURCE),
+        }
+    }
+}
+
+impl Admission {
+    /// The notice with only what is worth queueing from `source` at `now`: None when nothing is
+    /// (all seen lately, or over the source's budget: `Err` with the drop reason).
+    pub fn admit(
+        &mut self,
+        mut notice: SkipNotice,
+        source: &str,
+        now: Instant,
+    ) -> Result<Option<SkipNotice>, &'static str> {
+        let regarding = notice.regarding.clone();
+        notice
+            .skipped
+            .retain(|s| !self.dedupe.seen_lately(&regarding, s, now));
+        if notice.skipped.is_empty() {
+            return Ok(None);
+        }
+        if !self.sources.take(source, now) {
+            return Err(dropped::SOURCE_RATE);
+        }
+        for s in &notice.skipped {
+            self.dedupe.admit(&regarding, s, now);
+        }
+        Ok(Some(notice))
+    }
+}
+
+/// Records the Events of the notices until the queue closes: at most one per object, reason
+/// and SidecarSet in [`REPEAT_AFTER`], and per namespace within [`PER_NAMESPACE`].
 pub async fn record(client: kube::Client, mut rx: mpsc::Receiver<SkipNotice>, instance: String) {
     let mut dedupe = Dedupe::default();
+    let mut namespaces = Buckets::new(PER_NAMESPACE);
     while let Some(notice) = rx.recv().await {
         for s in &notice.skipped {
-            if !dedupe.admit(&notice.regarding, s, Instant::now()) {
+            let now = Instant::now();
+            if dedupe.seen_lately(&notice.regarding, s, now) {
                 continue;
             }
-            let ev = event(&notice, s, &instance, jiff::Timestamp::now());
             let ns = notice.regarding.namespace.clone().unwrap_or_default();
+            if !namespaces.take(&ns, now) {
+                crate::metrics::metrics()
+                    .events_dropped
+                    .inc_by_reason(dropped::NAMESPACE_RATE);
+                debug!(namespace = %ns, pod = %notice.pod, "Event not recorded: the namespace is over its Event rate");
+                continue;
+            }
+            dedupe.admit(&notice.regarding, s, now);
+            let ev = event(&notice, s, &instance, jiff::Timestamp::now());
             let api: Api<Event> = Api::namespaced(client.clone(), &ns);
             match api.create(&PostParams::default(), &ev).await {
                 Ok(_) => {
@@ -545,5 +707,111 @@ mod tests {
         };
         let n = name(&long, "mesh", SkipReason::Paused, start);
         assert!(n.len() <= 253 && !n.contains("-."), "{} {n}", n.len());
+    }
+
+    #[test]
+    fn buckets_give_a_burst_then_the_rate_per_key_within_bounded_memory() {
+        let rate = Rate {
+            burst: 3,
+            every: Duration::from_secs(10),
+        };
+        let t0 = Instant::now();
+        let mut b = Buckets::new(rate);
+        // (key, seconds after t0, token given)
+        let cases = [
+            ("a", 0, true),
+            ("a", 0, true),
+            ("a", 0, true),
+            ("a", 1, false),
+            ("b", 1, true),
+            ("a", 9, false),
+            ("a", 11, true),
+            ("a", 12, false),
+            ("a", 45, true),
+            ("a", 45, true),
+            ("a", 45, true),
+            ("a", 45, false),
+        ];
+        for (i, (key, secs, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                b.take(key, t0 + Duration::from_secs(secs)),
+                want,
+                "case {i}"
+            );
+        }
+        // Keys beyond the bound get nothing until buckets refill (then they are forgotten).
+        let mut many = Buckets::new(rate);
+        for i in 0..BUCKETS_KEPT {
+            assert!(many.take(&format!("ns-{i}"), t0));
+        }
+        assert!(!many.take("one-more", t0));
+        assert!(many.take("one-more", t0 + Duration::from_secs(31)));
+        assert!(many.len() <= BUCKETS_KEPT);
+    }
+
+    #[test]
+    fn the_webhook_queues_a_notice_once_and_each_source_within_its_rate() {
+        let notice = |owner: &str| SkipNotice {
+            regarding: ObjectReference {
+                kind: Some("ReplicaSet".into()),
+                namespace: Some("shop".into()),
+                name: Some(owner.into()),
+                ..Default::default()
+            },
+            pod: format!("shop/{owner}-x"),
+            skipped: vec![skipped("mesh", SkipReason::Paused)],
+        };
+        let t0 = Instant::now();
+        let mut a = Admission::default();
+        // The same notice again (a Deployment's pods): queued once.
+        assert!(a.admit(notice("web"), "10.0.0.1", t0).unwrap().is_some());
+        assert_eq!(a.admit(notice("web"), "10.0.0.1", t0), Ok(None));
+        // A forger naming a new owner each time: cut at the source's burst.
+        let mut queued = 0;
+        for i in 0..1000 {
+            match a.admit(notice(&format!("forged-{i}")), "10.9.9.9", t0) {
+                Ok(Some(_)) => queued += 1,
+                Ok(None) => unreachable!("all distinct"),
+                Err(reason) => assert_eq!(reason, dropped::SOURCE_RATE),
+            }
+        }
+        assert_eq!(queued, PER_SOURCE.burst);
+        // The API server's source keeps its own budget.
+        assert!(a.admit(notice("api"), "10.0.0.1", t0).unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn events_per_namespace_stay_within_the_rate() {
+        use crate::mock_api;
+        let (client, mut api) = mock_api::client();
+        let (tx, rx) = queue();
+        let writer = tokio::spawn(record(client, rx, "op-1".into()));
+        let notice = |ns: &str, owner: String| SkipNotice {
+            regarding: ObjectReference {
+                kind: Some("ReplicaSet".into()),
+                namespace: Some(ns.into()),
+                name: Some(owner.clone()),
+                ..Default::default()
+            },
+            pod: format!("{ns}/{owner}-x"),
+            skipped: vec![skipped("mesh", SkipReason::Paused)],
+        };
+        for i in 0..100 {
+            tx.send(notice("flooded", format!("rs-{i}"))).await.unwrap();
+        }
+        tx.send(notice("quiet", "web".into())).await.unwrap();
+        // A burst of PER_NAMESPACE Events in the flooded namespace, then the other namespace's.
+        for _ in 0..PER_NAMESPACE.burst {
+            let call = api
+                .expect("POST", "/apis/events.k8s.io/v1/namespaces/flooded/events")
+                .await;
+            call.echo("1");
+        }
+        api.expect("POST", "/apis/events.k8s.io/v1/namespaces/quiet/events")
+            .await
+            .echo("1");
+        api.expect_nothing().await;
+        drop(tx);
+        writer.await.unwrap();
     }
 }

@@ -60,6 +60,25 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// Events not recorded, by reason (see `events::dropped`).
+#[derive(Clone, Default, Debug)]
+pub struct DroppedEvents(pub Family<ReasonLabel, Counter>);
+
+impl DroppedEvents {
+    /// One more dropped because its queue was full.
+    pub fn inc(&self) {
+        self.inc_by_reason(crate::events::dropped::QUEUE_FULL);
+    }
+
+    pub fn inc_by_reason(&self, reason: &str) {
+        self.0
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+}
+
 /// Every metric the operator exports.
 pub struct Metrics {
     registry: Registry,
@@ -67,7 +86,7 @@ pub struct Metrics {
     pub admission_seconds: Family<WebhookLabel, Histogram>,
     pub injections: Family<SidecarSetLabel, Counter>,
     pub injections_skipped: Family<ReasonLabel, Counter>,
-    pub events_dropped: Counter,
+    pub events_dropped: DroppedEvents,
     pub validation_denials: Family<ReasonLabel, Counter>,
     pub reconciles: Family<ResultLabel, Counter>,
     pub reconcile_seconds: Histogram,
@@ -78,6 +97,7 @@ pub struct Metrics {
     pub cert_expiry: Gauge<i64, AtomicI64>,
     pub cert_changes: Family<ReasonLabel, Counter>,
     pub ca_bundle_writes: Counter,
+    pub match_condition_repairs: Counter,
     pub leader: Gauge,
     pub pods_without_sidecars: Family<SidecarSetLabel, Gauge>,
     pub pods_evicted: Family<SidecarSetLabel, Counter>,
@@ -102,7 +122,7 @@ fn build() -> Metrics {
         admission_seconds,
         injections: Family::default(),
         injections_skipped: Family::default(),
-        events_dropped: Counter::default(),
+        events_dropped: DroppedEvents::default(),
         validation_denials: Family::default(),
         reconciles: Family::default(),
         reconcile_seconds,
@@ -113,6 +133,7 @@ fn build() -> Metrics {
         cert_expiry: Gauge::default(),
         cert_changes: Family::default(),
         ca_bundle_writes: Counter::default(),
+        match_condition_repairs: Counter::default(),
         leader: Gauge::default(),
         pods_without_sidecars: Family::default(),
         pods_evicted: Family::default(),
@@ -146,8 +167,8 @@ fn build() -> Metrics {
     );
     registry.register(
         "skip_events_dropped",
-        "Events about skipped injections dropped because their queue was full",
-        m.events_dropped.clone(),
+        "Events about skipped injections not recorded, by reason (queue_full: their queue was full; namespace_rate, source_rate: over the Events allowed per namespace or per source of admission requests)",
+        m.events_dropped.0.clone(),
     );
     registry.register(
         "validation_denials",
@@ -198,6 +219,11 @@ fn build() -> Metrics {
         "ca_bundle_writes",
         "caBundle writes to the webhook configurations (first write and repairs)",
         m.ca_bundle_writes.clone(),
+    );
+    registry.register(
+        "match_condition_repairs",
+        "The pod webhook's match condition found changed by someone else and written back",
+        m.match_condition_repairs.clone(),
     );
     registry.register(
         "leader",

@@ -31,7 +31,8 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, Volume,
 };
 use kube::api::{Api, ObjectMeta, PostParams};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The prefix of the generated name of a synthetic pod template.
@@ -227,11 +228,31 @@ pub fn outcome_of_refusal(status: &kube::core::Status, ss: &SidecarSetSpec) -> P
 }
 
 /// Asks the API server to validate SidecarSets as pods (see the module documentation).
+/// Dry-runs in flight at once: a forged stream of SidecarSet reviews cannot turn into as
+/// many API calls (more wait for a slot within the same timeout, then are admitted unchecked).
+pub const DRY_RUNS_IN_FLIGHT: usize = 4;
+/// Outcomes remembered (by the pod spec checked), and for how long: the same containers and
+/// volumes are not sent to the API server again (a SidecarSet applied over and over, or forged
+/// reviews repeating one).
+pub const OUTCOMES_KEPT: usize = 256;
+pub const OUTCOME_TTL: Duration = Duration::from_secs(600);
+
+type Outcomes = HashMap<[u8; 32], (PodValidation, std::time::Instant)>;
+
 #[derive(Clone)]
 pub struct PodValidator {
     client: kube::Client,
     namespace: String,
     timeout: Duration,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    outcomes: Arc<Mutex<Outcomes>>,
+}
+
+/// What identifies a check: the pod spec of the template (not its name or annotation).
+fn outcome_key(template: &PodTemplate) -> [u8; 32] {
+    use sha2::Digest;
+    let spec = serde_json::to_vec(&template.template).unwrap_or_default();
+    sha2::Sha256::digest(&spec).into()
 }
 
 impl PodValidator {
@@ -241,10 +262,36 @@ impl PodValidator {
             client,
             namespace: namespace.into(),
             timeout,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(DRY_RUNS_IN_FLIGHT)),
+            outcomes: Default::default(),
         }
     }
 
-    /// One server-side dry-run create of the SidecarSet's synthetic pod template.
+    fn remembered(&self, key: &[u8; 32]) -> Option<PodValidation> {
+        let outcomes = self.outcomes.lock().ok()?;
+        outcomes
+            .get(key)
+            .filter(|(_, at)| at.elapsed() < OUTCOME_TTL)
+            .map(|(o, _)| o.clone())
+    }
+
+    fn remember(&self, key: [u8; 32], outcome: &PodValidation) {
+        if matches!(outcome, PodValidation::Unchecked(_)) {
+            return;
+        }
+        if let Ok(mut outcomes) = self.outcomes.lock() {
+            if outcomes.len() >= OUTCOMES_KEPT {
+                outcomes.retain(|_, (_, at)| at.elapsed() < OUTCOME_TTL);
+                if outcomes.len() >= OUTCOMES_KEPT {
+                    outcomes.clear();
+                }
+            }
+            outcomes.insert(key, (outcome.clone(), std::time::Instant::now()));
+        }
+    }
+
+    /// One server-side dry-run create of the SidecarSet's synthetic pod template (or the
+    /// outcome of the same pod spec checked lately).
     pub async fn check(&self, ss: &SidecarSet) -> PodValidation {
         let api: Api<PodTemplate> = Api::namespaced(self.client.clone(), &self.namespace);
         let params = PostParams {
@@ -252,8 +299,21 @@ impl PodValidator {
             field_manager: Some("sidecarset-operator".into()),
         };
         let template = synthetic_template(ss);
+        let key = outcome_key(&template);
+        if let Some(outcome) = self.remembered(&key) {
+            tracing::debug!(
+                sidecarset = ss.name(),
+                ?outcome,
+                "pod validation: the same pod spec was checked lately"
+            );
+            return outcome;
+        }
         let start = std::time::Instant::now();
-        let answer = tokio::time::timeout(self.timeout, api.create(&params, &template)).await;
+        let answer = tokio::time::timeout(self.timeout, async {
+            let _slot = self.in_flight.acquire().await;
+            api.create(&params, &template).await
+        })
+        .await;
         let outcome = match answer {
             Ok(Ok(_)) => PodValidation::Valid,
             Ok(Err(kube::Error::Api(status))) if status.code == 422 => {
@@ -268,11 +328,12 @@ impl PodValidator {
                 self.namespace
             )),
             Err(_) => PodValidation::Unchecked(format!(
-                "the API server did not answer the dry-run within {:?}",
+                "the API server did not answer the dry-run within {:?} (at most {DRY_RUNS_IN_FLIGHT} run at once)",
                 self.timeout
             )),
         };
         tracing::debug!(sidecarset = ss.name(), elapsed = ?start.elapsed(), ?outcome, "pod validation dry-run");
+        self.remember(key, &outcome);
         outcome
     }
 }

@@ -229,46 +229,259 @@ pub async fn apply_webhook_configurations(client: &Client, args: &RunArgs) -> an
     Ok(())
 }
 
+/// What the pod webhook's match condition was last read back to cover, and the SidecarSets
+/// being admitted that it must cover before their admission is answered ("widen before
+/// narrowing"): the validating webhook admits a new or changed SidecarSet only once the
+/// condition covers its selector (or the webhook has no condition: it matches every pod), so no
+/// pod it selects is created without the webhook being called.
+pub struct MatchCoverage {
+    covered: std::sync::Mutex<Covered>,
+    /// SidecarSets admitted lately (or being admitted) by name, and when: kept in the
+    /// condition until the index holds them (or [`PENDING_TTL`] passes: their write failed).
+    pending: std::sync::Mutex<BTreeMap<String, (Arc<crate::api::SidecarSet>, std::time::Instant)>>,
+    /// Wakes the keeper (a SidecarSet waits).
+    wake: tokio::sync::Notify,
+    /// Bumped whenever `covered` changes.
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+/// What the condition read back covers.
+#[derive(Clone, Debug)]
+enum Covered {
+    /// Not read yet, or something else set it (another condition, an expression not ours).
+    Unknown,
+    /// No condition: the webhook is called for every pod.
+    Everything,
+    /// Our expression, made from this index.
+    Expression { expression: String, index: Index },
+}
+
+/// Pending SidecarSets are dropped after this long (their write never reached the index).
+pub const PENDING_TTL: Duration = Duration::from_secs(120);
+/// Beyond this many pending SidecarSets the condition is dropped (the webhook matches every
+/// pod until they are in the index): forged reviews cannot grow the expression without bound.
+pub const MAX_PENDING: usize = 64;
+
+use crate::index::Index;
+
+/// The key of a pending SidecarSet in the index the condition is made from (beside the one of
+/// the same name the index holds: until it is replaced, both selectors are covered).
+fn pending_name(name: &str) -> String {
+    format!("{name}\u{0}pending")
+}
+
+impl Default for MatchCoverage {
+    fn default() -> Self {
+        MatchCoverage {
+            covered: std::sync::Mutex::new(Covered::Unknown),
+            pending: Default::default(),
+            wake: Default::default(),
+            changed: tokio::sync::watch::channel(0).0,
+        }
+    }
+}
+
+/// Whether `expression`, made from `index`, covers `ss`: adding it changes nothing.
+fn expression_covers(expression: &str, index: &Index, ss: &crate::api::SidecarSet) -> bool {
+    let mut with = index.clone();
+    let mut named = ss.clone();
+    named.metadata.name = Some(pending_name(ss.name()));
+    if with.upsert(Arc::new(named)).is_err() {
+        // Selectors that select nothing (refused by validation anyway): nothing to cover.
+        return true;
+    }
+    crate::index::cel::pod_match_expression(&with).as_deref() == Some(expression)
+}
+
+impl MatchCoverage {
+    /// Whether the condition last read back covers `ss`'s selector.
+    pub fn covers(&self, ss: &crate::api::SidecarSet) -> bool {
+        match self.covered.lock().map(|c| c.clone()) {
+            Ok(Covered::Everything) => true,
+            Ok(Covered::Expression { expression, index }) => {
+                expression_covers(&expression, &index, ss)
+            }
+            _ => false,
+        }
+    }
+
+    fn set(&self, covered: Covered) {
+        if let Ok(mut c) = self.covered.lock() {
+            *c = covered;
+        }
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Makes the condition cover `ss` before its admission is answered: returns at once when it
+    /// does, else asks the keeper to widen it and waits at most `timeout`.
+    pub async fn widen_for(
+        &self,
+        ss: &crate::api::SidecarSet,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        let mut changed = self.changed.subscribe();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(
+                ss.name().to_string(),
+                (Arc::new(ss.clone()), std::time::Instant::now()),
+            );
+        }
+        if self.covers(ss) {
+            return Ok(());
+        }
+        self.wake.notify_one();
+        let waited = tokio::time::timeout(timeout, async {
+            loop {
+                if changed.changed().await.is_err() {
+                    return false;
+                }
+                if self.covers(ss) {
+                    return true;
+                }
+            }
+        })
+        .await;
+        match waited {
+            Ok(true) => Ok(()),
+            _ => Err(format!(
+                "the pod webhook's match condition does not cover this SidecarSet's selector yet (not written within {timeout:?}): pods it selects would be created without the webhook being called; retry in a moment"
+            )),
+        }
+    }
+
+    /// The index the condition must be made from now: the view's, and the pending SidecarSets
+    /// the view does not hold as they are yet (those it holds, or older than [`PENDING_TTL`],
+    /// are dropped). None: too many pending, no condition.
+    fn wanted(&self, view: &Index) -> Option<Index> {
+        let mut pending = self.pending.lock().ok()?;
+        pending.retain(|name, (ss, at)| {
+            at.elapsed() < PENDING_TTL
+                && view
+                    .get(name)
+                    .is_none_or(|have| have.spec.selector != ss.spec.selector)
+        });
+        if pending.len() > MAX_PENDING {
+            return None;
+        }
+        let mut index = view.clone();
+        for (name, (ss, _)) in pending.iter() {
+            let mut named = (**ss).clone();
+            named.metadata.name = Some(pending_name(name));
+            let _ = index.upsert(Arc::new(named));
+        }
+        Some(index)
+    }
+}
+
+/// The name of our match condition on the pod CREATE webhook.
+pub const MATCH_CONDITION_NAME: &str = "selected-by-a-sidecarset";
+
+/// What the pod CREATE webhook's match conditions are: None when the entry does not exist.
+fn read_back(config: &MutatingWebhookConfiguration) -> Option<Covered> {
+    let entry = config
+        .webhooks
+        .iter()
+        .flatten()
+        .find(|w| w.name == POD_CREATE_WEBHOOK)?;
+    let conditions = entry.match_conditions.clone().unwrap_or_default();
+    Some(match conditions.as_slice() {
+        [] => Covered::Everything,
+        [c] if c.name == MATCH_CONDITION_NAME => Covered::Expression {
+            expression: c.expression.clone(),
+            index: Index::default(),
+        },
+        _ => Covered::Unknown,
+    })
+}
+
+fn expression_of(c: &Covered) -> Option<Option<&str>> {
+    match c {
+        Covered::Everything => Some(None),
+        Covered::Expression { expression, .. } => Some(Some(expression.as_str())),
+        Covered::Unknown => None,
+    }
+}
+
 /// Keeps the CREATE pod webhook's matchConditions to the SidecarSets' selectors
-/// ([`crate::index::cel`]): written when the index changes (and every 5 minutes), with no
-/// condition when the expression would be too long for the API server or it refuses it.
-pub async fn keep_pod_match_conditions(client: Client, state: Arc<ClusterView>, config: String) {
+/// ([`crate::index::cel`]) and those being admitted (`coverage`), with no condition when the
+/// expression would be too long for the API server or it refuses it. On every pass (an index
+/// change, a SidecarSet being admitted, and every minute) the configuration is read back and
+/// compared with what it should be: what someone else changed is written back (and counted in
+/// `sidecarset_operator_match_condition_repairs_total`).
+pub async fn keep_pod_match_conditions(
+    client: Client,
+    state: Arc<ClusterView>,
+    config: String,
+    coverage: Arc<MatchCoverage>,
+) {
     let api: Api<MutatingWebhookConfiguration> = Api::all(client);
-    let mut applied: Option<Option<String>> = None;
+    let mut written: Option<Option<String>> = None;
     let mut retry = Duration::from_secs(1);
+    let mut warned_long = false;
+    let mut last_read: Option<tokio::time::Instant> = None;
     loop {
-        let mut wait = Duration::from_secs(300);
+        let mut wait = RESYNC;
         if state.sidecarsets_synced() {
-            let mut want = crate::index::cel::pod_match_expression(&state.index());
-            if want.is_none() && applied.as_ref().is_none_or(|a| a.is_some()) {
+            let wanted = coverage.wanted(&state.index());
+            let mut want = wanted
+                .as_ref()
+                .and_then(crate::index::cel::pod_match_expression);
+            if want.is_none() && !warned_long {
                 warn!(
                     limit = crate::index::cel::MAX_EXPRESSION_BYTES,
-                    "the SidecarSets' selectors make a match condition too long: the pod webhook is called for every pod"
+                    "the SidecarSets' selectors make a match condition too long (or too many are being admitted at once): the pod webhook is called for every pod"
                 );
             }
-            if applied.as_ref() != Some(&want) {
-                let mut result = apply_match_condition(&api, &config, want.as_deref()).await;
-                if let (Err(e), Some(_)) = (&result, &want)
-                    && e.refused
-                {
-                    warn!(error = %e.message, "the API server refused the pod webhook's match condition: the webhook is called for every pod");
-                    want = None;
-                    result = apply_match_condition(&api, &config, None).await;
+            warned_long = want.is_none();
+            // Read back whenever the condition should change, and at least every RESYNC.
+            let due =
+                written.as_ref() != Some(&want) || last_read.is_none_or(|t| t.elapsed() >= RESYNC);
+            if !due {
+                tokio::select! {
+                    _ = state.index_changed() => {}
+                    _ = coverage.wake.notified() => {}
+                    _ = tokio::time::sleep(RESYNC.saturating_sub(last_read.map_or(Duration::ZERO, |t| t.elapsed()))) => {}
                 }
-                match result {
-                    Ok(()) => {
+                continue;
+            }
+            last_read = Some(tokio::time::Instant::now());
+            match pass(&api, &config, want.as_deref(), written.as_ref()).await {
+                Ok(Pass::InPlace) | Ok(Pass::Written) => {
+                    if written.as_ref() != Some(&want) {
                         info!(
                             bytes = want.as_ref().map_or(0, String::len),
                             "pod webhook match condition written"
                         );
-                        applied = Some(want);
-                        retry = Duration::from_secs(1);
                     }
-                    Err(e) => {
-                        debug!(error = %e.message, "cannot write the pod webhook's match condition yet");
-                        wait = retry;
-                        retry = (retry * 2).min(Duration::from_secs(30));
+                    coverage.set(match (&want, wanted) {
+                        (Some(expression), Some(index)) => Covered::Expression {
+                            expression: expression.clone(),
+                            index,
+                        },
+                        _ => Covered::Everything,
+                    });
+                    written = Some(want);
+                    retry = Duration::from_secs(1);
+                }
+                Err(e) if e.refused && want.is_some() => {
+                    warn!(error = %e.message, "the API server refused the pod webhook's match condition: the webhook is called for every pod");
+                    want = None;
+                    match pass(&api, &config, None, written.as_ref()).await {
+                        Ok(_) => {
+                            coverage.set(Covered::Everything);
+                            written = Some(want);
+                        }
+                        Err(e) => {
+                            debug!(error = %e.message, "cannot write the pod webhook's match condition yet");
+                            wait = retry;
+                            retry = (retry * 2).min(Duration::from_secs(30));
+                        }
                     }
+                }
+                Err(e) => {
+                    debug!(error = %e.message, "cannot write the pod webhook's match condition yet");
+                    wait = retry;
+                    retry = (retry * 2).min(Duration::from_secs(30));
                 }
             }
         } else {
@@ -276,9 +489,50 @@ pub async fn keep_pod_match_conditions(client: Client, state: Arc<ClusterView>, 
         }
         tokio::select! {
             _ = state.index_changed() => {}
+            _ = coverage.wake.notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// How often the configuration is read back without a change.
+pub const RESYNC: Duration = Duration::from_secs(60);
+
+enum Pass {
+    InPlace,
+    Written,
+}
+
+/// One pass: reads the configuration back, and writes the condition when it is not `want`;
+/// a condition that differs from the one we wrote last (`written`) is a repair.
+async fn pass(
+    api: &Api<MutatingWebhookConfiguration>,
+    config: &str,
+    want: Option<&str>,
+    written: Option<&Option<String>>,
+) -> Result<Pass, NotWritten> {
+    let existing = api.get(config).await.map_err(|e| NotWritten {
+        refused: false,
+        message: e.to_string(),
+    })?;
+    let Some(found) = read_back(&existing) else {
+        return Err(NotWritten {
+            refused: false,
+            message: format!("{config} has no webhook {POD_CREATE_WEBHOOK} yet"),
+        });
+    };
+    let found = expression_of(&found);
+    if found == Some(want) {
+        return Ok(Pass::InPlace);
+    }
+    if let Some(last) = written
+        && found != Some(last.as_deref())
+    {
+        warn!(config = %config, "the pod webhook's match condition was changed by someone else; writing it back");
+        crate::metrics::metrics().match_condition_repairs.inc();
+    }
+    apply_match_condition(api, config, want).await?;
+    Ok(Pass::Written)
 }
 
 /// Why a match condition was not written: `refused` when the API server found it invalid.
@@ -296,23 +550,10 @@ async fn apply_match_condition(
         refused: false,
         message: e.to_string(),
     };
-    // Only into an existing entry (an apply would otherwise create an incomplete one).
-    let existing = api.get(config).await.map_err(other)?;
-    if !existing
-        .webhooks
-        .iter()
-        .flatten()
-        .any(|w| w.name == POD_CREATE_WEBHOOK)
-    {
-        return Err(NotWritten {
-            refused: false,
-            message: format!("{config} has no webhook {POD_CREATE_WEBHOOK} yet"),
-        });
-    }
     let mut entry = serde_json::json!({"name": POD_CREATE_WEBHOOK});
     if let Some(e) = expression {
         entry["matchConditions"] =
-            serde_json::json!([{"name": "selected-by-a-sidecarset", "expression": e}]);
+            serde_json::json!([{"name": MATCH_CONDITION_NAME, "expression": e}]);
     }
     let patch = serde_json::json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
@@ -340,6 +581,7 @@ async fn apply_match_condition(
 /// changes.
 pub async fn keep_crd_conversion_from_file(
     client: Client,
+    watches: Client,
     target: crate::api::ConversionTarget,
     ca_file: PathBuf,
     resync: Duration,
@@ -347,7 +589,7 @@ pub async fn keep_crd_conversion_from_file(
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let wake = Arc::new(tokio::sync::Notify::new());
     let w = wake.clone();
-    let c = client.clone();
+    let c = watches;
     tokio::spawn(async move {
         let api: Api<CustomResourceDefinition> = Api::all(c);
         let cfg =
@@ -467,10 +709,12 @@ mod against_a_mock_api_server {
             client,
             view.clone(),
             "sso".into(),
+            Default::default(),
         ));
         let (expression, apply) = applied(&mut api).await;
         let expression = expression.expect("a condition for the selectors");
         assert!(expression.contains("web"), "{expression}");
+        let expression_web = expression.clone();
         apply.echo("2");
         api.expect_nothing().await;
 
@@ -480,8 +724,12 @@ mod against_a_mock_api_server {
         let (expression, apply) = applied(&mut api).await;
         assert!(expression.expect("the new selectors").contains("api"));
         apply.fail(422, "Invalid");
-        let (expression, apply) = applied(&mut api).await;
-        assert_eq!(expression, None);
+        // Read back (it still has the condition for "web"), then written without one.
+        api.expect("GET", CONFIG)
+            .await
+            .answer(200, configuration_with(Some(&expression_web)));
+        let apply = api.expect("PATCH", CONFIG).await;
+        assert_eq!(apply.body["webhooks"][0].get("matchConditions"), None);
         apply.echo("3");
         api.expect_nothing().await;
         task.abort();
@@ -490,7 +738,12 @@ mod against_a_mock_api_server {
     #[tokio::test(start_paused = true)]
     async fn nothing_is_applied_before_the_pod_webhook_entry_exists() {
         let (client, mut api) = mock_api::client();
-        let task = tokio::spawn(keep_pod_match_conditions(client, view("web"), "sso".into()));
+        let task = tokio::spawn(keep_pod_match_conditions(
+            client,
+            view("web"),
+            "sso".into(),
+            Default::default(),
+        ));
         // Never an apply that would create an incomplete entry: the configuration is read
         // again (after a backoff) until the entry is there.
         for _ in 0..3 {
@@ -501,6 +754,119 @@ mod against_a_mock_api_server {
         let (expression, apply) = applied(&mut api).await;
         assert!(expression.is_some());
         apply.echo("2");
+        task.abort();
+    }
+
+    /// The configuration with our condition set to `expression`.
+    fn configuration_with(expression: Option<&str>) -> Value {
+        let mut c = configuration(true);
+        if let Some(e) = expression {
+            c["webhooks"][1]["matchConditions"] =
+                json!([{"name": MATCH_CONDITION_NAME, "expression": e}]);
+        }
+        c
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_condition_is_read_back_on_every_pass_and_a_changed_one_written_again() {
+        let (client, mut api) = mock_api::client();
+        let view = view("web");
+        let task = tokio::spawn(keep_pod_match_conditions(
+            client,
+            view.clone(),
+            "sso".into(),
+            Default::default(),
+        ));
+        let (expression, apply) = applied(&mut api).await;
+        let expression = expression.unwrap();
+        apply.echo("2");
+        let before = crate::metrics::metrics().match_condition_repairs.get();
+        // A minute later the configuration is read again: as written, nothing is written.
+        tokio::time::sleep(RESYNC).await;
+        api.expect("GET", CONFIG)
+            .await
+            .answer(200, configuration_with(Some(&expression)));
+        api.expect_nothing().await;
+        // Someone dropped our condition (a Helm upgrade, kubectl apply): the next pass sees it
+        // and writes it back, and counts the repair.
+        tokio::time::sleep(RESYNC).await;
+        api.expect("GET", CONFIG)
+            .await
+            .answer(200, configuration_with(None));
+        let apply = api.expect("PATCH", CONFIG).await;
+        assert_eq!(
+            apply.body["webhooks"][0]["matchConditions"][0]["expression"],
+            json!(expression)
+        );
+        apply.echo("4");
+        api.expect_nothing().await;
+        assert_eq!(
+            crate::metrics::metrics().match_condition_repairs.get(),
+            before + 1
+        );
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selector() {
+        let (client, mut api) = mock_api::client();
+        let view = view("web");
+        let coverage = Arc::new(MatchCoverage::default());
+        let task = tokio::spawn(keep_pod_match_conditions(
+            client,
+            view.clone(),
+            "sso".into(),
+            coverage.clone(),
+        ));
+        let (web, apply) = applied(&mut api).await;
+        let web = web.unwrap();
+        apply.echo("2");
+        api.expect_nothing().await;
+        // The SidecarSet in the index is covered at once; one selecting app=api is not: its
+        // admission waits while the condition is widened to cover both.
+        assert!(coverage.covers(&sidecarset("web")));
+        let mut api_ss = sidecarset("api");
+        api_ss.metadata.name = Some("api-mesh".into());
+        assert!(!coverage.covers(&api_ss));
+        let admission = tokio::spawn({
+            let (c, ss) = (coverage.clone(), api_ss.clone());
+            async move { c.widen_for(&ss, Duration::from_secs(2)).await }
+        });
+        api.expect("GET", CONFIG)
+            .await
+            .answer(200, configuration_with(Some(&web)));
+        let apply = api.expect("PATCH", CONFIG).await;
+        let widened = apply.body["webhooks"][0]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            widened.contains("'web'") && widened.contains("'api'"),
+            "{widened}"
+        );
+        assert!(
+            !admission.is_finished(),
+            "admitted before the condition was written"
+        );
+        apply.echo("3");
+        admission.await.unwrap().expect("admitted once covered");
+        // Once the index holds it, the condition made from the index alone is the same: not
+        // written again.
+        view.reset_sidecarsets(vec![sidecarset("web"), api_ss.clone()]);
+        api.expect_nothing().await;
+        assert!(coverage.covers(&api_ss));
+
+        // When the condition cannot be written, the admission is refused after its timeout
+        // (the SidecarSet write fails with a message to retry), never admitted uncovered.
+        let mut other = sidecarset("shop");
+        other.metadata.name = Some("shop-mesh".into());
+        let admission = tokio::spawn({
+            let (c, ss) = (coverage.clone(), other.clone());
+            async move { c.widen_for(&ss, Duration::from_secs(2)).await }
+        });
+        api.expect("GET", CONFIG).await.fail(500, "InternalError");
+        let refused = admission.await.unwrap().unwrap_err();
+        assert!(refused.contains("retry"), "{refused}");
         task.abort();
     }
 }

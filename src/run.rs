@@ -112,7 +112,7 @@ pub async fn clients(args: &RunArgs) -> anyhow::Result<Clients> {
     let (watches, calls) = crate::cluster::clients()
         .await
         .context("cannot reach the Kubernetes API: set KUBECONFIG or run in a cluster")?;
-    registration::check_openkruise(&watches, args.allow_openkruise).await?;
+    registration::check_openkruise(&calls, args.allow_openkruise).await?;
     Ok(Clients { watches, calls })
 }
 
@@ -150,11 +150,15 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
         readiness.clone(),
         cert.clone(),
     ));
-    state.set_client(clients.calls.clone(), args.namespace_fetch_timeout);
+    state.set_namespace_wait(args.namespace_fetch_timeout);
     state.set_pod_validator(crate::pod_validation::PodValidator::new(
         clients.calls.clone(),
         args.namespace.clone(),
         config.pod_validation_timeout,
+    ));
+    state.set_sidecarset_lister(webhook::SidecarSetLister::new(
+        clients.calls.clone(),
+        config.pod_validation_timeout.min(Duration::from_secs(2)),
     ));
     let (events, events_rx) = crate::events::queue();
     state.set_skip_events(events.clone());
@@ -189,10 +193,13 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
         args.watch_stale_after,
     );
     if args.pod_match_conditions {
+        let coverage = Arc::new(registration::MatchCoverage::default());
+        state.set_match_coverage(coverage.clone());
         tokio::spawn(registration::keep_pod_match_conditions(
             clients.calls.clone(),
             cluster.clone(),
             args.webhook_config_name.clone(),
+            coverage,
         ));
     }
     Ok(View {
@@ -310,7 +317,9 @@ pub async fn certificates(
     view: &View,
 ) -> anyhow::Result<RustlsConfig> {
     let args = &config.args;
-    let client = &clients.watches;
+    // Every call bounded in time; the watches (the certificate manager's, the CRD's) on the
+    // watch client.
+    let client = &clients.calls;
     if let Some(settings) = &config.cert_settings {
         let readiness = &view.readiness;
         let reports = certs::manager::Reports {
@@ -329,8 +338,14 @@ pub async fn certificates(
         let owned = args
             .manage_webhooks
             .then(|| registration::webhook_configurations(args, None));
-        let manager =
-            certs::manager::Manager::new(client.clone(), settings.clone(), owned, reports);
+        let manager = certs::manager::Manager::with(
+            client.clone(),
+            clients.watches.clone(),
+            certs::manager::system_clock(),
+            settings.clone(),
+            owned,
+            reports,
+        );
         info!(secret = %format!("{}/{}", args.namespace, args.cert_secret_name), "self-managed certificates");
         let rustls = manager.initial().await;
         tokio::spawn(manager.run());
@@ -357,6 +372,7 @@ pub async fn certificates(
         // down with it (v1beta1 clients and injection work without conversion).
         tokio::spawn(registration::keep_crd_conversion_from_file(
             client.clone(),
+            clients.watches.clone(),
             args.conversion_target(),
             ca,
             args.cert_resync,
@@ -388,7 +404,10 @@ pub async fn webhook_server(
     info!(listen = %listen, "serving webhooks");
     axum_server::bind_rustls(listen, rustls)
         .handle(handle)
-        .serve(webhook::router_with(state, config.limits).into_make_service())
+        .serve(
+            webhook::router_with(state, config.limits)
+                .into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
         .await
         .with_context(|| format!("cannot serve on {listen}"))
 }

@@ -52,8 +52,15 @@ pub struct Reports {
     pub conversion: Option<Gate>,
 }
 
+/// This replica's clock, in Unix seconds (injectable: tests run a replica whose clock is off).
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
 pub struct Manager {
+    /// For reads and writes (every request bounded in time).
     client: Client,
+    /// For the watches.
+    watches: Client,
+    clock: Clock,
     settings: ManagerSettings,
     owned: OwnedConfigs,
     reports: Reports,
@@ -65,6 +72,11 @@ pub struct Manager {
 
 fn now() -> i64 {
     jiff::Timestamp::now().as_second()
+}
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(now)
 }
 
 fn to_material(s: &Secret) -> Result<Material, String> {
@@ -85,14 +97,37 @@ fn to_material(s: &Secret) -> Result<Material, String> {
 }
 
 impl Manager {
+    /// A manager using one client for everything and the system clock (tests).
     pub fn new(
         client: Client,
         settings: ManagerSettings,
         owned: OwnedConfigs,
         reports: Reports,
     ) -> Arc<Self> {
-        Arc::new(Manager {
+        Self::with(
+            client.clone(),
             client,
+            system_clock(),
+            settings,
+            owned,
+            reports,
+        )
+    }
+
+    /// A manager whose reads and writes go through `calls`, its watches through `watches`, and
+    /// that reads the time from `clock`.
+    pub fn with(
+        calls: Client,
+        watches: Client,
+        clock: Clock,
+        settings: ManagerSettings,
+        owned: OwnedConfigs,
+        reports: Reports,
+    ) -> Arc<Self> {
+        Arc::new(Manager {
+            client: calls,
+            watches,
+            clock,
             settings,
             owned,
             reports,
@@ -158,13 +193,14 @@ impl Manager {
         let s = self.clone();
         let secret_cfg = by_name(&self.settings.secret_name);
         tokio::spawn(async move {
-            let stream = watcher::watcher(s.secrets(), secret_cfg).default_backoff();
+            let secrets: Api<Secret> = Api::namespaced(s.watches.clone(), &s.settings.namespace);
+            let stream = watcher::watcher(secrets, secret_cfg).default_backoff();
             s.trigger_on(stream).await
         });
         let s = self.clone();
         let cfg = by_name(&self.settings.webhook_config_name);
         tokio::spawn(async move {
-            let api: Api<MutatingWebhookConfiguration> = Api::all(s.client.clone());
+            let api: Api<MutatingWebhookConfiguration> = Api::all(s.watches.clone());
             s.trigger_on(watcher::watcher(api, cfg).default_backoff())
                 .await
         });
@@ -173,7 +209,7 @@ impl Manager {
             let cfg = by_name(crate::api::CRD_NAME);
             tokio::spawn(async move {
                 let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-                    Api::all(s.client.clone());
+                    Api::all(s.watches.clone());
                 s.trigger_on(watcher::watcher(api, cfg).default_backoff())
                     .await
             });
@@ -181,7 +217,7 @@ impl Manager {
         let s = self.clone();
         let cfg = by_name(&self.settings.webhook_config_name);
         tokio::spawn(async move {
-            let api: Api<ValidatingWebhookConfiguration> = Api::all(s.client.clone());
+            let api: Api<ValidatingWebhookConfiguration> = Api::all(s.watches.clone());
             s.trigger_on(watcher::watcher(api, cfg).default_backoff())
                 .await
         });
@@ -204,7 +240,7 @@ impl Manager {
     /// One pass: make the Secret right, serve its leaf, make the caBundles trust it.
     pub async fn reconcile(&self) -> anyhow::Result<()> {
         let cfg = &self.settings.certs;
-        let t = now();
+        let t = (self.clock)();
         let secret = self.secrets().get_opt(&self.settings.secret_name).await?;
         let stored = match &secret {
             None => None,
@@ -232,7 +268,10 @@ impl Manager {
             }
             (existing, stored) => {
                 let action = decide(stored.as_ref(), cfg, t, applied);
-                if action == Action::Keep {
+                if let Action::Wait(why) = &action {
+                    warn!(secret = %self.key(), reason = %why, "the certificate Secret is left as it is");
+                }
+                if matches!(action, Action::Keep | Action::Wait(_)) {
                     stored.unwrap_or_else(|| unreachable!("decide keeps only existing material"))
                 } else {
                     let next = act(&action, stored.as_ref(), cfg, t).map_err(anyhow::Error::msg)?;
@@ -254,9 +293,28 @@ impl Manager {
             }
         };
 
-        self.serve(&material)?;
-        self.publish_bundle(&material).await?;
-        Ok(())
+        // Every caBundle trusts a new CA before any replica serves a certificate it signed:
+        // the bundle first, then the certificate. One of another CA that is still valid stays
+        // served until the bundles trust the new one (a fresh install has nothing else).
+        let published = self.publish_bundle(&material).await;
+        let trusted = matches!(published, Ok(true));
+        if trusted || !self.serving_another_valid_ca(&material, t) {
+            self.serve(&material)?;
+        } else {
+            warn!(secret = %self.key(), "not serving the new CA's certificate yet: not every caBundle trusts that CA; retrying");
+            self.wake.notify_one();
+        }
+        published.map(|_| ())
+    }
+
+    /// True while the certificate served is of another CA than `next`'s and still valid at
+    /// `now`.
+    fn serving_another_valid_ca(&self, next: &Material, now: i64) -> bool {
+        let Some(current) = self.current.lock().ok().and_then(|g| g.clone()) else {
+            return false;
+        };
+        current.ca_cert != next.ca_cert
+            && super::cert_info(&current.tls_cert, "tls.crt").is_ok_and(|i| now < i.not_after)
     }
 
     fn key(&self) -> String {
@@ -269,7 +327,7 @@ impl Manager {
             .unwrap_or_default();
         let secret = self.key();
         let kind = match action {
-            Action::Keep => "keep",
+            Action::Keep | Action::Wait(_) => "keep",
             Action::Generate(_) => "generated",
             Action::RenewLeaf(_) => "leaf_renewed",
             Action::StartCaRotation => "ca_rotation_started",
@@ -281,7 +339,7 @@ impl Manager {
             .get_or_create(&crate::metrics::reason(kind))
             .inc();
         match action {
-            Action::Keep => {}
+            Action::Keep | Action::Wait(_) => {}
             Action::Generate(why) => {
                 info!(%secret, reason = %why, leaf_expires = %expiry, "generated a new CA and serving certificate")
             }
@@ -407,7 +465,13 @@ impl Manager {
         Ok(())
     }
 
+    /// Whether every caBundle that must trust a CA before it signs what is served does: both
+    /// webhook configurations and the CRD's conversion settings (when kept).
     async fn bundle_applied(&self, bundle: &str) -> anyhow::Result<bool> {
+        Ok(self.webhooks_trust(bundle).await? && self.crd_trusts(bundle).await?)
+    }
+
+    async fn webhooks_trust(&self, bundle: &str) -> anyhow::Result<bool> {
         let name = &self.settings.webhook_config_name;
         let m = Api::<MutatingWebhookConfiguration>::all(self.client.clone())
             .get_opt(name)
@@ -432,10 +496,25 @@ impl Manager {
         Ok(m_ok && v_ok)
     }
 
+    /// Whether the CRD's conversion settings (when kept) point here and trust `bundle`; true
+    /// when they are not kept or the CRD is not installed.
+    async fn crd_trusts(&self, bundle: &str) -> anyhow::Result<bool> {
+        let Some(target) = &self.settings.conversion else {
+            return Ok(true);
+        };
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crd = Api::<CustomResourceDefinition>::all(self.client.clone())
+            .get_opt(crate::api::CRD_NAME)
+            .await?;
+        Ok(crd.is_none_or(|crd| super::crd::conversion_ok(&crd, target, bundle)))
+    }
+
     /// Writes the caBundle with server-side apply under our field manager (repairing it when
-    /// someone overwrote it); updates readiness.
-    async fn publish_bundle(&self, m: &Material) -> anyhow::Result<()> {
+    /// someone overwrote it); updates readiness. Ok(true) when every caBundle kept (the CRD's
+    /// too) trusts every CA of the material now.
+    async fn publish_bundle(&self, m: &Material) -> anyhow::Result<bool> {
         let bundle = m.ca_bundle();
+        let mut crd_ok = true;
         if let Some(target) = &self.settings.conversion {
             // Conversion only matters for v1alpha1 clients; the operator itself reads v1beta1,
             // so a failure here is reported but does not hold back the webhooks.
@@ -443,6 +522,7 @@ impl Manager {
                 .await
             {
                 Ok(super::crd::ConversionPass::NoCrd) => {
+                    // Nothing converts without the CRD: nothing to trust a CA either.
                     self.mark_conversion(false);
                     warn!(
                         crd = crate::api::CRD_NAME,
@@ -451,14 +531,15 @@ impl Manager {
                 }
                 Ok(_) => self.mark_conversion(true),
                 Err(e) => {
+                    crd_ok = false;
                     self.mark_conversion(false);
                     warn!(crd = crate::api::CRD_NAME, error = %e, "cannot write the CRD's conversion webhook settings")
                 }
             }
         }
-        if self.bundle_applied(&bundle).await? {
+        if self.webhooks_trust(&bundle).await? {
             self.reports.ca_trusted.set(true);
-            return Ok(());
+            return Ok(crd_ok);
         }
         let pp = PatchParams::apply(&self.settings.field_manager).force();
         let name = &self.settings.webhook_config_name;
@@ -527,7 +608,7 @@ impl Manager {
         info!(name = %name, cas = super::bundle_ders(bundle.as_bytes()).len(), "caBundle written to the webhook configurations");
         crate::metrics::metrics().ca_bundle_writes.inc();
         self.reports.ca_trusted.set(true);
-        Ok(())
+        Ok(crd_ok)
     }
 }
 

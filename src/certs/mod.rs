@@ -168,6 +168,13 @@ fn signed_by(cert_pem: &str, issuer_pem: &str) -> Result<bool, String> {
     Ok(cert.verify_signature(Some(issuer.public_key())).is_ok())
 }
 
+/// How far in the future a certificate's start may be and still count as valid: the replicas'
+/// clocks may differ by this much (their own and the API server's). A certificate that starts
+/// later than that is "not yet valid" to this replica; that is a reason to wait and report the
+/// clock, never to make a new CA (which would take the trust away from every replica whose clock
+/// is right).
+pub const CLOCK_SKEW: i64 = 300;
+
 /// Why material cannot be used as it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Defect {
@@ -175,10 +182,26 @@ pub enum Defect {
     Ca(String),
     /// The leaf is unusable: re-sign it with the CA.
     Leaf(String),
+    /// A certificate starts more than [`CLOCK_SKEW`] after this replica's now: its clock is
+    /// probably behind. Nothing is rewritten.
+    NotYetValid(String),
+}
+
+/// A certificate that starts more than [`CLOCK_SKEW`] from `now`.
+fn not_yet_valid(what: &str, info: &CertInfo, now: i64) -> Option<Defect> {
+    (info.not_before - now > CLOCK_SKEW).then(|| {
+        Defect::NotYetValid(format!(
+            "{what} is valid only from {}, {}s after this replica's clock ({}): check the node's clock (NTP); nothing is rewritten meanwhile",
+            ts(info.not_before),
+            info.not_before - now,
+            ts(now)
+        ))
+    })
 }
 
 /// Checks the material at time `now`: parseable, keys match, the CA signs the leaf, both are
-/// within their validity, the leaf names the Service.
+/// within their validity (a start up to [`CLOCK_SKEW`] ahead counts as started), the leaf names
+/// the Service.
 pub fn check(m: &Material, cfg: &CertConfig, now: i64) -> Result<(CertInfo, CertInfo), Defect> {
     let ca = cert_info(&m.ca_cert, "ca.crt").map_err(Defect::Ca)?;
     let ca_key = key_pair(&m.ca_key, "ca.key").map_err(Defect::Ca)?;
@@ -188,7 +211,10 @@ pub fn check(m: &Material, cfg: &CertConfig, now: i64) -> Result<(CertInfo, Cert
     if !ca.is_ca {
         return Err(Defect::Ca("ca.crt is not a CA certificate".into()));
     }
-    if now < ca.not_before || now >= ca.not_after {
+    if let Some(d) = not_yet_valid("ca.crt", &ca, now) {
+        return Err(d);
+    }
+    if now >= ca.not_after {
         return Err(Defect::Ca(format!(
             "ca.crt is not valid now (valid {} to {})",
             ts(ca.not_before),
@@ -208,7 +234,10 @@ pub fn check(m: &Material, cfg: &CertConfig, now: i64) -> Result<(CertInfo, Cert
     if !signed_by(&m.tls_cert, &m.ca_cert).map_err(Defect::Leaf)? {
         return Err(Defect::Leaf("tls.crt is not signed by ca.crt".into()));
     }
-    if now < leaf.not_before || now >= leaf.not_after {
+    if let Some(d) = not_yet_valid("tls.crt", &leaf, now) {
+        return Err(d);
+    }
+    if now >= leaf.not_after {
         return Err(Defect::Leaf(format!(
             "tls.crt is not valid now (valid {} to {})",
             ts(leaf.not_before),
@@ -250,6 +279,9 @@ fn renew_point(info: &CertInfo, frac: f64) -> i64 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     Keep,
+    /// Leave the Secret as it is although its material looks unusable to this replica: a
+    /// certificate is not valid yet by this replica's clock (see [`CLOCK_SKEW`]); why.
+    Wait(String),
     /// No Secret, or unusable material: make a new CA and leaf.
     Generate(String),
     /// Re-sign the leaf with the current CA.
@@ -262,8 +294,9 @@ pub enum Action {
     FinishCaRotation,
 }
 
-/// Decides what to do with the Secret's material. `bundle_applied`: every webhook configuration
-/// already trusts every CA of [`Material::ca_bundle`].
+/// Decides what to do with the Secret's material. `bundle_applied`: every caBundle (both webhook
+/// configurations, and the CRD's conversion settings when they are kept) already trusts every
+/// CA of [`Material::ca_bundle`].
 pub fn decide(m: Option<&Material>, cfg: &CertConfig, now: i64, bundle_applied: bool) -> Action {
     let Some(m) = m else {
         return Action::Generate("the Secret does not exist".into());
@@ -272,6 +305,7 @@ pub fn decide(m: Option<&Material>, cfg: &CertConfig, now: i64, bundle_applied: 
         Ok(v) => v,
         Err(Defect::Ca(why)) => return Action::Generate(why),
         Err(Defect::Leaf(why)) => return Action::RenewLeaf(why),
+        Err(Defect::NotYetValid(why)) => return Action::Wait(why),
     };
     let overlap = cfg.overlap.as_secs() as i64;
     let since = m.step_since.unwrap_or(0);
@@ -379,7 +413,7 @@ pub fn act(
     now: i64,
 ) -> Result<Material, String> {
     match (action, m) {
-        (Action::Keep, Some(m)) => Ok(m.clone()),
+        (Action::Keep | Action::Wait(_), Some(m)) => Ok(m.clone()),
         (Action::Generate(_), _) | (_, None) => {
             let (ca_cert, ca_key) = generate_ca(cfg, now)?;
             let (tls_cert, tls_key) = sign_leaf(&ca_cert, &ca_key, cfg, now)?;

@@ -62,7 +62,12 @@ fn decide_table() {
             false,
             "RenewLeaf",
         ),
-        ("not yet valid", Some(&m), NOW - HOUR, false, "Generate"),
+        // A replica whose clock is behind: within the tolerated skew the material is fine
+        // (the certificates start 5 minutes before they were made, and 5 more are tolerated);
+        // beyond it, nothing is regenerated (that would take the trust away from every replica
+        // whose clock is right): it waits and says why.
+        ("clock 9 min behind", Some(&m), NOW - 9 * 60, false, "Keep"),
+        ("clock 1 hour behind", Some(&m), NOW - HOUR, false, "Wait"),
         (
             "ca expired",
             Some(&m),
@@ -75,6 +80,10 @@ fn decide_table() {
         let got = format!("{:?}", decide(mat, &c, now, applied));
         assert!(got.starts_with(want), "{name}: {got}");
     }
+    let Action::Wait(why) = decide(Some(&m), &c, NOW - HOUR, false) else {
+        unreachable!("checked above")
+    };
+    assert!(why.contains("ca.crt") && why.contains("clock"), "{why}");
     // The CA is rotated at 2/3 of its life (the leaf there is renewed by the new CA).
     let renewed = act(
         &Action::RenewLeaf("t".into()),

@@ -52,6 +52,7 @@ fn planned(ss: &SidecarSet) -> plan::ReconcilePlan {
         latest_revision: "mesh-abc",
         collision_count: 0,
         pin_resolves: true,
+        conflict: None,
         without_sidecars: 0,
         evicting: false,
         revisions_namespace: "sidecarset-system",

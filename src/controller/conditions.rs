@@ -326,6 +326,36 @@ pub fn pinned_revision_condition(
     }
 }
 
+/// Condition type present while the SidecarSet conflicts with another one (the same container
+/// name, a volume defined differently, an annotation overwritten, on pods both can select):
+/// the validating webhook refuses such a SidecarSet, but two written at the same moment, or
+/// while the webhook was away, can both be stored. Pods then get only one of them.
+pub const CONFLICT: &str = "Conflict";
+
+/// The [`CONFLICT`] condition for what the conflict check found (None: no conflict, and no
+/// condition); its `lastTransitionTime` is kept while it stays.
+pub fn conflict_condition(
+    conflict: Option<&str>,
+    generation: Option<i64>,
+    previous: &[Condition],
+    now: &Time,
+) -> Option<Condition> {
+    let found = conflict?;
+    Some(Condition {
+        type_: CONFLICT.to_string(),
+        status: "True".to_string(),
+        reason: "ConflictsWithSidecarSet".to_string(),
+        message: format!(
+            "{found}; pods both select get the sidecars of only one of them: change one of the two"
+        ),
+        observed_generation: generation,
+        last_transition_time: previous
+            .iter()
+            .find(|c| c.type_ == CONFLICT && c.status == "True")
+            .map_or_else(|| now.clone(), |c| c.last_transition_time.clone()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -738,6 +768,43 @@ mod tests {
         for (p, want) in cases {
             assert_eq!(image_pull_failure(&p, &ss).as_deref(), want);
         }
+    }
+
+    #[test]
+    fn the_conflict_condition_is_there_only_while_a_conflict_is() {
+        let t0 = Time(jiff::Timestamp::from_second(1_800_000_000).unwrap());
+        let t1 = Time(jiff::Timestamp::from_second(1_800_000_100).unwrap());
+        let why =
+            "spec.containers[0].name: container \"proxy\" is also injected by SidecarSet \"b\"";
+        // (conflict, previous conditions, now) → (present, transition time)
+        let first = conflict_condition(Some(why), Some(2), &[], &t0).unwrap();
+        let stays = conflict_condition(Some(why), Some(3), std::slice::from_ref(&first), &t1);
+        let gone = conflict_condition(None, Some(4), std::slice::from_ref(&first), &t1);
+        let cases = [
+            ("a conflict appears", Some(&first), Some(t0.clone())),
+            (
+                "it stays: its time is kept",
+                stays.as_ref(),
+                Some(t0.clone()),
+            ),
+            ("it is resolved: no condition", gone.as_ref(), None),
+        ];
+        for (what, c, time) in cases {
+            assert_eq!(c.map(|c| c.last_transition_time.clone()), time, "{what}");
+            if let Some(c) = c {
+                assert_eq!(
+                    (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+                    (CONFLICT, "True", "ConflictsWithSidecarSet"),
+                    "{what}"
+                );
+                assert!(
+                    c.message.contains("SidecarSet \"b\""),
+                    "{what}: {}",
+                    c.message
+                );
+            }
+        }
+        assert_eq!(first.observed_generation, Some(2));
     }
 
     #[test]

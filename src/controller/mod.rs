@@ -69,6 +69,12 @@ pub struct Ctx {
     /// SidecarSet → digest of the status this process last wrote (to tell a repair from a
     /// change: see [`Ctx::status_repair`]).
     written: Mutex<HashMap<String, u64>>,
+    /// SidecarSets to reconcile because one they conflict with found the conflict (so both
+    /// show the `Conflict` condition), and the receiving end [`run`] takes.
+    conflict_wake: (
+        tokio::sync::mpsc::UnboundedSender<String>,
+        Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
+    ),
 }
 
 impl Ctx {
@@ -97,6 +103,10 @@ impl Ctx {
             resync: Duration::from_secs(600),
             scanned: Default::default(),
             written: Default::default(),
+            conflict_wake: {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (tx, Mutex::new(Some(rx)))
+            },
         }
     }
 
@@ -271,6 +281,7 @@ pub async fn run(
     // late write of a former leader, a write lost) is repaired even when nothing changes.
     let resyncs = resync_ticks(ctx.leadership.clone(), ctx.resync);
     let reconcile_all = futures::stream::select(becoming_leader, resyncs);
+    let conflicts_found = conflict_wakes(&ctx);
     let mut changes = RelevantChanges::default();
     let trigger = trigger
         .stream(sidecarsets.clone())
@@ -304,10 +315,42 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .reconcile_all_on(reconcile_all)
+        .reconcile_on(conflicts_found)
         .shutdown_on_signal()
         .run(measured_reconcile, error_policy, Arc::new(ctx))
         .for_each(|_| async {})
         .await;
+}
+
+/// The SidecarSets to reconcile because another found a conflict with them.
+fn conflict_wakes(ctx: &Ctx) -> impl futures::Stream<Item = ObjectRef<StoredSidecarSet>> + use<> {
+    let rx = ctx.conflict_wake.1.lock().ok().and_then(|mut r| r.take());
+    futures::stream::unfold(rx, |rx| async move {
+        let mut rx = rx?;
+        let name = rx.recv().await?;
+        Some((ObjectRef::<StoredSidecarSet>::new(&name), Some(rx)))
+    })
+}
+
+/// What `ss` conflicts with among the view's SidecarSets (for its `Conflict` condition), and,
+/// when that condition is new, the others are woken so that they show it too.
+fn observe_conflicts(ctx: &Ctx, ss: &SidecarSet, entry: &Entry) -> Option<String> {
+    let index = ctx.cluster.index();
+    let found = crate::api::conflicts(&entry.ss, index.iter().map(|s| s.as_ref()))
+        .err()
+        .map(|e| e.to_string())?;
+    let had = ss
+        .status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == conditions::CONFLICT));
+    if !had {
+        for other in index.iter().filter(|o| o.name() != entry.ss.name()) {
+            if crate::api::conflicts(&entry.ss, [other.as_ref()]).is_err() {
+                let _ = ctx.conflict_wake.0.send(other.name().to_string());
+            }
+        }
+    }
+    Some(found)
 }
 
 fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Action {
@@ -464,6 +507,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         latest_revision: &latest_revision,
         collision_count,
         pin_resolves: ctx.cluster.pin_resolves(&ss),
+        conflict: observe_conflicts(&ctx, &ss, &entry),
         without_sidecars: without.len(),
         evicting: ctx.evictions.is_some()
             && missing::opt_in(ss.annotations()) != missing::OptIn::Off,

@@ -26,6 +26,9 @@ pub struct Observation<'a> {
     pub collision_count: i32,
     /// Whether `injectionStrategy.revision` names a known revision.
     pub pin_resolves: bool,
+    /// What conflicts with another SidecarSet of the view, if anything (see
+    /// [`conditions::conflict_condition`]).
+    pub conflict: Option<String>,
     /// Active pods it selects that run without its sidecars.
     pub without_sidecars: usize,
     /// Whether those are evicted (`--evict-pods-without-sidecars`).
@@ -131,6 +134,14 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
             });
         }
     }
+    // A conflict that got in anyway (written at the same moment as the other, or while the
+    // webhook was away).
+    conditions.extend(conditions::conflict_condition(
+        o.conflict.as_deref(),
+        o.ss.metadata.generation,
+        previous,
+        o.now,
+    ));
     let status = SidecarSetStatus {
         observed_generation: o.ss.metadata.generation,
         matched_pods: counts.matched,

@@ -255,6 +255,69 @@ pub async fn register(
     Ok((name, collision))
 }
 
+/// The revisions of `entry` that cutting its history to `revisionHistoryLimit` deletes, oldest
+/// first. Never the latest, one `injectionStrategy.revision` resolves to (`revisionName`, or
+/// the newest revision of `customVersion`: new pods get it), or one that pods still run (the
+/// revision their hash annotation names, or, for pods injected before their SidecarSet had a
+/// revision recorded, the revision made from the hash they record). Pure.
+pub fn to_delete(
+    entry: &Entry,
+    revisions: &[(String, KnownRevision)],
+    latest: &str,
+    pods: &[Arc<super::slim::SlimPod>],
+) -> Vec<String> {
+    let limit = entry.ss.spec.revision_history_limit.unwrap_or(10).max(1) as usize;
+    if revisions.len() <= limit {
+        return Vec::new();
+    }
+    let ss = entry.ss.name();
+    let mut in_use: BTreeSet<String> = BTreeSet::from([latest.to_string()]);
+    let mut hashes: BTreeSet<String> = BTreeSet::new();
+    for p in pods {
+        let Some(recorded) = p
+            .annotations()
+            .get(ANNOTATION_HASH)
+            .and_then(|v| parse_hash_annotation(v))
+            .and_then(|m| m.get(ss).cloned())
+        else {
+            continue;
+        };
+        if recorded.controller_revision.is_empty() {
+            hashes.insert(recorded.hash);
+        } else {
+            in_use.insert(recorded.controller_revision);
+        }
+    }
+    if let Some(want) = entry.ss.spec.injection_strategy.revision.as_ref() {
+        let known: crate::cluster::Revisions = revisions.iter().cloned().collect();
+        if let Some((name, _)) = crate::cluster::resolve_pin(&entry.ss, want, &known) {
+            in_use.insert(name.clone());
+        }
+        if let Some(name) = &want.revision_name {
+            in_use.insert(name.clone());
+        }
+    }
+    let mut sorted: Vec<&(String, KnownRevision)> = revisions.iter().collect();
+    sorted.sort_by(|a, b| a.1.number.cmp(&b.1.number).then(a.0.cmp(&b.0)));
+    let mut excess = revisions.len() - limit;
+    let mut out = Vec::new();
+    for (name, r) in sorted {
+        if excess == 0 {
+            break;
+        }
+        let runs = r
+            .annotations
+            .get(ANNOTATION_HASH)
+            .is_some_and(|h| hashes.contains(h));
+        if in_use.contains(name) || runs {
+            continue;
+        }
+        out.push(name.clone());
+        excess -= 1;
+    }
+    out
+}
+
 async fn truncate(
     api: &Api<ControllerRevision>,
     entry: &Entry,
@@ -262,48 +325,16 @@ async fn truncate(
     latest: &str,
     pods: &[Arc<super::slim::SlimPod>],
 ) -> Result<(), Error> {
-    let limit = entry.ss.spec.revision_history_limit.unwrap_or(10).max(1) as usize;
-    if revisions.len() <= limit {
-        return Ok(());
-    }
     let ss = entry.ss.name();
-    let mut in_use: BTreeSet<String> = pods
-        .iter()
-        .filter_map(|p| {
-            p.annotations()
-                .get(ANNOTATION_HASH)
-                .and_then(|v| parse_hash_annotation(v))
-        })
-        .filter_map(|m| m.get(ss).map(|e| e.controller_revision.clone()))
-        .collect();
-    in_use.insert(latest.to_string());
-    if let Some(pinned) = entry
-        .ss
-        .spec
-        .injection_strategy
-        .revision
-        .as_ref()
-        .and_then(|r| r.revision_name.clone())
-    {
-        in_use.insert(pinned);
-    }
-    let mut sorted: Vec<&(String, KnownRevision)> = revisions.iter().collect();
-    sorted.sort_by_key(|(_, r)| r.number);
-    let mut excess = revisions.len() - limit;
-    for (name, known) in sorted {
-        if excess == 0 {
-            break;
-        }
-        let name = name.clone();
-        if in_use.contains(&name) {
-            continue;
-        }
+    let known: std::collections::HashMap<&str, &KnownRevision> =
+        revisions.iter().map(|(n, r)| (n.as_str(), r)).collect();
+    for name in to_delete(entry, revisions, latest, pods) {
         // Only the revision as read: a revision recreated or changed since is left for the next
         // pass (its change wakes it).
         let params = DeleteParams {
-            preconditions: Some(kube::api::Preconditions {
-                uid: known.uid.clone(),
-                resource_version: known.resource_version.clone(),
+            preconditions: known.get(name.as_str()).map(|r| kube::api::Preconditions {
+                uid: r.uid.clone(),
+                resource_version: r.resource_version.clone(),
             }),
             ..Default::default()
         };
@@ -316,7 +347,6 @@ async fn truncate(
             Err(e) => return Err(e.into()),
         }
         info!(sidecarset = %ss, revision = %name, "old revision deleted");
-        excess -= 1;
     }
     Ok(())
 }
@@ -360,6 +390,104 @@ mod tests {
         );
         assert_eq!(owner.api_version, "apps.kruise.io/v1beta1");
         assert_eq!(owner.controller, Some(true));
+    }
+
+    #[test]
+    fn history_cleanup_keeps_the_pinned_and_running_revisions() {
+        use crate::api::ANNOTATION_HASH;
+        // Revisions mesh-1..mesh-5 (numbers 1..5), made from hashes h1..h5; the SidecarSet
+        // keeps 1 of history.
+        let revisions: Vec<(String, KnownRevision)> = (1..=5)
+            .map(|i| {
+                (
+                    format!("mesh-{i}"),
+                    KnownRevision {
+                        sidecarset: "mesh".into(),
+                        custom_version: Some(if i <= 2 { "v1" } else { "v2" }.into()),
+                        annotations: BTreeMap::from([(
+                            ANNOTATION_HASH.to_string(),
+                            format!("h{i}"),
+                        )]),
+                        number: i,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        let entry = |pin: Option<serde_json::Value>| {
+            let mut v = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+                "metadata": {"name": "mesh"},
+                "spec": {"selector": {"matchLabels": {"a": "b"}}, "revisionHistoryLimit": 1,
+                         "containers": [{"name": "c", "image": "i"}]}});
+            if let Some(p) = pin {
+                v["spec"]["injectionStrategy"] = json!({"revision": p});
+            }
+            Entry::new(Arc::new(serde_json::from_value(v).unwrap())).unwrap()
+        };
+        let pod = |recorded: serde_json::Value| -> Arc<crate::controller::slim::SlimPod> {
+            Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns",
+                    "annotations": {ANNOTATION_HASH: serde_json::to_string(&json!({"mesh": recorded})).unwrap()}}}))
+                .unwrap(),
+            )
+        };
+        let named = pod(json!({"hash": "h2", "controllerRevision": "mesh-2"}));
+        let by_hash = pod(json!({"hash": "h3"}));
+        // (what, pin, pods, deleted)
+        type Case<'a> = (
+            &'a str,
+            Option<serde_json::Value>,
+            Vec<Arc<crate::controller::slim::SlimPod>>,
+            Vec<&'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "nothing pinned or running",
+                None,
+                vec![],
+                vec!["mesh-1", "mesh-2", "mesh-3", "mesh-4"],
+            ),
+            (
+                "revisionName pin",
+                Some(json!({"revisionName": "mesh-2"})),
+                vec![],
+                vec!["mesh-1", "mesh-3", "mesh-4"],
+            ),
+            // The newest revision of v1 is mesh-2: new pods get it.
+            (
+                "customVersion pin",
+                Some(json!({"customVersion": "v1"})),
+                vec![],
+                vec!["mesh-1", "mesh-3", "mesh-4"],
+            ),
+            (
+                "a pod names its revision",
+                None,
+                vec![named.clone()],
+                vec!["mesh-1", "mesh-3", "mesh-4"],
+            ),
+            (
+                "a pod records only the hash",
+                None,
+                vec![by_hash.clone()],
+                vec!["mesh-1", "mesh-2", "mesh-4"],
+            ),
+            (
+                "all at once",
+                Some(json!({"customVersion": "v1"})),
+                vec![named, by_hash],
+                vec!["mesh-1", "mesh-4"],
+            ),
+        ];
+        for (what, pin, pods, want) in cases {
+            assert_eq!(
+                to_delete(&entry(pin), &revisions, "mesh-5", &pods),
+                want,
+                "{what}"
+            );
+        }
+        // Within the limit: nothing.
+        assert!(to_delete(&entry(None), &revisions[..1], "mesh-1", &[]).is_empty());
     }
 
     #[test]

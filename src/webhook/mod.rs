@@ -16,10 +16,12 @@ mod sidecarset_validate;
 mod state;
 
 pub use conversion::convert_review;
-pub use pod_create::admit_pod;
+pub use pod_create::{admit_pod, admit_pod_from};
 pub use sidecarset::{DecodedSidecarSet, decode_sidecarset};
 pub use sidecarset_mutate::admit_sidecarset_defaults;
-pub use sidecarset_validate::admit_sidecarset_validation;
+pub use sidecarset_validate::{
+    SidecarSetLister, admit_sidecarset_validation, admit_sidecarset_validation_with,
+};
 pub use state::State;
 
 use axum::Router;
@@ -30,6 +32,17 @@ use axum::routing::{get, post};
 use prologue::json;
 use std::sync::Arc;
 use tracing::warn;
+
+/// The source of requests whose peer address is not known (a router served without connect
+/// info, a handler called directly).
+pub const UNKNOWN_SOURCE: &str = "unknown";
+
+/// The peer address of a request (`into_make_service_with_connect_info`), as a rate key.
+fn source(extensions: &axum::http::Extensions) -> String {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or_else(|| UNKNOWN_SOURCE.to_string(), |c| c.0.ip().to_string())
+}
 
 /// Largest AdmissionReview accepted (the API server's own request limit is 3 MiB).
 const BODY_LIMIT: usize = 8 * 1024 * 1024;

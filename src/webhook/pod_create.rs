@@ -18,9 +18,11 @@ use tracing::{Instrument, debug, info};
 /// pod is admitted with no API call.
 pub(super) async fn endpoint(
     AxState(state): AxState<Arc<State>>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
     body: Bytes,
 ) -> HttpResponse {
+    let source = super::source(&extensions);
     let call = Prologue::begin("mutate-pod", &headers);
     let decoded = call.decode(&body);
     if let Ok(req) = &decoded
@@ -31,7 +33,9 @@ pub(super) async fn endpoint(
             .instrument(call.span().clone())
             .await;
     }
-    call.answer(decoded, |req| admit_pod(&state, req, &now_rfc3339()))
+    call.answer(decoded, |req| {
+        admit_pod_from(&state, req, &now_rfc3339(), &source)
+    })
 }
 
 fn now_rfc3339() -> String {
@@ -42,6 +46,12 @@ fn now_rfc3339() -> String {
 
 /// The pod mutation: CREATE injects, UPDATE keeps the injection annotations, the rest passes.
 pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
+    admit_pod_from(state, req, now, super::UNKNOWN_SOURCE)
+}
+
+/// [`admit_pod`] for a request from `source` (the peer address: the Events its skipped
+/// injections cause are bounded per source).
+pub fn admit_pod_from(state: &State, req: &Request, now: &str, source: &str) -> Response {
     if req.kind.kind != "Pod" || req.resource.resource != "pods" || !req.kind.group.is_empty() {
         return Response::deny(
             &req.uid,
@@ -108,7 +118,7 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
                     .get_or_create(&crate::metrics::reason("namespace_excluded"))
                     .inc();
             }
-            report_skipped(state, &pod, &namespace, name, dry_run, skipped);
+            report_skipped(state, &pod, &namespace, name, dry_run, skipped, source);
         }
         return Response::allow(&req.uid);
     }
@@ -151,7 +161,15 @@ pub fn admit_pod(state: &State, req: &Request, now: &str) -> Response {
                 debug!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarsets = ?injection.injected,
                       dry_run, "injecting sidecars");
             }
-            report_skipped(state, &pod, &namespace, name, dry_run, injection.skipped);
+            report_skipped(
+                state,
+                &pod,
+                &namespace,
+                name,
+                dry_run,
+                injection.skipped,
+                source,
+            );
             Response::allow(&req.uid).with_patch(injection.patch)
         }
         _ => Response::allow(&req.uid),
@@ -167,6 +185,7 @@ fn report_skipped(
     name: &str,
     dry_run: bool,
     skipped: Vec<inject::Skipped>,
+    source: &str,
 ) {
     if skipped.is_empty() {
         return;
@@ -195,11 +214,14 @@ fn report_skipped(
         return;
     }
     match crate::events::regarding(pod, namespace) {
-        Some(regarding) => state.notify_skipped(crate::events::SkipNotice {
-            regarding,
-            pod: format!("{namespace}/{name}"),
-            skipped,
-        }),
+        Some(regarding) => state.notify_skipped(
+            crate::events::SkipNotice {
+                regarding,
+                pod: format!("{namespace}/{name}"),
+                skipped,
+            },
+            source,
+        ),
         None => {
             debug!(pod = %format!("{namespace}/{name}"), "no Event for a skipped injection: the pod has no name and no controller")
         }

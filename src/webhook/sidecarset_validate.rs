@@ -24,21 +24,147 @@ pub(super) async fn endpoint(
 ) -> HttpResponse {
     let call = Prologue::begin("validate-sidecarset", &headers);
     let decoded = call.decode(&body);
+    // The other SidecarSets as the API server has them now (conflicts), when it answers.
+    let listed = match (&decoded, state.sidecarset_lister()) {
+        (Ok(req), Some(lister)) if checks_conflicts(req) => {
+            Some(lister.list().instrument(call.span().clone()).await)
+        }
+        _ => None,
+    };
+    let own_rules = |req: &Request| match &listed {
+        Some(Ok(all)) => admit_sidecarset_validation_with(&state, req, Some(all)),
+        Some(Err(why)) => {
+            let mut resp = admit_sidecarset_validation_with(&state, req, None);
+            tracing::warn!(reason = %why, "SidecarSet conflicts checked against the cache, not the API server");
+            if resp.allowed {
+                resp.warnings.push(format!(
+                    "conflicts with other SidecarSets were checked against the operator's cache, not the API server ({why}): one created at the same moment may be missed; a conflict that got in shows as this SidecarSet's Conflict condition"
+                ));
+            }
+            resp
+        }
+        None => admit_sidecarset_validation(&state, req),
+    };
     let mut checked = None;
     if let (Some(v), Ok(req)) = (state.pod_validator(), &decoded) {
         // In the admission's span: what the validation records goes there.
-        let allowed = call
-            .span()
-            .in_scope(|| admit_sidecarset_validation(&state, req));
+        let allowed = call.span().in_scope(|| own_rules(req));
         checked = Some(
             after_pod_validation(v, req, allowed)
                 .instrument(call.span().clone())
                 .await,
         );
     }
-    call.answer(decoded, |req| {
-        checked.unwrap_or_else(|| admit_sidecarset_validation(&state, req))
-    })
+    let mut answer = checked.or_else(|| decoded.as_ref().ok().map(&own_rules));
+    // Widen before narrowing: a SidecarSet is admitted only once the pod webhook's match
+    // condition covers it.
+    if let (Some(coverage), Ok(req), Some(resp)) =
+        (state.match_coverage(), &decoded, answer.as_mut())
+        && resp.allowed
+        && checks_conflicts(req)
+        && !req.dry_run.unwrap_or(false)
+        && let Some(Ok(new)) = req.object.as_deref().map(decode_sidecarset)
+        && let Err(why) = coverage
+            .widen_for(&new.ss, COVERAGE_TIMEOUT)
+            .instrument(call.span().clone())
+            .await
+    {
+        tracing::warn!(sidecarset = new.ss.name(), reason = %why, "SidecarSet refused for now");
+        *resp = Response::deny(
+            &req.uid,
+            503,
+            format!(
+                "SidecarSet {:?} cannot be admitted yet: {why}",
+                new.ss.name()
+            ),
+        );
+    }
+    call.answer(decoded, |req| answer.unwrap_or_else(|| own_rules(req)))
+}
+
+/// How long a SidecarSet write waits for the pod webhook's match condition to cover it.
+pub const COVERAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether a request is checked for conflicts with the other SidecarSets (a SidecarSet created
+/// or changed).
+fn checks_conflicts(req: &Request) -> bool {
+    req.kind.kind == "SidecarSet"
+        && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+        && req.sub_resource.as_deref().is_none_or(str::is_empty)
+}
+
+/// Lists of SidecarSets per second, at most (a burst of 10): forged reviews cannot multiply
+/// LISTs beyond it; over it, the cache is used (and the answer says so).
+const LISTS_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The SidecarSets as the API server has them, for the conflict check: the cache may lag
+/// behind a SidecarSet created a moment ago, so that two conflicting SidecarSets applied
+/// together would both pass. One LIST at a time; requests that arrive while one runs share
+/// the next one (a LIST that started after a request arrived is as good for it as its own), at
+/// most one every [`LISTS_EVERY`] after a burst of 10, each within a short timeout.
+pub struct SidecarSetLister {
+    client: kube::Client,
+    timeout: std::time::Duration,
+    last: tokio::sync::Mutex<Option<(std::time::Instant, Arc<Vec<crate::api::SidecarSet>>)>>,
+    budget: std::sync::Mutex<crate::events::Buckets>,
+}
+
+impl SidecarSetLister {
+    pub fn new(client: kube::Client, timeout: std::time::Duration) -> Self {
+        SidecarSetLister {
+            client,
+            timeout,
+            last: Default::default(),
+            budget: std::sync::Mutex::new(crate::events::Buckets::new(crate::events::Rate {
+                burst: 10,
+                every: LISTS_EVERY,
+            })),
+        }
+    }
+
+    /// Every SidecarSet (defaulted, in the internal shape), read after this call began; or why
+    /// not.
+    pub async fn list(&self) -> Result<Arc<Vec<crate::api::SidecarSet>>, String> {
+        let arrived = std::time::Instant::now();
+        let listing = async {
+            let mut last = self.last.lock().await;
+            if let Some((started, all)) = &*last
+                && *started >= arrived
+            {
+                return Ok(all.clone());
+            }
+            let allowed = self
+                .budget
+                .lock()
+                .map(|mut b| b.take("list", std::time::Instant::now()))
+                .unwrap_or(false);
+            if !allowed {
+                return Err("too many SidecarSet writes at once to list them for each".to_string());
+            }
+            let started = std::time::Instant::now();
+            let api: kube::Api<crate::api::v1beta1::SidecarSet> =
+                kube::Api::all(self.client.clone());
+            let list = api
+                .list(&kube::api::ListParams::default())
+                .await
+                .map_err(|e| format!("cannot list SidecarSets: {e}"))?;
+            let all: Vec<crate::api::SidecarSet> = list
+                .items
+                .iter()
+                .filter_map(|s| crate::cluster::feed::internal(s).ok())
+                .collect();
+            let all = Arc::new(all);
+            *last = Some((started, all.clone()));
+            Ok(all)
+        };
+        match tokio::time::timeout(self.timeout, listing).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "the API server did not list the SidecarSets within {:?}",
+                self.timeout
+            )),
+        }
+    }
 }
 
 /// The validating webhook's answer after its own rules allowed `allowed`: asks the API server
@@ -126,6 +252,16 @@ fn custom_version_clash(d: &DecodedSidecarSet) -> Option<String> {
 
 /// Validates a SidecarSet on its own and against every other SidecarSet in the index.
 pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
+    admit_sidecarset_validation_with(state, req, None)
+}
+
+/// [`admit_sidecarset_validation`] with the conflicts checked against `others` (the API
+/// server's list) instead of the index, when given.
+pub fn admit_sidecarset_validation_with(
+    state: &State,
+    req: &Request,
+    others: Option<&[crate::api::SidecarSet]>,
+) -> Response {
     let denial = |reason: &str| {
         crate::metrics::metrics()
             .validation_denials
@@ -206,7 +342,11 @@ pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
         );
     }
     let index = state.cluster.index();
-    if let Err(e) = conflicts(&ss, index.iter().map(|s| s.as_ref())) {
+    let found = match others {
+        Some(all) => conflicts(&ss, all.iter()),
+        None => conflicts(&ss, index.iter().map(|s| s.as_ref())),
+    };
+    if let Err(e) = found {
         denial("conflict");
         return Response::deny(
             &req.uid,

@@ -316,3 +316,132 @@ fn arb_json(depth: u32) -> impl Strategy<Value = Value> {
         ],
     )
 }
+
+/// The webhook endpoints over the real TLS listener under forged traffic: random bytes and
+/// structurally mutated AdmissionReviews, every pod one a paused SidecarSet selects (each would
+/// be an Event) with its own owner, in a namespace of its own. Every answer is 200 with an
+/// AdmissionReview for the request's uid, or 400 with a JSON error saying what is wrong; the
+/// server keeps answering; and the Events the traffic causes stay within the per-source rate
+/// (the API server's own budget is another source's).
+#[test]
+fn forged_traffic_over_tls_gets_well_formed_answers_and_bounded_events() {
+    use crate::common;
+    use proptest::test_runner::{Config, TestRunner};
+    use sidecarset_operator::events;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pki = common::pki();
+    let mut paused = arb_paused_sidecarset();
+    default_sidecarset(&mut paused);
+    let state = state_with([paused]);
+    let (tx, mut rx) = events::queue();
+    state.set_skip_events(tx);
+    let (addr, client) = rt.block_on(async {
+        let addr = common::serve(state.clone(), &pki).await;
+        (addr, common::Client::connect(addr, &pki.ca_pem).await)
+    });
+    let client = std::cell::RefCell::new(client);
+    let started = std::time::Instant::now();
+    let sent = std::cell::Cell::new(0u32);
+    let cases = arb::config(400).cases.max(300);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        ..Config::default()
+    });
+    let strategy = (
+        arb_pod(),
+        any::<bool>(),
+        prop::collection::vec(arb::mutation(REVIEW_KEYS), 0..3),
+        prop::collection::vec(any::<u8>(), 0..256),
+        prop::sample::select(vec![
+            "/mutate-pod",
+            "/mutate-sidecarset",
+            "/validate-sidecarset",
+            "/convert",
+        ]),
+    );
+    runner
+        .run(&strategy, |(mut pod, bytes_only, mutations, bytes, path)| {
+            let n = sent.get();
+            sent.set(n + 1);
+            // A pod the paused SidecarSet selects, owned by a ReplicaSet of its own, in a
+            // namespace of its own: nothing deduplicates its Event.
+            pod["metadata"]["labels"]["app"] = json!("forged");
+            pod["metadata"]["namespace"] = json!(format!("ns-{n}"));
+            pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": format!("rs-{n}"), "uid": format!("u-{n}"), "controller": true}]);
+            let body = if bytes_only {
+                bytes
+            } else {
+                let mut doc: Value = serde_json::from_slice(&admission("Pod", "CREATE", &pod, None)).unwrap();
+                doc["request"]["namespace"] = json!(format!("ns-{n}"));
+                for m in &mutations {
+                    arb::mutate(&mut doc, m);
+                }
+                serde_json::to_vec(&doc).unwrap()
+            };
+            let (status, answer) = rt.block_on(client.borrow_mut().request("POST", path, body));
+            let v: Value = serde_json::from_slice(&answer)
+                .map_err(|e| TestCaseError::fail(format!("{status}: not JSON ({e}): {}", String::from_utf8_lossy(&answer))))?;
+            match status {
+                200 => {
+                    prop_assert!(v["response"]["uid"].as_str().is_some_and(|u| !u.is_empty()), "{v}");
+                    prop_assert!(v["response"]["allowed"].is_boolean(), "{v}");
+                }
+                400 => prop_assert!(v["error"].as_str().is_some_and(|e| !e.trim().is_empty()), "{v}"),
+                other => prop_assert!(false, "HTTP {other} for {path}: {v}"),
+            }
+            Ok(())
+        })
+        .unwrap();
+    // Then a flood of well-formed forged reviews, each causing an Event of its own.
+    for i in 0..(2 * events::PER_SOURCE.burst) {
+        let mut pod = arb_paused_pod();
+        pod["metadata"]["namespace"] = json!(format!("flood-{i}"));
+        pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "name": format!("flood-{i}"), "uid": format!("f-{i}"), "controller": true}]);
+        let body = admission("Pod", "CREATE", &pod, None);
+        let (status, _) = rt.block_on(client.borrow_mut().request("POST", "/mutate-pod", body));
+        assert_eq!(status, 200);
+        sent.set(sent.get() + 1);
+    }
+    let elapsed = started.elapsed();
+    let (status, _) = rt.block_on(client.borrow_mut().request("GET", "/healthz", vec![]));
+    assert_eq!(status, 200, "the server stopped answering");
+    let mut notices = 0u64;
+    while let Ok(n) = rx.try_recv() {
+        notices += n.skipped.len() as u64;
+    }
+    let rate = events::PER_SOURCE;
+    let bound =
+        u64::from(rate.burst) + (elapsed.as_secs_f64() / rate.every.as_secs_f64()) as u64 + 1;
+    assert!(
+        notices <= bound,
+        "{notices} Events queued from one source in {elapsed:?} (bound {bound}) for {} requests",
+        sent.get()
+    );
+    // The forged pods did cause notices up to the budget (the test would prove nothing
+    // otherwise).
+    assert!(
+        notices >= u64::from(rate.burst),
+        "only {notices} Events queued: the forged reviews did not reach the Event queue"
+    );
+    let _ = addr;
+}
+
+/// A pod the paused SidecarSet selects.
+fn arb_paused_pod() -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "labels": {"app": "forged"}},
+           "spec": {"containers": [{"name": "app", "image": "app:1"}]}})
+}
+
+fn arb_paused_sidecarset() -> SidecarSet {
+    serde_json::from_value(
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+        "metadata": {"name": "paused-mesh"},
+        "spec": {"selector": {"matchLabels": {"app": "forged"}},
+                 "injectionStrategy": {"paused": true},
+                 "containers": [{"name": "proxy", "image": "proxy:1"}]}}),
+    )
+    .unwrap()
+}

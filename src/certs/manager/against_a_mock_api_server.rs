@@ -26,7 +26,17 @@ fn cert_config() -> CertConfig {
 }
 
 fn manager(client: Client, readiness: &Readiness) -> Arc<Manager> {
-    let settings = ManagerSettings {
+    manager_with(client, readiness, system_clock(), |_| {})
+}
+
+/// A manager whose clock is `clock` and whose settings `tweak` changes.
+fn manager_with(
+    client: Client,
+    readiness: &Readiness,
+    clock: Clock,
+    tweak: impl FnOnce(&mut ManagerSettings),
+) -> Arc<Manager> {
+    let mut settings = ManagerSettings {
         certs: cert_config(),
         namespace: "ns".into(),
         secret_name: "certs".into(),
@@ -35,12 +45,16 @@ fn manager(client: Client, readiness: &Readiness) -> Arc<Manager> {
         resync: Duration::from_secs(300),
         conversion: None,
     };
+    tweak(&mut settings);
     let reports = Reports {
         cert: ServingCert::new(readiness.gate("no certificate")),
         ca_trusted: readiness.gate("CA not trusted"),
-        conversion: None,
+        conversion: settings
+            .conversion
+            .is_some()
+            .then(|| readiness.gate("conversion")),
     };
-    Manager::new(client, settings, None, reports)
+    Manager::with(client.clone(), client, clock, settings, None, reports)
 }
 
 fn generated() -> Material {
@@ -239,4 +253,172 @@ async fn a_ca_bundle_someone_overwrote_is_written_back() {
     // The Secret itself was fine: never rewritten.
     api.expect_nothing().await;
     assert!(m.reports.ca_trusted.is_open());
+}
+
+const CRD: &str =
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/sidecarsets.apps.kruise.io";
+
+fn conversion_target() -> crate::api::ConversionTarget {
+    crate::api::ConversionTarget::Service {
+        namespace: "ns".into(),
+        name: "svc".into(),
+        port: 443,
+    }
+}
+
+/// The SidecarSet CRD whose conversion settings trust `bundle`.
+fn crd_trusting(bundle: &str) -> Value {
+    let mut v = serde_json::to_value(crate::api::crd()).unwrap();
+    v["spec"]["conversion"] = crate::api::conversion_spec(&conversion_target(), Some(bundle));
+    v["metadata"]["resourceVersion"] = json!("1");
+    v
+}
+
+#[tokio::test]
+async fn a_replica_whose_clock_is_behind_keeps_the_ca_it_finds() {
+    let (client, mut api) = mock_api::client();
+    let readiness = Readiness::default();
+    // This replica's clock is an hour behind the one that made the certificates: to it they
+    // are not valid yet. It must not make a new CA (every other replica's certificate would
+    // lose the trust of the API server); it serves what the Secret holds and writes nothing.
+    let behind: Clock = Arc::new(|| now() - 3600);
+    let m = manager_with(client, &readiness, behind, |_| {});
+    let theirs = generated();
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&theirs, "7"));
+    configurations_trust(&mut api, &theirs.ca_bundle()).await;
+    configurations_trust(&mut api, &theirs.ca_bundle()).await;
+    pass.await.unwrap().unwrap();
+    api.expect_nothing().await;
+    let leaf = super::super::cert_info(&theirs.tls_cert, "tls.crt").unwrap();
+    assert_eq!(m.reports.cert.expiry(), Some(leaf.not_after));
+}
+
+#[tokio::test]
+async fn a_replica_a_few_minutes_behind_does_not_renew_a_short_lived_leaf() {
+    let (client, mut api) = mock_api::client();
+    let readiness = Readiness::default();
+    // 10-minute leaves start a minute before they are made; a replica 4 minutes behind is
+    // within the tolerated skew.
+    let short = |c: &mut CertConfig| c.leaf_validity = Duration::from_secs(600);
+    let mut cfg = cert_config();
+    short(&mut cfg);
+    let theirs = act(&Action::Generate("test".into()), None, &cfg, now()).unwrap();
+    let behind: Clock = Arc::new(|| now() - 240);
+    let m = manager_with(client, &readiness, behind, |s| short(&mut s.certs));
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&theirs, "7"));
+    configurations_trust(&mut api, &theirs.ca_bundle()).await;
+    configurations_trust(&mut api, &theirs.ca_bundle()).await;
+    pass.await.unwrap().unwrap();
+    api.expect_nothing().await;
+}
+
+#[tokio::test]
+async fn the_new_ca_is_promoted_only_once_the_crds_bundle_trusts_it_too() {
+    let (client, mut api) = mock_api::client();
+    let readiness = Readiness::default();
+    let m = manager_with(client, &readiness, system_clock(), |s| {
+        s.conversion = Some(conversion_target())
+    });
+    let old = generated();
+    let rotating = act(&Action::StartCaRotation, Some(&old), &cert_config(), now()).unwrap();
+    let both = rotating.ca_bundle();
+    // Both webhook configurations trust both CAs, the CRD only the old one (its write fails):
+    // no promotion, the old CA's certificate stays served.
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&rotating, "5"));
+    configurations_trust(&mut api, &both).await;
+    api.expect("GET", CRD)
+        .await
+        .answer(200, crd_trusting(&old.ca_bundle()));
+    // The pass publishes: the CRD first (refused), then the webhooks (already right).
+    api.expect("GET", CRD)
+        .await
+        .answer(200, crd_trusting(&old.ca_bundle()));
+    api.expect("PATCH", CRD).await.fail(403, "Forbidden");
+    configurations_trust(&mut api, &both).await;
+    pass.await.unwrap().unwrap();
+    api.expect_nothing().await;
+    let old_leaf = super::super::cert_info(&old.tls_cert, "tls.crt").unwrap();
+    assert_eq!(m.reports.cert.expiry(), Some(old_leaf.not_after));
+
+    // Once the CRD trusts both too, the next pass promotes.
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&rotating, "5"));
+    configurations_trust(&mut api, &both).await;
+    api.expect("GET", CRD)
+        .await
+        .answer(200, crd_trusting(&both));
+    let promote = api.expect("PUT", &format!("{SECRET}/certs")).await;
+    promote.echo("6");
+    pass.abort();
+}
+
+#[tokio::test]
+async fn a_certificate_of_a_new_ca_is_not_served_before_the_bundles_trust_that_ca() {
+    let (client, mut api) = mock_api::client();
+    let readiness = Readiness::default();
+    let m = manager_with(client, &readiness, system_clock(), |s| {
+        s.certs.overlap = Duration::from_secs(3600)
+    });
+    // Serving the old CA's certificate.
+    let old = generated();
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&old, "3"));
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    pass.await.unwrap().unwrap();
+    let old_leaf = super::super::cert_info(&old.tls_cert, "tls.crt").unwrap();
+    assert_eq!(m.reports.cert.expiry(), Some(old_leaf.not_after));
+
+    // Another replica promoted a new CA, but the webhook configurations trust only the old
+    // one (they were overwritten since) and this replica cannot write them now: it keeps
+    // serving the old CA's certificate, which the API server still trusts.
+    let rotating = act(&Action::StartCaRotation, Some(&old), &cert_config(), now()).unwrap();
+    let promoted = act(&Action::PromoteCa, Some(&rotating), &cert_config(), now()).unwrap();
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&promoted, "9"));
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    api.expect("PATCH", MUTATING)
+        .await
+        .fail(500, "InternalError");
+    assert!(pass.await.unwrap().is_err());
+    let served = m.current.lock().unwrap().clone().unwrap();
+    assert!(
+        served.tls_cert == old.tls_cert && served.tls_cert != promoted.tls_cert,
+        "the new CA's certificate was served before any bundle trusted that CA"
+    );
 }

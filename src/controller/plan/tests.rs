@@ -61,6 +61,7 @@ fn plan_for(ss: &SidecarSet, pods: &[Arc<SlimPod>], views: &[PodView]) -> Reconc
         latest_revision: "mesh-abc",
         collision_count: 0,
         pin_resolves: true,
+        conflict: None,
         without_sidecars: 0,
         evicting: false,
         revisions_namespace: "sidecarset-system",
@@ -187,6 +188,7 @@ fn a_pin_that_resolves_to_nothing_is_reported() {
         latest_revision: "mesh-abc",
         collision_count: 2,
         pin_resolves: false,
+        conflict: None,
         without_sidecars: 0,
         evicting: false,
         revisions_namespace: "ops",
@@ -249,4 +251,48 @@ fn a_count_that_drops_to_nothing_is_removed_from_the_status() {
             .contains_key("podsWithoutSidecars")
     );
     assert_eq!(patch["status"]["matchedPods"], 1);
+}
+
+#[test]
+fn a_conflict_that_got_in_shows_as_a_condition_and_is_written() {
+    let ss = sidecarset(json!({}), None);
+    let entry = Entry::new(Arc::new(ss.clone())).unwrap();
+    let now = now();
+    let observe = |conflict: Option<&str>| {
+        plan(&Observation {
+            ss: &ss,
+            entry: &entry,
+            pods: &[],
+            views: &[],
+            latest_revision: "mesh-abc",
+            collision_count: 0,
+            pin_resolves: true,
+            conflict: conflict.map(String::from),
+            without_sidecars: 0,
+            evicting: false,
+            revisions_namespace: "ops",
+            rules: rollout::Rules::OpenKruise,
+            now: &now,
+        })
+    };
+    let with = observe(Some(
+        "container \"proxy\" is also injected by SidecarSet \"other\"",
+    ));
+    let c: Vec<_> = with
+        .status
+        .conditions
+        .iter()
+        .filter(|c| c.type_ == conditions::CONFLICT)
+        .collect();
+    assert_eq!(c.len(), 1, "{:?}", with.status.conditions);
+    assert!(c[0].message.contains("\"other\""));
+    assert!(with.write_status);
+    let without = observe(None);
+    assert!(
+        without
+            .status
+            .conditions
+            .iter()
+            .all(|c| c.type_ != conditions::CONFLICT)
+    );
 }

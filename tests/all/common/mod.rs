@@ -55,7 +55,7 @@ pub async fn serve(state: Arc<State>, pki: &Pki) -> SocketAddr {
             axum_server::tls_rustls::RustlsConfig::from_config(cfg),
         )
         .handle(h)
-        .serve(webhook::router(state).into_make_service())
+        .serve(webhook::router(state).into_make_service_with_connect_info::<SocketAddr>())
         .await
         .unwrap();
     });

@@ -412,7 +412,7 @@ fn skip_reason(
     }
     (
         Why::NotInjectedAtCreation,
-        "it selects the pod and would inject it if the pod were created now, but did not at its creation: the SidecarSet's scope or injection strategy, or the pod's labels, changed since, or the webhook did not see the pod (failurePolicy Ignore while the operator was down); recreate the pod to inject it".into(),
+        "it selects the pod and would inject it if the pod were created now, but did not at its creation: the SidecarSet's scope or injection strategy, or the pod's labels, changed since, or the webhook did not see the pod (failurePolicy Ignore while the operator was down, or a label that selects it was added by a mutating webhook that runs after ours: the API server does not call ours again for it); recreate the pod to inject it".into(),
     )
 }
 
