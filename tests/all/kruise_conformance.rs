@@ -2,6 +2,8 @@
 //! tests/fixtures/kruise-1.9 holds the SidecarSets and the pod as submitted, and what OpenKruise
 //! stored for them (its defaulted SidecarSets with their hash annotations, the pod its webhook
 //! injected, the ControllerRevisions it wrote, or the error with which it refused a SidecarSet).
+//! x17 (HotUpgrade) was recorded from OpenKruise's own code in a process; it also holds every
+//! reconcile of a hot upgrade ([`hot_upgrade_steps_equal_openkruise`]).
 //!
 //! * [`hashes_equal_openkruise`]: both hash annotations, byte for byte, of every SidecarSet as
 //!   our defaults leave it;
