@@ -662,7 +662,8 @@ fn explain_and_diff_describe_hot_upgrades() {
     let mut w = world(vec![v2.clone()]);
     w.peers.insert("mesh".into(), vec![a.clone()]);
     let v = w.verdict(&a, "mesh");
-    let pairs: Vec<(String, Option<String>, Option<String>, Option<String>)> = v
+    type Row = (String, Option<String>, Option<String>, Option<String>);
+    let pairs: Vec<Row> = v
         .sidecars
         .iter()
         .map(|s| {
