@@ -940,7 +940,6 @@ async fn hot_upgrade_hands_over_without_losing_the_sidecar() -> anyhow::Result<(
     let mut seen = HotPolls::default();
     let t0 = Instant::now();
     hot_rollout(&f, "v2", n as usize, &mut seen).await?;
-    let rv2 = Api::<SidecarSet>::all(f.c.clone()).get(&f.ss).await?;
     hot_rollout(&f, "v3", n as usize, &mut seen).await?;
     println!(
         "hot upgrade v1 -> v2 -> v3 of {n} pods at maxUnavailable 1: {:.1} s, {} polls, fewest ready sidecar instances per pod in a poll: {:?}",
@@ -948,7 +947,6 @@ async fn hot_upgrade_hands_over_without_losing_the_sidecar() -> anyhow::Result<(
         seen.polls,
         seen.min_ready
     );
-    drop(rv2);
     let pods = f.pods().await?;
     assert_eq!(
         pods.iter()
