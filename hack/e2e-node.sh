@@ -11,7 +11,8 @@
 #               (endpoint routing: the Service's ClusterIP is not reachable here); a pod created
 #               after install is injected and its sidecar really runs
 #   3. rollout  e2e/tests/real_node.rs against that install: in-place upgrades of container and
-#               native sidecars, unpullable images, rollback, tag alias
+#               native sidecars, unpullable images, rollback, tag alias, a hot upgrade (HotUpgrade:
+#               the hot images of hack/images.sh hand over through a shared volume)
 #   4. upgrade  helm upgrade keeps the operator's caBundle and certificate, applies new values,
 #               pods are still injected
 #   5. uninstall  removes the chart's objects; the CRD, SidecarSets, certificate Secret and Lease

@@ -9,6 +9,10 @@
 #                                      localhost/sso-e2e/busybox:v2     ... v2
 #                                      localhost/sso-e2e/busybox:v3     ... v3
 #                                    (hack/node.sh also tags v2 as :v2-alias; :v404 never exists)
+#                                      localhost/sso-e2e/hot:v1 v2 v3   a hot-upgrade sidecar (/bin/hot,
+#                                                                       below), /etc/image-version v1..v3
+#                                      localhost/sso-e2e/hot:empty      its empty image (the same
+#                                                                       program, idle)
 #   hack/images.sh operator BIN OUT  the operator's image from the operator binary BIN, with the
 #                                    runtime layout of the Dockerfile's final stage (distroless
 #                                    cc-debian12:nonroot): /sidecarset-operator, the glibc
@@ -74,6 +78,7 @@ cmd_test() {
       for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$r/bin/$a"; done
       echo "$ver" >"$r/etc/image-version"
     fi
+    case $tag in hot-*) hot_program >"$r/bin/hot"; chmod 0755 "$r/bin/hot" ;; esac
     echo 'root:x:0:0:root:/root:/bin/sh' >"$r/etc/passwd"
     echo 'root:x:0:' >"$r/etc/group"
     umoci repack --image "$w/oci:$tag" "$w/b"
@@ -88,7 +93,59 @@ cmd_test() {
   mk busybox-v1 v1 "$TEST_REPO/busybox:v1" /bin/sh
   mk busybox-v2 v2 "$TEST_REPO/busybox:v2" /bin/sh
   mk busybox-v3 v3 "$TEST_REPO/busybox:v3" /bin/sh
-  log "test images in $out: $(cd "$out" && ls pause.tar busybox-v*.tar | tr '\n' ' ')"
+  for t in v1 v2 v3 empty; do mk "hot-$t" "$t" "$TEST_REPO/hot:$t" /bin/hot; done
+  log "test images in $out: $(cd "$out" && ls pause.tar busybox-v*.tar hot-*.tar | tr '\n' ' ')"
+}
+
+# The hot-upgrade test sidecar (/bin/hot of the hot images). Its two containers share the
+# SidecarSet's volume /hand. An instance that starts while another one serves (the owner in
+# /hand/owner is not itself) asks it to hand over (/hand/request) and becomes ready
+# (/tmp/ready, the readiness probe) only once the owner has named it the new owner; the owner
+# checks for requests every 0.2 s and keeps running (ready) until it is stopped, as a proxy
+# drains. Instances are named by $SIDECARSET_VERSION (OpenKruise's env of hot-upgrade
+# containers). The empty image only becomes ready and waits. Every step is logged to stdout and
+# /hand/log.
+hot_program() {
+  cat <<'PROGRAM'
+#!/bin/sh
+v=$(cat /etc/image-version)
+me=${SIDECARSET_VERSION:-unset}
+d=/hand
+say() { echo "hot $v version $me: $*"; echo "$(date +%s) $v $me: $*" >>"$d/log"; }
+put() { echo "$2" >"$d/.$1.$$" && mv "$d/.$1.$$" "$d/$1"; }
+rm -f /tmp/ready
+trap 'say stopped; exit 0' TERM
+if [ "$v" = empty ]; then
+  echo "hot empty: idle"
+  touch /tmp/ready
+  while true; do sleep 1; done
+fi
+owner=$(cat "$d/owner" 2>/dev/null)
+if [ -n "$owner" ] && [ "$owner" != "$me" ]; then
+  say "asks $owner to hand over"
+  put request "$me"
+  i=0
+  while [ "$(cat "$d/owner" 2>/dev/null)" != "$me" ]; do
+    sleep 0.2
+    i=$((i + 1))
+    if [ "$i" -ge 300 ]; then say "no answer from $owner in 60 s: takes over"; put owner "$me"; fi
+  done
+  say "took over from $owner"
+else
+  put owner "$me"
+  say "serves (first)"
+fi
+touch /tmp/ready
+while true; do
+  req=$(cat "$d/request" 2>/dev/null)
+  if [ -n "$req" ] && [ "$req" != "$me" ] && [ "$(cat "$d/owner" 2>/dev/null)" = "$me" ]; then
+    put owner "$req"
+    rm -f "$d/request"
+    say "handed over to $req"
+  fi
+  sleep 0.2
+done
+PROGRAM
 }
 
 # The runtime layout of the Dockerfile's final stage. `check` compares it with the Dockerfile.
@@ -215,11 +272,17 @@ EOF
 cmd_ids() {
   local out=${1:?usage: hack/images.sh ids OUT} t id
   need
-  for t in v1 v2 v3; do
-    id=sha256:$(skopeo inspect --config --raw "docker-archive:$out/busybox-$t.tar" | sha256sum | cut -d' ' -f1)
-    echo "$TEST_REPO/busybox:$t $id"
-    if [ "$t" = v2 ]; then echo "$TEST_REPO/busybox:v2-alias $id"; fi
-  done >"$out/image-ids"
+  {
+    for t in v1 v2 v3; do
+      id=sha256:$(skopeo inspect --config --raw "docker-archive:$out/busybox-$t.tar" | sha256sum | cut -d' ' -f1)
+      echo "$TEST_REPO/busybox:$t $id"
+      if [ "$t" = v2 ]; then echo "$TEST_REPO/busybox:v2-alias $id"; fi
+    done
+    for t in v1 v2 v3 empty; do
+      id=sha256:$(skopeo inspect --config --raw "docker-archive:$out/hot-$t.tar" | sha256sum | cut -d' ' -f1)
+      echo "$TEST_REPO/hot:$t $id"
+    done
+  } >"$out/image-ids"
 }
 
 case ${1:-} in

@@ -433,7 +433,7 @@ make_namespace() {
 
 import_images() {
   local t
-  for t in pause busybox-v1 busybox-v2 busybox-v3; do
+  for t in pause busybox-v1 busybox-v2 busybox-v3 hot-v1 hot-v2 hot-v3 hot-empty; do
     inns ctr --address "$CTR_SOCK" -n k8s.io images import "$IMG_DIR/$t.tar" >/dev/null
   done
   inns ctr --address "$CTR_SOCK" -n k8s.io images tag "$TEST_REPO/busybox:v2" "$TEST_REPO/busybox:v2-alias" >/dev/null
@@ -445,7 +445,7 @@ import_images() {
 build_images() {
   local stamp
   stamp=$(sha256sum "$REPO/hack/images.sh" /bin/busybox | sha256sum | cut -c1-16)
-  if [ "$(cat "$IMG_DIR/test.stamp" 2>/dev/null)" != "$stamp" ] || ! [ -s "$IMG_DIR/busybox-v3.tar" ]; then
+  if [ "$(cat "$IMG_DIR/test.stamp" 2>/dev/null)" != "$stamp" ] || ! [ -s "$IMG_DIR/hot-empty.tar" ]; then
     "$REPO/hack/images.sh" test "$IMG_DIR"
     # The image IDs the kubelet reports (containerd: the config digest), for the tests.
     "$REPO/hack/images.sh" ids "$IMG_DIR"

@@ -466,14 +466,21 @@ impl SidecarSetEvents {
         note: String,
     ) {
         let name = regarding.name.clone().unwrap_or_default();
-        if !self.is_new(&name, reason, &note) {
+        // A namespaced object (a pod) gets its Event in its namespace; the cluster-scoped
+        // SidecarSet in "default".
+        let ns = regarding
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".into());
+        if !self.is_new(&format!("{ns}/{name}"), reason, &note) {
             return;
         }
         let now = jiff::Timestamp::now();
         let ev = Event {
             metadata: ObjectMeta {
                 name: Some(format!("{}.{:x}", name.to_lowercase(), now.as_nanosecond())),
-                namespace: Some("default".into()),
+                namespace: Some(ns.clone()),
                 ..Default::default()
             },
             event_time: Some(MicroTime(now)),
@@ -492,7 +499,7 @@ impl SidecarSetEvents {
             reporting_instance: Some(self.instance.clone()),
             ..Default::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         if let Err(e) = api.create(&PostParams::default(), &ev).await {
             warn!(sidecarset = %name, error = %e, "cannot record an Event");
         }

@@ -143,3 +143,113 @@ async fn sidecarsets_no_pod_could_have_are_refused_with_the_field_the_api_server
     }
     Ok(())
 }
+
+/// HotUpgrade, refused by the real API server (through the validating webhook) where it cannot
+/// work, naming the field: no empty image, on an init container, and a switch of upgradeType
+/// on update (either way). A valid one is admitted, and a pod it selects is injected with the
+/// pair (dry run: the API server validates the pod as it would store it).
+#[tokio::test]
+async fn hot_upgrade_bad_input_is_refused_naming_the_field() -> anyhow::Result<()> {
+    let c = client().await;
+    let s = suffix();
+    let hot = |empty: Option<&str>| {
+        let mut c = json!({"name": "proxy", "image": "registry.local/proxy:1",
+                           "upgradeStrategy": {"upgradeType": "HotUpgrade"}});
+        if let Some(e) = empty {
+            c["upgradeStrategy"]["hotUpgradeEmptyImage"] = e.into();
+        }
+        c
+    };
+    let mut native = hot(Some("registry.local/empty:1"));
+    native["restartPolicy"] = json!("Always");
+    // (what, spec, the field the refusal names, what it says)
+    let cases = [
+        (
+            "no-empty-image",
+            json!({"containers": [hot(None)]}),
+            "spec.containers[0].upgradeStrategy.hotUpgradeEmptyImage",
+            "required with HotUpgrade",
+        ),
+        (
+            "init-container",
+            json!({"updateStrategy": {"type": "NotUpdate"}, "initContainers": [native],
+                   "containers": [{"name": "c", "image": "registry.local/c:1"}]}),
+            "spec.initContainers[0].upgradeStrategy.upgradeType",
+            "HotUpgrade is for containers only",
+        ),
+    ];
+    for (what, spec, field, says) in cases {
+        let name = format!("e2e-hot-{what}-{s}");
+        let message = refusal(&c, sidecarset(&name, spec))
+            .await
+            .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+        assert!(
+            message.contains(&format!("{field}: ")) && message.contains(says),
+            "{what}: the refusal does not name {field} with {says:?}: {message}"
+        );
+    }
+
+    let api = kube::Api::<sidecarset_operator::api::SidecarSet>::all(c.clone());
+    for (from, to) in [("ColdUpgrade", "HotUpgrade"), ("HotUpgrade", "ColdUpgrade")] {
+        let name = format!("e2e-hot-switch-{}-{s}", from.to_lowercase());
+        let with = |t: &str| {
+            json!({"containers": [{"name": "proxy", "image": "registry.local/proxy:1",
+                "upgradeStrategy": {"upgradeType": t, "hotUpgradeEmptyImage": "registry.local/empty:1"}}]})
+        };
+        create_sidecarset(&c, sidecarset(&name, with(from))).await?;
+        let updated = api
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&json!({"spec": with(to)})),
+            )
+            .await;
+        if from == "HotUpgrade" {
+            // Admitted: a pod it selects gets the pair, which the API server accepts.
+            let ns = format!("e2e-hot-{s}");
+            create_namespace(&c, &ns, json!({})).await?;
+            let probe = pod("p", json!({"e2e-app": name}));
+            let p = match wait_injectable(&c, &ns, &probe, "proxy-1", true).await {
+                Ok(()) => dry_run(&c, &ns, &probe).await.map_err(anyhow::Error::from),
+                Err(e) => Err(e),
+            };
+            delete_namespace(&c, &ns).await;
+            let p = p?;
+            assert_eq!(
+                container_names(&p)[..2],
+                ["proxy-1", "proxy-2"],
+                "{:?}",
+                container_names(&p)
+            );
+            let images: Vec<_> = p
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers
+                .iter()
+                .map(|c| c.image.clone().unwrap_or_default())
+                .collect();
+            assert_eq!(
+                images[..2],
+                ["registry.local/proxy:1", "registry.local/empty:1"]
+            );
+            let ann = p.metadata.annotations.clone().unwrap_or_default();
+            assert_eq!(
+                ann["kruise.io/sidecarset-working-hotupgrade-container"],
+                r#"{"proxy":"proxy-1"}"#
+            );
+        }
+        delete_sidecarset(&c, &name).await;
+        match updated {
+            Err(kube::Error::Api(st)) => assert!(
+                st.message
+                    .contains("spec.containers[0].upgradeStrategy.upgradeType: ")
+                    && st.message.contains("is immutable"),
+                "{from} -> {to}: {}",
+                st.message
+            ),
+            other => anyhow::bail!("{from} -> {to} was not refused: {other:?}"),
+        }
+    }
+    Ok(())
+}

@@ -80,6 +80,26 @@ pub async fn upgrade(
     keys: &[String],
     revision: &str,
 ) -> Result<Vec<String>, Error> {
+    patch_pods(ctx, entry, pods, keys, revision, Step::Upgrade).await
+}
+
+/// What [`patch_pods`] writes into each pod.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Step {
+    /// The in-place upgrade ([`rollout::upgrade_patch`]).
+    Upgrade,
+    /// The reset of old hot-upgrade containers to the empty image ([`rollout::reset_patch`]).
+    Reset,
+}
+
+async fn patch_pods(
+    ctx: &Ctx,
+    entry: &Entry,
+    pods: &BTreeMap<String, &Arc<SlimPod>>,
+    keys: &[String],
+    revision: &str,
+    step: Step,
+) -> Result<Vec<String>, Error> {
     let name = entry.ss.name().to_string();
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -116,7 +136,11 @@ pub async fn upgrade(
                     } else {
                         pod
                     };
-                    let Some(mut patch) = rollout::upgrade_patch(&pod, entry, now, revision) else {
+                    let patch = match step {
+                        Step::Upgrade => rollout::upgrade_patch(&pod, entry, now, revision),
+                        Step::Reset => rollout::reset_patch(&pod, entry, now),
+                    };
+                    let Some(mut patch) = patch else {
                         return Ok(None);
                     };
                     // Only if the pod is still what we planned on (a stale cache or another
@@ -158,6 +182,18 @@ pub async fn upgrade(
     for (key, r) in results {
         match r {
             Ok(None) => {}
+            Ok(Some(pod)) if step == Step::Reset => {
+                info!(sidecarset = %name, pod = %key, "old hot-upgrade containers reset to the empty image");
+                ctx.events
+                    .publish(
+                        pod.object_ref(&()),
+                        crate::events::EventType::Normal,
+                        "ResetContainerSucceed",
+                        format!("SidecarSet {name}: the old hot-upgrade containers were reset to the empty image"),
+                    )
+                    .await;
+                upgraded.push(key);
+            }
             Ok(Some(pod)) => {
                 info!(sidecarset = %name, pod = %key, "sidecar images upgraded in place");
                 m.pods_upgraded
@@ -171,7 +207,19 @@ pub async fn upgrade(
                 info!(sidecarset = %name, pod = %key, reason = %e.message, "pod changed meanwhile; replanning");
             }
             Err(e) => {
-                warn!(sidecarset = %name, pod = %key, error = %e, "in-place upgrade failed");
+                warn!(sidecarset = %name, pod = %key, error = %e, step = ?step, "in-place pod write failed");
+                if step == Step::Reset
+                    && let Some(pod) = pods.get(&key)
+                {
+                    ctx.events
+                        .publish(
+                            pod.to_pod().object_ref(&()),
+                            crate::events::EventType::Warning,
+                            "ResetContainerFailed",
+                            format!("SidecarSet {name}: resetting the old hot-upgrade containers to the empty image failed: {e}"),
+                        )
+                        .await;
+                }
                 first_error.get_or_insert(e);
             }
         }
@@ -202,6 +250,7 @@ pub async fn rollout_step(
             )
         })
         .collect();
+    let reset = patch_pods(ctx, entry, &by_key, &step.reset, revision, Step::Reset).await?;
     let upgraded = upgrade(ctx, entry, &by_key, &step.upgrade, revision).await?;
     crate::metrics::metrics()
         .rollout_in_progress
@@ -220,7 +269,7 @@ pub async fn rollout_step(
     publish(
         ctx,
         ss,
-        plan::step_notes(step, &upgraded, plan.counts.matched),
+        plan::step_notes(step, &upgraded, &reset, plan.counts.matched),
     )
     .await;
     Ok(())

@@ -239,7 +239,7 @@ pub fn assess(o: &HealthInputs) -> Health {
 /// What a pod's sidecar container statuses (containers, and native sidecars) report as an image
 /// pull failure: `"proxy: ImagePullBackOff"`, or `None`.
 pub fn image_pull_failure(pod: &Pod, ss: &SidecarSet) -> Option<String> {
-    let names = ss.sidecar_list();
+    let names = ss.pod_container_names();
     let status = pod.status.as_ref()?;
     status
         .container_statuses

@@ -183,7 +183,7 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
         (None, Next::OnChange)
     } else {
         let next = match &planned {
-            Ok(p) if !p.done && (in_flight || !p.upgrade.is_empty()) => {
+            Ok(p) if !p.done && (in_flight || !p.upgrade.is_empty() || !p.reset.is_empty()) => {
                 Next::After(IN_FLIGHT_RECHECK)
             }
             // Done, paused, held by a partition, waiting for pods that cannot be upgraded in
@@ -218,8 +218,24 @@ pub fn preview(keys: &[String]) -> String {
 
 /// The Events of a rollout step once its pod writes are done: which pods were upgraded, which
 /// cannot be, why nothing moves, or that the rollout is complete.
-pub fn step_notes(p: &rollout::Plan, upgraded: &[String], matched: i32) -> Vec<Note> {
+pub fn step_notes(
+    p: &rollout::Plan,
+    upgraded: &[String],
+    reset: &[String],
+    matched: i32,
+) -> Vec<Note> {
     let mut notes = Vec::new();
+    if !reset.is_empty() {
+        notes.push(Note {
+            kind: EventType::Normal,
+            reason: "HotUpgradeReset",
+            note: format!(
+                "hot upgrade: the old containers of {} pod(s) were reset to the empty image: {}",
+                reset.len(),
+                preview(reset)
+            ),
+        });
+    }
     if !upgraded.is_empty() {
         notes.push(Note {
             kind: EventType::Normal,
@@ -242,7 +258,10 @@ pub fn step_notes(p: &rollout::Plan, upgraded: &[String], matched: i32) -> Vec<N
             ),
         });
     }
-    if let (Some(why), true) = (&p.waiting, upgraded.is_empty() && !p.done) {
+    if let (Some(why), true) = (
+        &p.waiting,
+        upgraded.is_empty() && p.reset.is_empty() && !p.done,
+    ) {
         notes.push(Note {
             kind: EventType::Warning,
             reason: "RolloutWaiting",

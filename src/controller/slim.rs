@@ -109,7 +109,7 @@ impl k8s_openapi::Metadata for SlimPod {
 
 impl SlimPod {
     /// Drops what the decoder kept but the controller never reads: managed fields, annotations
-    /// other than the injection ones, conditions other than Ready and SidecarSetUpgradable.
+    /// other than the injection and hot-upgrade ones, conditions other than Ready and SidecarSetUpgradable.
     pub fn trim(&mut self) {
         let m = &mut self.metadata;
         m.managed_fields = None;
@@ -119,6 +119,7 @@ impl SlimPod {
                     || k == crate::api::ANNOTATION_HASH_WITHOUT_IMAGE
                     || k == crate::api::ANNOTATION_INJECTED_LIST
                     || k == crate::rollout::ANNOTATION_INPLACE_UPDATE_STATE
+                    || crate::api::is_hot_upgrade_annotation(k)
             });
         }
         if let Some(s) = self.status.as_mut() {

@@ -2,6 +2,8 @@
 //! tests/fixtures/kruise-1.9 holds the SidecarSets and the pod as submitted, and what OpenKruise
 //! stored for them (its defaulted SidecarSets with their hash annotations, the pod its webhook
 //! injected, the ControllerRevisions it wrote, or the error with which it refused a SidecarSet).
+//! x17 (HotUpgrade) was recorded from OpenKruise's own code in a process; it also holds every
+//! reconcile of a hot upgrade ([`hot_upgrade_steps_equal_openkruise`]).
 //!
 //! * [`hashes_equal_openkruise`]: both hash annotations, byte for byte, of every SidecarSet as
 //!   our defaults leave it;
@@ -81,7 +83,7 @@ fn cases() -> Vec<Case> {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 16, "recorded cases missing");
+    assert_eq!(files.len(), 17, "recorded cases missing");
     files
         .iter()
         .map(|p| {
@@ -171,8 +173,8 @@ fn hashes_equal_openkruise() {
             }
         }
     }
-    // 20 stored SidecarSets and 19 pod entries, two hashes each.
-    assert_eq!(checked, 2 * 20 + 2 * 19, "every recorded hash compared");
+    // 21 stored SidecarSets and 20 pod entries, two hashes each.
+    assert_eq!(checked, 2 * 21 + 2 * 20, "every recorded hash compared");
 }
 
 /// Our defaulted spec as JSON, and OpenKruise's stored one, with the deliberate differences
@@ -211,7 +213,7 @@ fn defaulted_specs_equal_openkruise() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 20);
+    assert_eq!(checked, 21);
 }
 
 /// Our mutating webhook, given each SidecarSet as it was submitted, answers with a patch that
@@ -246,7 +248,7 @@ fn mutating_webhook_stores_openkruise_annotations() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 20);
+    assert_eq!(checked, 21);
 }
 
 #[test]
@@ -314,7 +316,7 @@ fn revisions_equal_openkruise() {
             case.name
         );
     }
-    assert_eq!(checked, 21);
+    assert_eq!(checked, 22);
 }
 
 /// What the API server does to a pod after the mutating webhooks (and what OpenKruise's recorded
@@ -553,7 +555,7 @@ fn injection_equals_openkruise() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 15);
+    assert_eq!(checked, 16);
 }
 
 /// x14: OpenKruise refuses a native sidecar (an init container with `restartPolicy: Always`)
@@ -620,7 +622,7 @@ fn stored_hashes_are_read_not_recomputed() {
             seen.insert(ss.name().to_string());
         }
     }
-    assert_eq!(seen.len(), 20);
+    assert_eq!(seen.len(), 21);
 }
 
 /// A SidecarSet as OpenKruise stored it is left alone by our defaults, and our controller names
@@ -647,5 +649,188 @@ fn openkruise_sidecarsets_keep_their_revision() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 20);
+    assert_eq!(checked, 21);
+}
+
+/// x17 (recorded by running OpenKruise's own controller code, see the file's header): every
+/// reconcile of a hot upgrade v1 → v2 → v3 replayed through our rollout code, from the pod
+/// OpenKruise's controller saw, must leave it as OpenKruise's left it: the container images
+/// (which container of the pair got the new image, when the old one went back to the empty
+/// image), the working-container and version annotations, the hash entry (hash, sidecarList,
+/// controllerRevision), and a reset exactly where OpenKruise wrote its `ResetContainerSucceed`.
+/// Not compared, on purpose: `kruise.io/sidecarset-inplace-update-state`, where OpenKruise keeps
+/// the first revision and stale image IDs and this operator records the current upgrade (and
+/// restart counts, see `rollout::settled`).
+#[test]
+fn hot_upgrade_steps_equal_openkruise() {
+    use sidecarset_operator::rollout;
+    let case = cases()
+        .into_iter()
+        .find(|c| c.name.starts_with("x17"))
+        .unwrap();
+    let mut versions = case.input("sidecarsets");
+    versions.extend(
+        case.v["input"]["hotUpgrade"]["updates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .cloned(),
+    );
+    let recorded_revisions: BTreeSet<&str> = case.v["kruise"]["hotUpgrade"]["revisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    let template: Pod = serde_json::from_value(case.kruise_pod().clone()).unwrap();
+    let hot_annotations = |a: &BTreeMap<String, String>| -> BTreeMap<String, String> {
+        a.iter()
+            .filter(|(k, _)| api::is_hot_upgrade_annotation(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let steps = case.v["kruise"]["hotUpgrade"]["steps"].as_array().unwrap();
+    let (mut upgrades, mut resets) = (0, 0);
+    for step in steps {
+        let what = step["what"].as_str().unwrap();
+        let version = step["sidecarSetVersion"].as_u64().unwrap() as usize;
+        let mut ss = defaulted(&case, &versions[version]);
+        ss.metadata.resource_version = Some(step["resourceVersion"].as_str().unwrap().into());
+        let entry = Entry::new(Arc::new(ss.clone())).unwrap();
+        let revision = revision_name(ss.name(), &revision_data(&entry), 0);
+        assert!(
+            recorded_revisions.contains(revision.as_str()),
+            "{what}: {revision}"
+        );
+        // The pod OpenKruise's controller saw.
+        let before = &step["before"];
+        let mut pod = template.clone();
+        pod.metadata.annotations = serde_json::from_value(before["annotations"].clone()).unwrap();
+        for c in &mut pod.spec.as_mut().unwrap().containers {
+            c.image = Some(before["containerImages"][&c.name].as_str().unwrap().into());
+        }
+        pod.status = serde_json::from_value(json!({
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": if before["ready"] == true { "True" } else { "False" }}],
+            "containerStatuses": before["containerStatuses"],
+        }))
+        .unwrap();
+        let view = rollout::pod_view(&pod, &entry);
+        let plan = rollout::plan(&ss.spec.update_strategy, std::slice::from_ref(&view)).unwrap();
+        let patch = if !plan.reset.is_empty() {
+            resets += 1;
+            rollout::reset_patch(&pod, &entry, NOW)
+        } else if !plan.upgrade.is_empty() {
+            upgrades += 1;
+            rollout::upgrade_patch(&pod, &entry, NOW, &revision)
+        } else {
+            None
+        };
+        let kruise_reset = step["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e.as_str().unwrap().contains("ResetContainerSucceed"));
+        assert_eq!(!plan.reset.is_empty(), kruise_reset, "{what}: {plan:?}");
+        let mut v = serde_json::to_value(&pod).unwrap();
+        if let Some(p) = &patch {
+            inject::apply(&mut v, p).unwrap();
+        }
+        let ours: Pod = serde_json::from_value(v).unwrap();
+        let after = &step["after"];
+        let images: BTreeMap<String, String> = ours
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers
+            .iter()
+            .map(|c| (c.name.clone(), c.image.clone().unwrap()))
+            .collect();
+        let theirs: BTreeMap<String, String> =
+            serde_json::from_value(after["containerImages"].clone()).unwrap();
+        assert_eq!(images, theirs, "{what}: container images");
+        let our_ann = ours.metadata.annotations.clone().unwrap();
+        let their_ann: BTreeMap<String, String> =
+            serde_json::from_value(after["annotations"].clone()).unwrap();
+        assert_eq!(
+            hot_annotations(&our_ann),
+            hot_annotations(&their_ann),
+            "{what}: hot-upgrade annotations"
+        );
+        let (ours_v, theirs_v) = (
+            json!({"metadata": {"annotations": our_ann}}),
+            json!({"metadata": {"annotations": their_ann}}),
+        );
+        assert_eq!(
+            hash_entries(&ours_v, ANNOTATION_HASH),
+            hash_entries(&theirs_v, ANNOTATION_HASH),
+            "{what}: hash entry"
+        );
+        assert_eq!(
+            annotation(&ours_v, ANNOTATION_INJECTED_LIST),
+            annotation(&theirs_v, ANNOTATION_INJECTED_LIST)
+        );
+    }
+    // Two upgrades and two resets, in 7 reconciles.
+    assert_eq!((steps.len(), upgrades, resets), (7, 2, 2));
+}
+
+/// x17: what OpenKruise's validating webhook says of bad HotUpgrade input, and what ours says.
+/// Deliberately stricter: OpenKruise admits a HotUpgrade sidecar without `hotUpgradeEmptyImage`
+/// (its pod webhook then injects `<name>-2` with no image, and the API server refuses every pod
+/// the SidecarSet selects) and HotUpgrade on init containers (injected as a pair of native
+/// sidecars its controller never upgrades); both are refused here, naming the field. A switch
+/// of upgradeType on update is refused by both; ours names the container's index.
+#[test]
+fn hot_upgrade_validation_against_openkruise() {
+    let case = cases()
+        .into_iter()
+        .find(|c| c.name.starts_with("x17"))
+        .unwrap();
+    let inputs = case.v["input"]["hotUpgrade"]["validation"]
+        .as_array()
+        .unwrap();
+    let answers = case.v["kruise"]["hotUpgrade"]["validation"]
+        .as_array()
+        .unwrap();
+    // (OpenKruise admits it, the field we refuse it at)
+    let expected = [
+        (
+            true,
+            "spec.containers[0].upgradeStrategy.hotUpgradeEmptyImage",
+        ),
+        (true, "spec.initContainers[0].upgradeStrategy.upgradeType"),
+        (true, "spec.initContainers[0].upgradeStrategy.upgradeType"),
+        (false, "spec.containers[0].upgradeStrategy.upgradeType"),
+        (false, "spec.containers[0].upgradeStrategy.upgradeType"),
+    ];
+    assert_eq!(inputs.len(), expected.len());
+    for ((input, answer), (kruise_admits, field)) in inputs.iter().zip(answers).zip(expected) {
+        assert_eq!(answer["allowed"], kruise_admits, "{answer}");
+        let parse = |v: &Value| {
+            let mut ss: SidecarSet = serde_json::from_value(v.clone()).unwrap();
+            default_sidecarset(&mut ss);
+            ss
+        };
+        let new = parse(&input["new"]);
+        let ours = match input.get("old") {
+            Some(old) => api::validate_update(&new, &parse(old)),
+            None => api::validate(&new),
+        };
+        let errs = ours.expect_err(&input["new"].to_string());
+        assert_eq!(
+            errs.0.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(),
+            [field],
+            "{errs}"
+        );
+        if !kruise_admits {
+            let m = answer["message"].as_str().unwrap();
+            assert!(
+                m.contains("spec.containers.upgradeStrategy.upgradeType")
+                    && m.contains("immutable"),
+                "{m}"
+            );
+            assert!(errs.0[0].message.contains("immutable"), "{errs}");
+        }
+    }
 }

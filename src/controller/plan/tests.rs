@@ -216,22 +216,33 @@ fn step_notes_say_what_happened() {
         done: false,
         partition: 0,
         max_unavailable: 1,
+        reset: vec![],
     };
     let reasons = |n: Vec<Note>| n.into_iter().map(|n| n.reason).collect::<Vec<_>>();
     assert_eq!(
-        reasons(step_notes(&step, &["a/p1".to_string()], 3)),
+        reasons(step_notes(&step, &["a/p1".to_string()], &[], 3)),
         ["UpgradingPods", "NotUpgradablePods"]
     );
     assert_eq!(
-        reasons(step_notes(&step, &[], 3)),
+        reasons(step_notes(&step, &[], &[], 3)),
         ["NotUpgradablePods", "RolloutWaiting"]
     );
     let done = rollout::Plan {
         done: true,
         ..Default::default()
     };
-    assert_eq!(reasons(step_notes(&done, &[], 3)), ["RolloutComplete"]);
-    assert!(step_notes(&done, &[], 0).is_empty());
+    assert_eq!(reasons(step_notes(&done, &[], &[], 3)), ["RolloutComplete"]);
+    // A hot upgrade's resets: said as such, not as a rollout waiting.
+    let resetting = rollout::Plan {
+        reset: vec!["a/p2".into()],
+        waiting: Some("resetting".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        reasons(step_notes(&resetting, &[], &["a/p2".to_string()], 3)),
+        ["HotUpgradeReset"]
+    );
+    assert!(step_notes(&done, &[], &[], 0).is_empty());
     let many: Vec<String> = (0..7).map(|i| format!("a/p{i}")).collect();
     assert_eq!(preview(&many), "a/p0, a/p1, a/p2, a/p3, a/p4 and 2 more");
 }

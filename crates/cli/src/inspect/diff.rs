@@ -49,6 +49,9 @@ pub struct DiffReport {
     pub injected: usize,
     pub pods: Vec<PodChange>,
     pub rollout: RolloutPreview,
+    /// How the hot-upgrade sidecars whose image changes are upgraded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hot_upgrade: Vec<String>,
 }
 
 /// What happens to one pod.
@@ -166,11 +169,21 @@ pub fn diff(input: &DiffInput) -> Result<DiffReport, String> {
             NextStep::UpToDate | NextStep::Updating { .. } => Change::Unchanged,
             _ => Change::UpgradeInPlace,
         };
-        let detail = if selects(p) {
+        let mut detail = if selects(p) {
             String::new()
         } else {
             "no longer selected by the new scope; still upgraded (the controller follows the pod's injected list)".into()
         };
+        if change == Change::UpgradeInPlace {
+            for (sidecar, to, other) in sidecarset_core::rollout::hot::upgrade_targets(p, new) {
+                if !detail.is_empty() {
+                    detail.push_str("; ");
+                }
+                detail.push_str(&format!(
+                    "hot upgrade of {sidecar}: {to} gets the new image while {other} keeps working, then {other} is reset to the empty image"
+                ));
+            }
+        }
         pods.push(PodChange {
             pod: k,
             change,
@@ -248,7 +261,31 @@ pub fn diff(input: &DiffInput) -> Result<DiffReport, String> {
             ..Default::default()
         },
     };
+    // Hot-upgrade sidecars whose image changes: how their pods move.
+    let current_image = |n: &str| {
+        input.current.and_then(|c| {
+            c.spec
+                .containers
+                .iter()
+                .find(|x| x.name() == n)
+                .and_then(|x| x.container.image.clone())
+        })
+    };
+    let hot_upgrade = new
+        .hot_upgrade_containers()
+        .filter(|c| input.current.is_some() && current_image(c.name()) != c.container.image)
+        .map(|c| {
+            let (one, two) = sidecarset_core::api::hot_upgrade_names(c.name());
+            format!(
+                "{name} (HotUpgrade): in each pod the new image {image} starts in the idle container of {one}/{two} (the one on {empty}) while the other keeps working; once the pod is ready again, the old one is reset to {empty}, and only then does the next pod count as available",
+                name = c.name(),
+                image = c.container.image.as_deref().unwrap_or("-"),
+                empty = c.hot_upgrade_empty_image().unwrap_or("-"),
+            )
+        })
+        .collect();
     Ok(DiffReport {
+        hot_upgrade,
         sidecarset: name,
         exists: input.current.is_some(),
         changes,
@@ -324,6 +361,9 @@ pub fn human(r: &DiffReport) -> String {
         }
     }
     let ro = &r.rollout;
+    for h in &r.hot_upgrade {
+        s.push_str(&format!("Hot upgrade: {h}\n"));
+    }
     s.push_str(&format!("\nRollout: {}\n", ro.strategy));
     if ro.order.is_empty() {
         s.push_str("  no pod to upgrade in place\n");

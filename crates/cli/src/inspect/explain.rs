@@ -191,6 +191,9 @@ pub struct Sidecar {
     pub sidecarset_image: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub running_image: Option<String>,
+    /// For a container of a hot-upgrade pair: `working` or `idle`, and its version annotation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot_upgrade: Option<String>,
 }
 
 fn key(pod: &Pod) -> String {
@@ -454,10 +457,35 @@ fn injected_verdict(input: &PodInput, ss: &std::sync::Arc<SidecarSet>, v: &mut V
                 .filter(|c| c.is_native_sidecar()),
         )
         .collect();
-    let mut names: Vec<String> = super::pods::injected_sidecars(pod, name);
+    // A hot-upgrade sidecar is listed as its pair: the working container should run the
+    // SidecarSet's image, the idle one its empty image.
+    let pod_ann = pod.metadata.annotations.clone().unwrap_or_default();
+    let mut hot: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+    for c in ss.hot_upgrade_containers() {
+        let (working, idle) = sidecarset_core::api::working_and_idle(c.name(), &pod_ann);
+        hot.insert(working, ("working".into(), c.container.image.clone()));
+        hot.insert(
+            idle,
+            (
+                "idle".into(),
+                c.hot_upgrade_empty_image().map(str::to_string),
+            ),
+        );
+    }
+    let mut names: Vec<String> = super::pods::injected_sidecars(pod, name)
+        .into_iter()
+        .flat_map(
+            |n| match ss.hot_upgrade_containers().find(|c| c.name() == n) {
+                Some(c) => c.pod_names(),
+                None => vec![n],
+            },
+        )
+        .collect();
     for c in &sidecar_specs {
-        if !names.contains(&c.container.name) {
-            names.push(c.container.name.clone());
+        for n in c.pod_names() {
+            if !names.contains(&n) {
+                names.push(n);
+            }
         }
     }
     names.sort();
@@ -478,11 +506,21 @@ fn injected_verdict(input: &PodInput, ss: &std::sync::Arc<SidecarSet>, v: &mut V
         v.sidecars.push(Sidecar {
             name: n.clone(),
             pod_image: in_pod.and_then(|c| c.image.clone()),
-            sidecarset_image: sidecar_specs
-                .iter()
-                .find(|c| c.container.name == n)
-                .and_then(|c| c.container.image.clone()),
+            sidecarset_image: match hot.get(&n) {
+                Some((_, image)) => image.clone(),
+                None => sidecar_specs
+                    .iter()
+                    .find(|c| c.container.name == n)
+                    .and_then(|c| c.container.image.clone()),
+            },
             running_image: running,
+            hot_upgrade: hot.get(&n).map(|(role, _)| {
+                let version = pod_ann
+                    .get(&sidecarset_core::api::version_annotation(&n))
+                    .map(String::as_str)
+                    .unwrap_or("-");
+                format!("{role}, version {version}")
+            }),
         });
     }
     let latest_revision = ss.status.as_ref().and_then(|s| s.latest_revision.clone());
@@ -593,11 +631,15 @@ pub fn human(e: &PodExplanation) -> String {
         for c in &v.sidecars {
             let img = |i: &Option<String>| i.clone().unwrap_or_else(|| "-".into());
             s.push_str(&format!(
-                "  sidecar {}: pod {}, SidecarSet {}, running {}\n",
+                "  sidecar {}: pod {}, SidecarSet {}, running {}{}\n",
                 c.name,
                 img(&c.pod_image),
                 img(&c.sidecarset_image),
-                img(&c.running_image)
+                img(&c.running_image),
+                c.hot_upgrade
+                    .as_ref()
+                    .map(|h| format!(" (hot upgrade: {h})"))
+                    .unwrap_or_default()
             ));
         }
         if let Some(u) = v.upgradable {

@@ -67,7 +67,9 @@ impl Rollout {
                 NextStep::UpToDate
             } else {
                 NextStep::Updating {
-                    detail: if view.consistent {
+                    detail: if view.reset {
+                        "is amid a hot upgrade: its new container took over, and the old one is reset to the empty image in the next step".into()
+                    } else if view.consistent {
                         "runs the current sidecars; waiting for the pod to become ready".into()
                     } else {
                         "updated; waiting for the kubelet to run the new images".into()
@@ -250,6 +252,7 @@ pub fn differences(pod: &Pod, entry: &Entry, now: &str) -> Result<Vec<String>, S
     let name = entry.ss.name();
     let mut names: BTreeSet<String> = injected_sidecars(pod, name).into_iter().collect();
     names.extend(entry.ss.sidecar_names());
+    names.extend(entry.ss.pod_container_names());
     let mut bare = pod.clone();
     bare.metadata.deletion_timestamp = None;
     bare.status = None;

@@ -641,3 +641,97 @@ fn diff_of_a_new_sidecarset() {
     assert_eq!(r.pods[0].change, Change::InjectedWhenRecreated);
     assert!(super::diff::human(&r).contains("SidecarSet fresh (new)"));
 }
+
+/// A HotUpgrade sidecar: `explain` lists its pair (which container works, which idles on the
+/// empty image, their versions); `diff` says which container gets the new image and that the
+/// old one is reset after.
+#[test]
+fn explain_and_diff_describe_hot_upgrades() {
+    let hot = json!({"containers": [{"name": "proxy", "image": "proxy:1",
+        "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": "empty:1"}}]});
+    let v1 = ss("mesh", hot);
+    let v2 = with_image(&v1, "proxy:2");
+    let web = json!({"app": "web"});
+    let a = pod(
+        "a",
+        "shop",
+        web.clone(),
+        Some(10),
+        std::slice::from_ref(&v1),
+    );
+    let mut w = world(vec![v2.clone()]);
+    w.peers.insert("mesh".into(), vec![a.clone()]);
+    let v = w.verdict(&a, "mesh");
+    type Row = (String, Option<String>, Option<String>, Option<String>);
+    let pairs: Vec<Row> = v
+        .sidecars
+        .iter()
+        .map(|s| {
+            (
+                s.name.clone(),
+                s.pod_image.clone(),
+                s.sidecarset_image.clone(),
+                s.hot_upgrade.clone(),
+            )
+        })
+        .collect();
+    let some = |s: &str| Some(s.to_string());
+    assert_eq!(
+        pairs,
+        [
+            (
+                "proxy-1".into(),
+                some("proxy:1"),
+                some("proxy:2"),
+                some("working, version 1")
+            ),
+            (
+                "proxy-2".into(),
+                some("empty:1"),
+                some("empty:1"),
+                some("idle, version 0")
+            ),
+        ]
+    );
+    assert_eq!(v.next, Some(NextStep::UpgradeNow { position: 1, of: 1 }));
+    let human = super::explain::human(&w.explain(&a, false));
+    assert!(human.contains("sidecar proxy-1: pod proxy:1, SidecarSet proxy:2, running proxy:1 (hot upgrade: working, version 1)"), "{human}");
+
+    let admitted = |s: &SidecarSet| {
+        let mut s = s.clone();
+        let raw = serde_json::to_value(&s).unwrap();
+        let (h, hw) = sidecarset_core::api::sidecarset_hashes_as_submitted(&s, &raw);
+        let an = s.metadata.annotations.get_or_insert_with(Default::default);
+        an.insert(sidecarset_core::api::ANNOTATION_HASH.into(), h);
+        an.insert(
+            sidecarset_core::api::ANNOTATION_HASH_WITHOUT_IMAGE.into(),
+            hw,
+        );
+        s
+    };
+    let (cur, new) = (admitted(&v1), admitted(&v2));
+    let skip: BTreeSet<String> = BTreeSet::new();
+    let pods = vec![a];
+    let r = diff(&DiffInput {
+        new: &new,
+        current: Some(&cur),
+        sidecarsets: &[],
+        pods: &pods,
+        namespace_labels: &ns_labels,
+        skip_namespaces: &skip,
+        now: NOW,
+    })
+    .unwrap();
+    assert_eq!(r.pods[0].change, Change::UpgradeInPlace);
+    assert!(
+        r.pods[0].detail.contains("hot upgrade of proxy: proxy-2 gets the new image while proxy-1 keeps working, then proxy-1 is reset to the empty image"),
+        "{:?}",
+        r.pods[0]
+    );
+    assert_eq!(r.hot_upgrade.len(), 1);
+    assert!(
+        r.hot_upgrade[0].contains("proxy-1/proxy-2 (the one on empty:1)"),
+        "{r:?}"
+    );
+    assert!(super::diff::human(&r).contains("Hot upgrade: proxy (HotUpgrade)"));
+}

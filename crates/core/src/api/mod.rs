@@ -10,6 +10,7 @@ mod defaults;
 mod field_path;
 mod gojson;
 mod hash;
+mod hot_upgrade;
 pub mod quantity;
 pub mod resources_policy;
 mod selector;
@@ -18,6 +19,11 @@ pub mod v1beta1;
 mod validate;
 
 pub use field_path::{FieldPath, parse_field_path};
+pub use hot_upgrade::{
+    ANNOTATION_WORKING_HOT_UPGRADE, ENV_SIDECARSET_VERSION, ENV_SIDECARSET_VERSION_ALT,
+    hot_upgrade_names, is_hot_upgrade_annotation, version_alt_annotation, version_annotation,
+    working_and_idle, working_containers,
+};
 
 /// Label of a ControllerRevision naming its SidecarSet (as OpenKruise).
 pub const LABEL_SIDECARSET_NAME: &str = "kruise.io/sidecarset-name";
@@ -251,11 +257,13 @@ pub enum PodInjectPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SidecarContainerUpgradeStrategy {
-    /// ColdUpgrade (default) restarts the sidecar with the new image. HotUpgrade is accepted for
-    /// compatibility but upgraded like ColdUpgrade by this operator.
+    /// ColdUpgrade (default) restarts the sidecar with the new image. HotUpgrade (containers
+    /// only) injects the sidecar as two containers, `<name>-1` and `<name>-2`: an upgrade starts
+    /// the new image in the idle one, then resets the old one to `hotUpgradeEmptyImage`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_type: Option<UpgradeType>,
-    /// Image of the empty container used by HotUpgrade.
+    /// Image of the idle container of a HotUpgrade pair (required with HotUpgrade). It runs the
+    /// sidecar's command, args and probes, so it must accept them while doing nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hot_upgrade_empty_image: Option<String>,
 }

@@ -146,7 +146,7 @@ fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
     }
 
     // Container names are unique across containers and init containers, as in a pod.
-    let mut names: BTreeMap<&str, String> = BTreeMap::new();
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
     let volume_names: BTreeSet<&str> = spec.volumes.iter().map(|v| v.name.as_str()).collect();
     for (kind, list, is_init) in [
         ("spec.initContainers", &spec.init_containers, true),
@@ -154,7 +154,7 @@ fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
     ] {
         for (i, c) in list.iter().enumerate() {
             let path = format!("{kind}[{i}]");
-            if let Some(first) = names.insert(c.name(), path.clone()) {
+            if let Some(first) = names.insert(c.name().to_string(), path.clone()) {
                 errs.push(
                     format!("{path}.name"),
                     format!(
@@ -162,6 +162,18 @@ fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
                         c.name()
                     ),
                 );
+            }
+            if c.is_hot_upgrade() && !is_init {
+                for n in c.pod_names() {
+                    if let Some(first) = names.insert(n.clone(), path.clone()) {
+                        errs.push(
+                            format!("{path}.name"),
+                            format!(
+                                "HotUpgrade injects {n:?}, a name already used by {first}: rename one of them"
+                            ),
+                        );
+                    }
+                }
             }
             validate_container(c, &path, is_init, &volume_names, errs);
         }
@@ -310,12 +322,8 @@ fn validate_container(
             "only init containers may set restartPolicy (Always makes a native sidecar)",
         ),
     }
-    if let Some(UpgradeType::HotUpgrade) = c.upgrade_strategy.as_ref().and_then(|u| u.upgrade_type)
-    {
-        errs.push(
-            format!("{path}.upgradeStrategy.upgradeType"),
-            "HotUpgrade is not supported by sidecarset-operator: use ColdUpgrade (sidecars are upgraded in place)",
-        );
+    if c.is_hot_upgrade() {
+        validate_hot_upgrade(c, path, is_init, errs);
     }
     for (j, m) in ct.volume_mounts.iter().flatten().enumerate() {
         if !volumes.contains(m.name.as_str()) && !c.share_volumes() {
@@ -390,6 +398,45 @@ fn validate_container(
     }
     if let Some(policy) = &c.resources_policy {
         validate_resources_policy(c, policy, &format!("{path}.resourcesPolicy"), is_init, errs);
+    }
+}
+
+/// A HotUpgrade sidecar. OpenKruise's validating webhook checks none of this (v1.9.0): without
+/// an empty image its pod webhook injects `<name>-2` with no image, and every pod the SidecarSet
+/// selects is then refused by the API server; on an init container its controller never
+/// upgrades the pair. Both are refused here, before any pod is blocked.
+fn validate_hot_upgrade(
+    c: &SidecarContainer,
+    path: &str,
+    is_init: bool,
+    errs: &mut ValidationErrors,
+) {
+    if is_init {
+        errs.push(
+            format!("{path}.upgradeStrategy.upgradeType"),
+            "HotUpgrade is for containers only: an init container (a native sidecar too) is upgraded with ColdUpgrade; remove upgradeType or set ColdUpgrade, or move the sidecar to spec.containers",
+        );
+        return;
+    }
+    if c.hot_upgrade_empty_image().is_none() {
+        errs.push(
+            format!("{path}.upgradeStrategy.hotUpgradeEmptyImage"),
+            format!(
+                "required with HotUpgrade: the image the idle container {:?} runs (it gets the sidecar's command, args and probes, so it must accept them and do nothing)",
+                format!("{}-2", c.name())
+            ),
+        );
+    }
+    if c.name().len() > 61 {
+        errs.push(
+            format!("{path}.name"),
+            format!(
+                "{:?} is too long for HotUpgrade: the pod gets {:?} and {:?}, which must be at most 63 characters; use at most 61",
+                c.name(),
+                format!("{}-1", c.name()),
+                format!("{}-2", c.name())
+            ),
+        );
     }
 }
 
@@ -578,7 +625,7 @@ pub fn conflicts<'a>(
     let Ok(scope) = Scope::of(&ss.spec) else {
         return Ok(());
     };
-    let mine: BTreeMap<&str, String> = sidecar_paths(ss);
+    let mine: BTreeMap<String, String> = sidecar_paths(ss);
     for other in others {
         if other.name() == ss.name() {
             continue;
@@ -590,8 +637,9 @@ pub fn conflicts<'a>(
             continue;
         }
         let theirs = sidecar_paths(other);
+        let mut reported = BTreeSet::new();
         for (name, path) in &mine {
-            if theirs.contains_key(name) {
+            if theirs.contains_key(name) && reported.insert(path) {
                 errs.push(
                     format!("{path}.name"),
                     format!(
@@ -637,13 +685,17 @@ pub fn conflicts<'a>(
     errs.into_result()
 }
 
-fn sidecar_paths(ss: &SidecarSet) -> BTreeMap<&str, String> {
+fn sidecar_paths(ss: &SidecarSet) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     for (i, c) in ss.spec.init_containers.iter().enumerate() {
-        m.insert(c.name(), format!("spec.initContainers[{i}]"));
+        m.insert(c.name().to_string(), format!("spec.initContainers[{i}]"));
     }
     for (i, c) in ss.spec.containers.iter().enumerate() {
-        m.insert(c.name(), format!("spec.containers[{i}]"));
+        m.insert(c.name().to_string(), format!("spec.containers[{i}]"));
+        // A hot-upgrade pair's containers are in the pods under their own names.
+        for n in c.pod_names() {
+            m.insert(n, format!("spec.containers[{i}]"));
+        }
     }
     m
 }
@@ -702,6 +754,110 @@ mod update_tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod hot_upgrade_tests {
+    use super::*;
+
+    fn ss(spec: serde_json::Value) -> SidecarSet {
+        let mut spec = spec;
+        spec["selector"] = serde_json::json!({"matchLabels": {"a": "b"}});
+        let mut s: SidecarSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": "s"},
+            "spec": spec}))
+        .unwrap();
+        super::super::default_sidecarset(&mut s);
+        s
+    }
+
+    #[test]
+    fn hot_upgrade_sidecars_are_validated() {
+        let hot = |name: &str, empty: Option<&str>| {
+            let mut c = serde_json::json!({"name": name, "image": "p:1", "upgradeStrategy": {"upgradeType": "HotUpgrade"}});
+            if let Some(e) = empty {
+                c["upgradeStrategy"]["hotUpgradeEmptyImage"] = e.into();
+            }
+            c
+        };
+        let long = "p".repeat(62);
+        // (spec, the fields refused)
+        let cases: Vec<(serde_json::Value, Vec<&str>)> = vec![
+            (
+                serde_json::json!({"containers": [hot("proxy", Some("e:1"))]}),
+                vec![],
+            ),
+            (
+                serde_json::json!({"containers": [hot("proxy", None)]}),
+                vec!["spec.containers[0].upgradeStrategy.hotUpgradeEmptyImage"],
+            ),
+            (
+                serde_json::json!({"containers": [hot("proxy", Some("  "))]}),
+                vec!["spec.containers[0].upgradeStrategy.hotUpgradeEmptyImage"],
+            ),
+            (
+                serde_json::json!({"updateStrategy": {"type": "NotUpdate"}, "initContainers": [hot("init", Some("e:1"))]}),
+                vec!["spec.initContainers[0].upgradeStrategy.upgradeType"],
+            ),
+            (
+                serde_json::json!({"initContainers": [{"restartPolicy": "Always", "name": "native", "image": "n:1", "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": "e:1"}}]}),
+                vec!["spec.initContainers[0].upgradeStrategy.upgradeType"],
+            ),
+            // The pair's names clash with another container's, or are too long.
+            (
+                serde_json::json!({"containers": [hot("proxy", Some("e:1")), {"name": "proxy-2", "image": "x:1"}]}),
+                vec!["spec.containers[1].name"],
+            ),
+            (
+                serde_json::json!({"containers": [hot(&long, Some("e:1"))]}),
+                vec!["spec.containers[0].name"],
+            ),
+            // An empty image without HotUpgrade is ignored, as OpenKruise does.
+            (
+                serde_json::json!({"containers": [{"name": "c", "image": "c:1", "upgradeStrategy": {"hotUpgradeEmptyImage": "e:1"}}]}),
+                vec![],
+            ),
+        ];
+        for (spec, want) in cases {
+            let errs = validate(&ss(spec.clone())).err().unwrap_or_default();
+            let got: Vec<&str> = errs.0.iter().map(|e| e.field.as_str()).collect();
+            assert_eq!(got, want, "{spec}: {errs}");
+        }
+    }
+
+    /// Switching upgradeType either way is refused on update (OpenKruise's
+    /// `validateSidecarContainerConflict`).
+    #[test]
+    fn the_upgrade_type_is_immutable_both_ways() {
+        let c = |t: &str| serde_json::json!({"containers": [{"name": "proxy", "image": "p:1", "upgradeStrategy": {"upgradeType": t, "hotUpgradeEmptyImage": "e:1"}}]});
+        for (old, new, refused) in [
+            ("ColdUpgrade", "HotUpgrade", true),
+            ("HotUpgrade", "ColdUpgrade", true),
+            ("HotUpgrade", "HotUpgrade", false),
+        ] {
+            let got = validate_update(&ss(c(new)), &ss(c(old)));
+            assert_eq!(got.is_err(), refused, "{old} -> {new}: {got:?}");
+            if let Err(e) = got {
+                assert_eq!(
+                    e.0[0].field,
+                    "spec.containers[0].upgradeStrategy.upgradeType"
+                );
+            }
+        }
+    }
+
+    /// A hot-upgrade pair's names conflict with another SidecarSet's containers.
+    #[test]
+    fn hot_upgrade_pair_names_conflict_across_sidecarsets() {
+        let a = ss(
+            serde_json::json!({"containers": [{"name": "proxy", "image": "p:1", "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": "e:1"}}]}),
+        );
+        let mut b = ss(serde_json::json!({"containers": [{"name": "proxy-1", "image": "x:1"}]}));
+        b.metadata.name = Some("other".into());
+        let errs = conflicts(&a, [&b]).unwrap_err();
+        assert_eq!(errs.0.len(), 1, "{errs}");
+        assert_eq!(errs.0[0].field, "spec.containers[0].name");
     }
 }
 

@@ -13,7 +13,8 @@ use crate::index::Entry;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, LocalObjectReference, Pod, PodSpec, ResourceRequirements, Volume,
+    Container, EnvVar, EnvVarSource, LocalObjectReference, ObjectFieldSelector, Pod, PodSpec,
+    ResourceRequirements, Volume,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -216,16 +217,28 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         .copied()
         .filter(|e| !recorded.contains_key(e.ss.name()))
     {
-        let names: Vec<&str> =
+        // A hot-upgrade sidecar claims its own name and those of its pair.
+        let names: Vec<String> =
             e.ss.spec
                 .containers
                 .iter()
-                .chain(e.ss.spec.init_containers.iter())
-                .map(|c| c.name())
+                .flat_map(|c| {
+                    let mut n = vec![c.name().to_string()];
+                    if c.is_hot_upgrade() {
+                        n.extend(c.pod_names());
+                    }
+                    n
+                })
+                .chain(
+                    e.ss.spec
+                        .init_containers
+                        .iter()
+                        .map(|c| c.name().to_string()),
+                )
                 .collect();
         if let Some((c, other)) = names
             .iter()
-            .find_map(|n| claimed.get(*n).map(|other| (*n, other)))
+            .find_map(|n| claimed.get(n).map(|other| (n.as_str(), other)))
         {
             skipped.push(Skipped {
                 sidecarset: e.ss.name().to_string(),
@@ -238,7 +251,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
             continue;
         }
         for n in names {
-            claimed.insert(n.to_string(), e.ss.name().to_string());
+            claimed.insert(n, e.ss.name().to_string());
         }
         todo.push(e);
     }
@@ -305,6 +318,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         ANNOTATION_INJECTED_LIST.into(),
         list.into_iter().collect::<Vec<_>>().join(","),
     );
+    hot_upgrade_annotations(&todo, &mut new_ann);
     annotation_ops(
         pod.metadata.annotations.is_some(),
         &annotations,
@@ -315,16 +329,22 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
     // 2. Containers, built from the app containers the pod came with. A resourcesPolicy reads
     //    the pod's containers other than those of the matching SidecarSets.
     let apps: Vec<&Container> = spec.containers.iter().collect();
-    let sidecar_names: BTreeSet<&str> = sidecarsets
+    let sidecar_names: BTreeSet<String> = sidecarsets
         .iter()
         .flat_map(|e| {
             e.ss.spec
                 .containers
                 .iter()
-                .chain(e.ss.spec.init_containers.iter())
-                .map(|c| c.name())
+                .flat_map(|c| c.pod_names())
+                .chain(
+                    e.ss.spec
+                        .init_containers
+                        .iter()
+                        .map(|c| c.name().to_string()),
+                )
         })
         .collect();
+    let sidecar_names: BTreeSet<&str> = sidecar_names.iter().map(String::as_str).collect();
     let mut sidecars = Vec::new();
     let mut init_sidecars = Vec::new();
     let mut volumes_needed: Vec<&Volume> = Vec::new();
@@ -451,9 +471,80 @@ fn build_all<'a>(
                 r.requests = computed.requests;
                 c.resources = (r != ResourceRequirements::default()).then_some(r);
             }
-            Ok((sc, c))
+            Ok(if !init && sc.is_hot_upgrade() {
+                let (one, two) = hot_upgrade_pair(sc, c);
+                vec![(sc, one), (sc, two)]
+            } else {
+                vec![(sc, c)]
+            })
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .map(|v| v.into_iter().flatten().collect())
+}
+
+/// A hot-upgrade sidecar as OpenKruise injects it: `<name>-1` works with the sidecar's image,
+/// `<name>-2` idles on `hotUpgradeEmptyImage`; both are the sidecar as built (env, mounts,
+/// resources), with `SIDECARSET_VERSION` and `SIDECARSET_VERSION_ALT` appended, read from their
+/// own version annotations through the downward API.
+fn hot_upgrade_pair(sc: &SidecarContainer, built: Container) -> (Container, Container) {
+    let (n1, n2) = crate::api::hot_upgrade_names(sc.name());
+    let with_versions = |name: String, image: Option<String>| {
+        let mut c = built.clone();
+        let mut env = c.env.take().unwrap_or_default();
+        for (var, key) in [
+            (
+                crate::api::ENV_SIDECARSET_VERSION,
+                crate::api::version_annotation(&name),
+            ),
+            (
+                crate::api::ENV_SIDECARSET_VERSION_ALT,
+                crate::api::version_alt_annotation(&name),
+            ),
+        ] {
+            env.push(EnvVar {
+                name: var.into(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        api_version: None,
+                        field_path: format!("metadata.annotations['{key}']"),
+                    }),
+                    ..Default::default()
+                }),
+            });
+        }
+        c.env = Some(env);
+        c.name = name;
+        c.image = image;
+        c
+    };
+    let image = built.image.clone();
+    let empty = sc.hot_upgrade_empty_image().map(str::to_string);
+    (with_versions(n1, image), with_versions(n2, empty))
+}
+
+/// The annotations of the hot-upgrade sidecars of the SidecarSets injected now (OpenKruise's
+/// `injectHotUpgradeContainers`): versions "1"/"0" for `<name>-1` (working) and "0"/"1" for
+/// `<name>-2` (empty), and `<name>-1` recorded as the working container, added to the map the
+/// pod came with.
+fn hot_upgrade_annotations(todo: &[&Entry], ann: &mut BTreeMap<String, String>) {
+    let mut working = crate::api::working_containers(ann);
+    let mut any = false;
+    for sc in todo.iter().flat_map(|e| e.ss.hot_upgrade_containers()) {
+        let (n1, n2) = crate::api::hot_upgrade_names(sc.name());
+        for (c, version, alt) in [(&n1, "1", "0"), (&n2, "0", "1")] {
+            ann.insert(crate::api::version_annotation(c), version.into());
+            ann.insert(crate::api::version_alt_annotation(c), alt.into());
+        }
+        working.insert(sc.name().to_string(), n1);
+        any = true;
+    }
+    if any {
+        ann.insert(
+            crate::api::ANNOTATION_WORKING_HOT_UPGRADE.into(),
+            serde_json::to_string(&working).unwrap_or_default(),
+        );
+    }
 }
 
 /// Applies a SidecarSet's `patchPodMetadata` to a pod's annotations: Retain adds what is
@@ -793,8 +884,14 @@ pub fn on_update(old: &Pod, new: &Pod) -> Patch {
         .get(ANNOTATION_HASH)
         .and_then(|v| parse_hash_annotation(v))
         .is_some_and(|m| {
-            m.values()
-                .all(|e| e.sidecar_list.iter().all(|n| names.contains(n.as_str())))
+            m.values().all(|e| {
+                e.sidecar_list.iter().all(|n| {
+                    // A hot-upgrade sidecar is in the pod as its pair.
+                    let (one, two) = crate::api::hot_upgrade_names(n);
+                    names.contains(n.as_str())
+                        || (names.contains(one.as_str()) && names.contains(two.as_str()))
+                })
+            })
         });
     let mut wanted = new_ann.clone();
     if still_injected {
@@ -861,6 +958,95 @@ mod tests {
             };
             assert_eq!(names("containers"), ["proxy", "log"], "{raw}");
             assert_eq!(names("initContainers"), ["init"], "{raw}");
+        }
+    }
+
+    /// A HotUpgrade sidecar is injected as OpenKruise's pair (the recorded golden case is in
+    /// tests/fixtures/kruise-1.9): `-1` working, `-2` on the empty image, the version env vars
+    /// last, the version annotations, and the working container added to the pod's map.
+    #[test]
+    fn a_hot_upgrade_sidecar_is_injected_as_a_pair() {
+        let ss: SidecarSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": "s"},
+            "spec": {"selector": {"matchLabels": {"app": "a"}},
+                     "containers": [
+                        {"name": "proxy", "image": "p:1", "env": [{"name": "A", "value": "1"}],
+                         "podInjectPolicy": "AfterAppContainer",
+                         "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": "empty:1"}},
+                        {"name": "log", "image": "l:1"}]}}))
+        .unwrap();
+        let (index, errs) = crate::index::Index::from_sidecarsets([ss]);
+        assert!(errs.is_empty());
+        let ns = crate::index::namespace_labels("ns", &BTreeMap::new());
+        // (the pod's own working map, the map after injection)
+        let cases = [
+            (None, r#"{"proxy":"proxy-1"}"#),
+            (
+                Some(r#"{"mesh":"mesh-2"}"#),
+                r#"{"mesh":"mesh-2","proxy":"proxy-1"}"#,
+            ),
+        ];
+        for (before, after) in cases {
+            let mut meta =
+                serde_json::json!({"name": "p", "namespace": "ns", "labels": {"app": "a"}});
+            if let Some(b) = before {
+                meta["annotations"] =
+                    serde_json::json!({"kruise.io/sidecarset-working-hotupgrade-container": b});
+            }
+            let raw = serde_json::json!({"metadata": meta, "spec": {"containers": [{"name": "main", "image": "m:1"}]}});
+            let pod: Pod = serde_json::from_value(raw.clone()).unwrap();
+            let inj = for_pod(&index, &pod, &ns, "t");
+            let mut out = raw.clone();
+            apply(&mut out, &inj.patch).unwrap();
+            let c = &out["spec"]["containers"];
+            let names: Vec<&str> = c
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["name"].as_str().unwrap())
+                .collect();
+            assert_eq!(names, ["log", "main", "proxy-1", "proxy-2"]);
+            assert_eq!(c[2]["image"], "p:1");
+            assert_eq!(c[3]["image"], "empty:1");
+            for (i, n) in [(2, "proxy-1"), (3, "proxy-2")] {
+                assert_eq!(
+                    c[i]["env"],
+                    serde_json::json!([
+                        {"name": "A", "value": "1"},
+                        {"name": "IS_INJECTED", "value": "true"},
+                        {"name": "SIDECARSET_VERSION", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.annotations['version.sidecarset.kruise.io/{n}']")}}},
+                        {"name": "SIDECARSET_VERSION_ALT", "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.annotations['versionalt.sidecarset.kruise.io/{n}']")}}},
+                    ]),
+                    "{n}"
+                );
+            }
+            let a = &out["metadata"]["annotations"];
+            assert_eq!(
+                a["kruise.io/sidecarset-working-hotupgrade-container"],
+                after
+            );
+            assert_eq!(a["version.sidecarset.kruise.io/proxy-1"], "1");
+            assert_eq!(a["versionalt.sidecarset.kruise.io/proxy-1"], "0");
+            assert_eq!(a["version.sidecarset.kruise.io/proxy-2"], "0");
+            assert_eq!(a["versionalt.sidecarset.kruise.io/proxy-2"], "1");
+            // The hash annotation lists the sidecar by its own name, as OpenKruise does.
+            let hash: serde_json::Value =
+                serde_json::from_str(a["kruise.io/sidecarset-hash"].as_str().unwrap()).unwrap();
+            assert_eq!(
+                hash["s"]["sidecarList"],
+                serde_json::json!(["log", "proxy"])
+            );
+            // A pod update keeps the record: the pair stands for `proxy`.
+            let injected: Pod = serde_json::from_value(out.clone()).unwrap();
+            let mut stripped = injected.clone();
+            stripped
+                .metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .remove(ANNOTATION_HASH);
+            let fix = on_update(&injected, &stripped);
+            assert_eq!(fix.0.len(), 1, "{fix:?}");
         }
     }
 

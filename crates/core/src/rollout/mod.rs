@@ -23,7 +23,10 @@
 //! * Native sidecars (init containers with `restartPolicy: Always`) are upgraded like
 //!   containers.
 
+pub mod hot;
 pub mod order;
+
+pub use hot::reset_patch;
 
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, CompiledSelector,
@@ -78,6 +81,10 @@ pub struct PodView {
     /// The pod's labels, for `priorityStrategy` and `scatterStrategy`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// A hot upgrade is over in this pod but for its old container, which is due for its reset
+    /// to the empty image (see [`hot`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reset: bool,
 }
 
 impl PodView {
@@ -190,6 +197,15 @@ impl<'a> Classifier<'a> {
             .map(|c| c.restart_count)
             .max()
             .unwrap_or(0);
+        let running_ready = phase == "Running" && ready_condition.is_some();
+        let hot = ss.hot_upgrade_containers().next().is_some();
+        let reset = hot
+            && hot::reset_due(
+                pod,
+                ss,
+                pod_consistent(pod, ss, &hot::idle_containers(pod, ss)),
+                running_ready,
+            );
         PodView {
             key: format!(
                 "{}/{}",
@@ -200,8 +216,10 @@ impl<'a> Classifier<'a> {
             injected: hash.is_some() || crate::api::injected_list(annotations).contains(name),
             updated: hash.is_some_and(|h| h.hash == *self.entry.hash),
             upgradable: hash_wo.is_some_and(|h| h.hash == *self.entry.hash_without_image),
-            consistent: pod_consistent(pod, ss),
-            ready: phase == "Running" && ready_condition.is_some(),
+            consistent: pod_consistent(pod, ss, &BTreeSet::new()),
+            // A pod amid a hot upgrade (an idle container off the empty image) is not ready for
+            // the rollout, as OpenKruise's IsPodReady.
+            ready: running_ready && (!hot || hot::idle_on_empty(pod, ss)),
             matches_update_selector: self
                 .update_selector
                 .as_ref()
@@ -225,6 +243,7 @@ impl<'a> Classifier<'a> {
                 .as_ref()
                 .map_or(i64::MAX, |t| t.0.as_second()),
             labels: labels.clone(),
+            reset,
         }
     }
 }
@@ -255,11 +274,12 @@ fn hash_entry(
     parse_hash_annotation(annotations.get(key)?)?.remove(name)
 }
 
-/// True when the kubelet has acted on the pod spec, as far as this SidecarSet's sidecars go: as
-/// many container statuses as containers, and each sidecar present in the pod (containers, and
-/// native sidecars among the init containers) has a status whose image matches its spec image,
-/// or that is not the instance an in-place upgrade replaced ([`settled`]).
-fn pod_consistent(pod: &Pod, ss: &SidecarSet) -> bool {
+/// True when the kubelet has acted on the pod spec, as far as this SidecarSet's sidecars go
+/// (but those in `skip`): as many container statuses as containers, and each sidecar present
+/// in the pod (containers, both of a hot-upgrade pair, and native sidecars among the init
+/// containers) has a status whose image matches its spec image, or that is not the instance an
+/// in-place upgrade replaced ([`settled`]).
+fn pod_consistent(pod: &Pod, ss: &SidecarSet, skip: &BTreeSet<String>) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return false;
     };
@@ -273,7 +293,15 @@ fn pod_consistent(pod: &Pod, ss: &SidecarSet) -> bool {
     if spec.containers.len() != statuses.len() {
         return false;
     }
-    let names: Vec<&str> = ss.spec.containers.iter().map(|c| c.name()).collect();
+    // A hot-upgrade sidecar is its pair of containers.
+    let names: Vec<String> = ss
+        .spec
+        .containers
+        .iter()
+        .flat_map(|c| c.pod_names())
+        .filter(|n| !skip.contains(n))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let native: Vec<&str> = ss
         .spec
         .init_containers
@@ -464,6 +492,10 @@ pub struct Plan {
     pub partition: i32,
     /// `maxUnavailable` resolved against the matched pods.
     pub max_unavailable: i32,
+    /// Keys of the pods whose old hot-upgrade containers are reset to the empty image now
+    /// (sorted). When there are any, no pod is upgraded this round (as OpenKruise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reset: Vec<String>,
 }
 
 /// Scales an int-or-percentage against `total`: ints are returned as they are; `"N%"` (N a
@@ -628,6 +660,24 @@ pub fn plan_with(
         if !done {
             plan.waiting = Some(reason.to_string());
         }
+        return Ok(plan);
+    }
+
+    // Hot upgrades whose new container took over: the old containers go back to the empty
+    // image first, before any other pod is upgraded.
+    let mut reset: Vec<String> = matched
+        .iter()
+        .filter(|v| v.reset)
+        .map(|v| v.key.clone())
+        .collect();
+    if !reset.is_empty() {
+        reset.sort();
+        plan.waiting = Some(format!(
+            "resetting the old hot-upgrade containers of {} to the empty image ({})",
+            pods(reset.len()),
+            some_keys(reset.iter().map(String::as_str))
+        ));
+        plan.reset = reset;
         return Ok(plan);
     }
 
@@ -913,9 +963,24 @@ pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str, revision: &str) -> Opt
     image_ops(
         "containers",
         &spec.containers,
-        &mut ss.spec.containers.iter().map(|c| &c.container),
+        &mut ss
+            .spec
+            .containers
+            .iter()
+            .filter(|c| !c.is_hot_upgrade())
+            .map(|c| &c.container),
         &mut ops,
     );
+    // Hot-upgrade sidecars: the new image into one container of each pair, and the pair's
+    // annotations.
+    let mut hot_ann = annotations.clone();
+    let recorded = inplace_state(Some(annotations))
+        .remove(name)
+        .map(|s| s.last_container_statuses)
+        .unwrap_or_default();
+    for sc in ss.hot_upgrade_containers() {
+        hot::upgrade_ops(pod, ss, sc, &recorded, &mut ops, &mut hot_ann);
+    }
     image_ops(
         "initContainers",
         spec.init_containers.as_deref().unwrap_or(&[]),
@@ -984,6 +1049,7 @@ pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str, revision: &str) -> Opt
         path: ptr(&["metadata", "annotations", ANNOTATION_INPLACE_UPDATE_STATE]),
         value: Value::String(serde_json::to_string(&state).unwrap_or_default()),
     }));
+    hot::annotation_ops(annotations, &hot_ann, &mut ops);
     hashes.insert(
         name.to_string(),
         SidecarSetUpgradeSpec {
