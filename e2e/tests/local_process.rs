@@ -1407,7 +1407,6 @@ async fn evictions_never_loop_on_a_conflict_nor_touch_pods_of_unknown_owners() -
         ]
         .map(String::from),
     );
-    let op = Operator::start(&as_strs(&args), port, &log)?;
     let label = format!("loop-{s}");
     let opted = json!({"sidecarset-operator.io/evict-pods-without-sidecars": "all"});
     let (first, second, third) = (
@@ -1415,17 +1414,24 @@ async fn evictions_never_loop_on_a_conflict_nor_touch_pods_of_unknown_owners() -
         format!("e2e-loop-b-{s}"),
         format!("e2e-loop-c-{s}"),
     );
-    let result = async {
-        wait_webhooks_trusted(&c, &name).await?;
-        wait_default_sa(&c, &app).await?;
-        for ss in [&first, &second] {
-            create_sidecarset(&c, json!({
-                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+    // The conflicting pair gets in before the operator (and its validating webhook, which
+    // refuses the second) runs: as after a migration, or two applied at the same instant.
+    // v1beta1, the stored version: no conversion webhook is needed while no operator runs.
+    let stored: Api<sidecarset_operator::api::v1beta1::SidecarSet> = Api::all(c.clone());
+    for ss in [&first, &second] {
+        stored
+            .create(&PostParams::default(), &serde_json::from_value(json!({
+                "apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
                 "metadata": {"name": ss, "annotations": opted},
                 "spec": {"selector": {"matchLabels": {"e2e-app": label}},
                          "containers": [{"name": "proxy", "image": format!("registry.local/{ss}:1")}]}
-            })).await?;
-        }
+            }))?)
+            .await?;
+    }
+    let op = Operator::start(&as_strs(&args), port, &log)?;
+    let result = async {
+        wait_webhooks_trusted(&c, &name).await?;
+        wait_default_sa(&c, &app).await?;
         wait_injectable(&c, &app, &pod("probe", json!({"e2e-app": label})), "proxy", true).await?;
         create_web_deployment(&c, &app, &label, 2).await?;
         // A pod whose controller is a ConfigMap (as mirror pods have a Node, workflow pods their
