@@ -296,6 +296,16 @@ lint_phase() {
   fi
   pass "values.schema.json refuses a bad enum value and an unknown key"
 
+  # The chart archive carries the licence, the repository's own.
+  local pkg
+  pkg=$(mktemp -d)
+  "$HELM" package "$CHART" -d "$pkg" >/dev/null || die "helm package failed"
+  tar -xzf "$pkg"/*.tgz -C "$pkg" sidecarset-operator/LICENSE 2>/dev/null \
+    && cmp -s "$pkg/sidecarset-operator/LICENSE" "$REPO/LICENSE" \
+    || { rm -rf "$pkg"; die "the chart archive has no LICENSE, or not the repository's (cp LICENSE $CHART/LICENSE)"; }
+  rm -rf "$pkg"
+  pass "helm package: the chart archive carries the repository's LICENSE"
+
   for f in "${VALUES_FILES[@]}"; do
     i=$((i + 1))
     render "$OUT/rendered-$i.yaml" "$f"

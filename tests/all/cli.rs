@@ -520,6 +520,15 @@ fn the_krew_manifest_installs_the_binary_as_kubectl_sidecarset() {
                 .iter()
                 .any(|f| f["from"] == "kubectl-sidecarset")
         );
+        // The archive carries the licence (hack/krew.sh packs it next to the binary).
+        assert!(
+            p["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["from"] == "LICENSE"),
+            "the Krew manifest does not install LICENSE: {p}"
+        );
         assert_eq!(p["sha256"].as_str().unwrap().len(), 64);
         assert!(p["selector"]["matchLabels"]["os"].is_string());
     }
