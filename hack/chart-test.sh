@@ -306,6 +306,18 @@ lint_phase() {
   rm -rf "$pkg"
   pass "helm package: the chart archive carries the repository's LICENSE"
 
+  # Every probe value the schema accepts reaches the Deployment (startup.timeoutSeconds was once ignored).
+  local probes
+  probes=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" --set probes.startup.timeoutSeconds=7 \
+    --set probes.liveness.timeoutSeconds=8 --set probes.readiness.timeoutSeconds=9 | python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(sys.stdin):
+    if d and d.get("kind") == "Deployment":
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        print(" ".join(str(c[p].get("timeoutSeconds")) for p in ("startupProbe", "livenessProbe", "readinessProbe")))')
+  [ "$probes" = "7 8 9" ] || die "probes.*.timeoutSeconds not rendered as given (startup liveness readiness: $probes)"
+  pass "probes.{startup,liveness,readiness}.timeoutSeconds reach the Deployment"
+
   for f in "${VALUES_FILES[@]}"; do
     i=$((i + 1))
     render "$OUT/rendered-$i.yaml" "$f"
