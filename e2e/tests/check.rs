@@ -295,7 +295,7 @@ const IGNORED: &str = "starts operator processes reachable only from a local API
 /// An operator process with its own namespace, Secret, Lease and webhook configurations (by URL
 /// on 127.0.0.1, failing closed), metrics on a port of its own.
 struct Instance {
-    op: Operator,
+    op: Option<Operator>,
     ns: String,
     name: String,
     metrics: String,
@@ -338,7 +338,7 @@ impl Instance {
         args.extend(extra.iter().map(|s| s.to_string()));
         let op = Operator::start(&strs(&args), port, &log)?;
         Ok(Instance {
-            op,
+            op: Some(op),
             ns,
             name,
             metrics: format!("http://127.0.0.1:{mport}/metrics"),
@@ -399,7 +399,7 @@ async fn the_crd_without_webhook_conversion_fails() -> anyhow::Result<()> {
     let result = async {
         i.ready(&["crd", "conversion", "admission"]).await?;
         // Stopped, nothing puts the conversion settings back.
-        i.op.terminate(30)?;
+        i.op.as_mut().expect("running").terminate(60)?;
         let c = client().await;
         Api::<CustomResourceDefinition>::all(c)
             .patch(
@@ -434,7 +434,7 @@ async fn a_conversion_webhook_that_cannot_be_reached_fails() -> anyhow::Result<(
                 "clientConfig": {"url": url, "caBundle": base64_of(&bundle)}}}}})
         };
         let crds = Api::<CustomResourceDefinition>::all(c.clone());
-        crds.patch(CRD, &PatchParams::default(), &Patch::Merge(set(format!("https://127.0.0.1:{}/convert", i.op.port)))).await?;
+        crds.patch(CRD, &PatchParams::default(), &Patch::Merge(set(format!("https://127.0.0.1:{}/convert", i.op.as_ref().map_or(0, |o| o.port))))).await?;
         check_until(&strs(&i.args()), 20, "conversion ok", |r| r.status("conversion") == "ok").await?;
         crds.patch(CRD, &PatchParams::default(), &Patch::Merge(set(format!("https://127.0.0.1:{dead}/convert")))).await?;
         let r = check_until(&strs(&i.args()), 20, "conversion failing", |r| r.status("conversion") == "fail").await?;
@@ -458,7 +458,7 @@ async fn a_missing_webhook_configuration_fails() -> anyhow::Result<()> {
     let mut i = Instance::start("wh", &[]).await?;
     let result = async {
         i.ready(&["webhooks"]).await?;
-        i.op.terminate(30)?;
+        i.op.as_mut().expect("running").terminate(60)?;
         let c = client().await;
         Api::<ValidatingWebhookConfiguration>::all(c)
             .delete(&i.name, &DeleteParams::default())
@@ -488,8 +488,8 @@ async fn a_ca_bundle_that_does_not_trust_the_served_certificate_fails() -> anyho
         namespace: "ns".into(),
         extra_dns: vec![],
         extra_ips: vec!["127.0.0.1".parse()?],
-        ca_validity: Duration::from_secs(3600),
-        leaf_validity: Duration::from_secs(3000),
+        ca_validity: Duration::from_secs(60 * 86400),
+        leaf_validity: Duration::from_secs(30 * 86400),
         renew_at: 0.66,
         overlap: Duration::from_secs(1),
     };
@@ -537,7 +537,12 @@ async fn a_serving_certificate_about_to_expire_warns() -> anyhow::Result<()> {
     let i = Instance::start("exp", &["--cert-validity", "3d"]).await?;
     let result = async {
         let r = check_until(&strs(&i.args()), 30, "the certificate line", |r| {
-            r.status("certificate") == "warn"
+            r.line("certificate").is_ok_and(|l| {
+                l["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("expires in")
+            })
         })
         .await?;
         r.expect("certificate", "warn", "expires in")?;
@@ -581,14 +586,18 @@ async fn a_stale_match_condition_fails() -> anyhow::Result<()> {
 #[tokio::test]
 #[ignore = "starts operator processes reachable only from a local API server, or changes cluster-wide objects; run by hack/e2e-local.sh"]
 async fn no_leader_fails() -> anyhow::Result<()> {
-    let mut i = Instance::start("lead", &[]).await?;
+    let mut i = Instance::start("lead", &["--leader-lease-duration", "4s"]).await?;
     let result = async {
         let r = i.ready(&["leader"]).await?;
         r.expect("leader", "ok", "leads")?;
-        // SIGTERM: the leader lets the Lease go, and no other replica takes it.
-        i.op.terminate(30)?;
-        let r = check(&strs(&i.args())).await?;
-        r.expect("leader", "fail", "no replica leads")?;
+        // The leader dies (SIGKILL: it cannot let the Lease go) and no other replica takes it:
+        // the Lease goes stale after its duration.
+        drop(i.op.take());
+        let r = check_until(&strs(&i.args()), 20, "the leader line failing", |r| {
+            r.status("leader") == "fail"
+        })
+        .await?;
+        r.expect("leader", "fail", "was last renewed")?;
         anyhow::Ok(())
     }
     .await;
