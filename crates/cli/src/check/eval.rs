@@ -394,6 +394,9 @@ fn conversion(o: &Observed) -> Line {
     }
 }
 
+/// One webhook of either configuration: name, failure policy, caBundle, where it calls.
+type Entry<'a> = (&'a str, Option<&'a str>, Option<&'a [u8]>, Option<Target>);
+
 fn webhooks(o: &Observed) -> Line {
     const C: &str = "webhooks";
     let name = &o.webhook_config_name;
@@ -415,7 +418,7 @@ fn webhooks(o: &Observed) -> Line {
     };
     let mhooks = m.webhooks.clone().unwrap_or_default();
     let vhooks = v.webhooks.clone().unwrap_or_default();
-    let mut entries: Vec<(&str, Option<&str>, Option<&[u8]>, Option<Target>)> = mhooks
+    let mut entries: Vec<Entry> = mhooks
         .iter()
         .map(|w| {
             (

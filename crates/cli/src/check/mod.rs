@@ -380,7 +380,7 @@ async fn gather(c: &Cluster, args: &CheckArgs) -> Result<Observed, ToolError> {
         None => (ns.clone(), sa),
     };
     o.service_account = format!("system:serviceaccount:{sa_ns}:{sa_name}");
-    let self_certs = !deployed.args.get("cert-mode").is_some_and(|m| m == "files");
+    let self_certs = deployed.args.get("cert-mode").is_none_or(|m| m != "files");
     let secret_name = args
         .cert_secret_name
         .clone()

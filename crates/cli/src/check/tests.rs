@@ -643,7 +643,8 @@ fn before_install() {
         "{:#?}",
         evaluate_pre(&base)
     );
-    let cases: Vec<(fn(&mut PreObserved), &str, Status)> = vec![
+    type PreCase = (fn(&mut PreObserved), &'static str, Status);
+    let cases: Vec<PreCase> = vec![
         (
             |o| o.version = Some((1, 29)),
             "kubernetes-version",
