@@ -13,7 +13,9 @@
 #               after install is injected and its sidecar really runs
 #   3. rollout  e2e/tests/real_node.rs against that install: in-place upgrades of container and
 #               native sidecars, unpullable images, rollback, tag alias
-#   4. upgrade  helm upgrade keeps the operator's caBundle and certificate, applies new values,
+#   4. upgrade  pods created in a loop through helm upgrade (every replica replaced): N attempted,
+#               0 failed (SSO_E2E_UPGRADE_FAILURES_OK=1 reports failures instead of failing);
+#               helm upgrade keeps the operator's caBundle and certificate, applies new values,
 #               pods are still injected
 #   5. uninstall  removes the chart's objects; the CRD, SidecarSets, certificate Secret and Lease
 #               stay (as the chart README says)
@@ -253,9 +255,42 @@ hack/node.sh status 2>&1 | grep 'RSS:' | sed 's/^\[node\]   /[e2e-node] memory a
 # ---------------------------------------------------------------------------------------------
 section "upgrade: helm upgrade"
 secret_before=$(k -n "$NS" get secret "$RELEASE-webhook-certs" -o jsonpath='{.data}' | sha256sum)
+# Pods created in a loop while the upgrade replaces every replica (server-side dry runs: each
+# goes through the pod webhook, failurePolicy Fail, as a real create would): how many were
+# attempted, and how many refused or created without the sidecar.
+ADM=$WORK/upgrade-admissions
+rm -f "$ADM".*
+(
+  n=0 bad=0
+  while [ ! -e "$ADM.stop" ]; do
+    n=$((n + 1))
+    if out=$(dry 2>&1) && grep -q hello-sidecar <<<"$out"; then :; else
+      bad=$((bad + 1)); printf '%s %s\n' "$(date -u +%H:%M:%S.%N)" "$out" >>"$ADM.failures"
+    fi
+    echo "$n $bad" >"$ADM.count"
+  done
+) &
+ADM_PID=$!
+sleep 2
 t=$SECONDS
 helm upgrade "$RELEASE" charts/sidecarset-operator -n "$NS" -f "$VALUES" --set logFormat=text --set replicaCount=3 --wait --timeout 3m >/dev/null
+sleep 5
+touch "$ADM.stop"
+wait "$ADM_PID" || true
+read -r adm_n adm_bad <"$ADM.count"
 pass "helm upgrade --wait (logFormat=text, replicaCount=3): done in $((SECONDS - t)) s"
+log "admissions during the upgrade: $adm_n attempted, $adm_bad failed"
+echo "upgrade admissions: $adm_n attempted, $adm_bad failed" >"$WORK/upgrade-admissions.txt"
+if [ "$adm_bad" != 0 ]; then
+  sed 's/^/      /' "$ADM.failures" | head -n 20 >&2
+  if [ "${SSO_E2E_UPGRADE_FAILURES_OK:-0}" = 1 ]; then
+    log "WARNING: $adm_bad of $adm_n admissions failed during helm upgrade (SSO_E2E_UPGRADE_FAILURES_OK=1)"
+  else
+    die "$adm_bad of $adm_n admissions failed during helm upgrade (the replicas' shutdown is not graceful enough)"
+  fi
+else
+  pass "$adm_n pod admissions during helm upgrade (every replica replaced), 0 failed"
+fi
 [ "$(k get mutatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" = "$ca_m" ] || die "helm upgrade changed the caBundle the operator wrote"
 [ "$(k -n "$NS" get secret "$RELEASE-webhook-certs" -o jsonpath='{.data}' | sha256sum)" = "$secret_before" ] || die "the certificate Secret changed"
 pass "caBundle and certificate Secret unchanged"
