@@ -390,7 +390,7 @@ fn works_as_the_kubectl_plugin() {
     let out = run(&["--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0));
-    for c in ["explain", "diff", "inject", "crd"] {
+    for c in ["check", "explain", "diff", "inject", "crd"] {
         assert!(
             help.lines().any(|l| l.trim_start().starts_with(c)),
             "{c} missing: {help}"
@@ -463,6 +463,18 @@ fn tool_errors_are_one_line_with_documented_exit_codes() {
         ),
         (
             vec!["diff", "-f", "config/samples/sidecarset.yaml"],
+            unreachable.as_str(),
+            2,
+            "cannot reach the API server",
+        ),
+        (
+            vec!["check"],
+            unreachable.as_str(),
+            2,
+            "cannot reach the API server at https://127.0.0.1:1/",
+        ),
+        (
+            vec!["check", "--pre"],
             unreachable.as_str(),
             2,
             "cannot reach the API server",
