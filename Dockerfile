@@ -45,6 +45,7 @@ LABEL org.opencontainers.image.title="sidecarset-operator" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /out/sidecarset-operator /sidecarset-operator
+COPY LICENSE /LICENSE
 USER 65532:65532
 EXPOSE 9443
 ENTRYPOINT ["/sidecarset-operator"]

@@ -59,9 +59,10 @@ lint: ## cargo fmt --check, one feature set for every build (hack/features.sh), 
 	cargo clippy --workspace --all-targets -- -D warnings
 
 .PHONY: manifests
-manifests: ## Write the generated CRD into the chart and the bundle
+manifests: ## Write the generated CRD into the chart and the bundle, and the chart README's values table (helm-docs)
 	cargo build -q --bin sidecarset-operator
 	@for f in $(CRD_FILES); do mkdir -p $$(dirname $$f); $(BIN) crd > $$f; echo "wrote $$f"; done
+	hack/chart-docs.sh generate
 
 .PHONY: check-manifests
 check-manifests: ## Fail when the generated manifests differ from the code (run `make manifests`)
@@ -69,6 +70,7 @@ check-manifests: ## Fail when the generated manifests differ from the code (run 
 	@for f in $(CRD_FILES); do \
 	  if ! $(BIN) crd | diff -q - $$f >/dev/null; then \
 	    echo "$$f is out of date with crates/core/src/api: run 'make manifests' and commit the result"; exit 1; fi; done
+	@hack/chart-docs.sh check
 	@echo "generated manifests are up to date"
 
 .PHONY: run

@@ -296,6 +296,61 @@ lint_phase() {
   fi
   pass "values.schema.json refuses a bad enum value and an unknown key"
 
+  # The chart archive carries the licence, the repository's own.
+  local pkg
+  pkg=$(mktemp -d)
+  "$HELM" package "$CHART" -d "$pkg" >/dev/null || die "helm package failed"
+  tar -xzf "$pkg"/*.tgz -C "$pkg" sidecarset-operator/LICENSE 2>/dev/null \
+    && cmp -s "$pkg/sidecarset-operator/LICENSE" "$REPO/LICENSE" \
+    || { rm -rf "$pkg"; die "the chart archive has no LICENSE, or not the repository's (cp LICENSE $CHART/LICENSE)"; }
+  rm -rf "$pkg"
+  pass "helm package: the chart archive carries the repository's LICENSE"
+
+  # Every probe value the schema accepts reaches the Deployment (startup.timeoutSeconds was once ignored).
+  local probes
+  probes=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" --set probes.startup.timeoutSeconds=7 \
+    --set probes.liveness.timeoutSeconds=8 --set probes.readiness.timeoutSeconds=9 | python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(sys.stdin):
+    if d and d.get("kind") == "Deployment":
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        print(" ".join(str(c[p].get("timeoutSeconds")) for p in ("startupProbe", "livenessProbe", "readinessProbe")))')
+  [ "$probes" = "7 8 9" ] || die "probes.*.timeoutSeconds not rendered as given (startup liveness readiness: $probes)"
+  pass "probes.{startup,liveness,readiness}.timeoutSeconds reach the Deployment"
+
+  # The knobs of ci/knobs-values.yaml reach the objects; by default there is no NetworkPolicy or
+  # PodMonitor, and the pod webhooks keep the built-in exclusions.
+  local knobs
+  knobs=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" -f "$CHART/ci/knobs-values.yaml" | python3 -c '
+import sys, yaml
+docs = {d["kind"]: d for d in yaml.safe_load_all(sys.stdin) if d}
+c = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+want = ["--leader-lease-duration=20s", "--rollout-rules=strict", "--pod-match-conditions=false",
+        "--max-admissions-in-flight=256", "--watch-stale-after=3m"]
+bad = [w for w in want if w not in c["args"]]
+if {"name": "RUST_LOG", "value": "info,sidecarset_operator=debug"} not in c["env"]: bad.append("RUST_LOG")
+for w in docs["MutatingWebhookConfiguration"]["webhooks"]:
+    if w["name"].startswith("mpod") and w["namespaceSelector"] != {"matchLabels": {"sidecar-injection": "enabled"}}:
+        bad.append(w["name"] + ".namespaceSelector not replaced")
+np = docs.get("NetworkPolicy", {}).get("spec", {})
+if np.get("ingress", [{}])[0].get("from") != [{"ipBlock": {"cidr": "10.0.0.0/24"}}]: bad.append("NetworkPolicy webhook ingress")
+if "PodMonitor" not in docs: bad.append("PodMonitor")
+print(" ".join(bad))')
+  [ -z "$knobs" ] || die "ci/knobs-values.yaml: not rendered as set: $knobs"
+  knobs=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" | python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+kinds = {d["kind"] for d in docs}
+bad = [k for k in ("NetworkPolicy", "PodMonitor") if k in kinds]
+for d in docs:
+    if d["kind"] == "MutatingWebhookConfiguration":
+        for w in d["webhooks"]:
+            if w["name"].startswith("mpod") and w["namespaceSelector"]["matchExpressions"][0]["key"] != "kubernetes.io/metadata.name":
+                bad.append(w["name"])
+print(" ".join(bad))')
+  [ -z "$knobs" ] || die "default values render $knobs"
+  pass "knobs (log level, lease duration, feature switches, replacing webhook selectors, NetworkPolicy, PodMonitor): rendered as set; none of the optional objects by default"
+
   for f in "${VALUES_FILES[@]}"; do
     i=$((i + 1))
     render "$OUT/rendered-$i.yaml" "$f"

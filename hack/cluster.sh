@@ -199,6 +199,20 @@ pick_port() {
   die "no free port for kube-apiserver in $lo-$((lo + span - 1)) on $BIND_ADDRESS (tried 200); set SSO_APISERVER_PORT"
 }
 
+# Pick etcd's client port the same way, in 30000-31999: kwokctl's own choice counts down from
+# 32767 and takes a port that is free at that moment, so two clusters on one machine could end
+# up on one etcd (a second cluster's apiserver silently storing into the first's) when the first
+# one's etcd was briefly down (the fault tests stop it) while the second was created.
+pick_etcd_port() {
+  local lo=30000 span=2000 start i p
+  start=$((RANDOM % span))
+  for ((i = 0; i < 200; i++)); do
+    p=$((lo + (start + i * 37) % span))
+    if [ "$p" != "$APISERVER_PORT" ] && port_free "$p"; then ETCD_PORT=$p; return; fi
+  done
+  die "no free port for etcd in $lo-$((lo + span - 1)) on $BIND_ADDRESS (tried 200)"
+}
+
 # kwokctl as linked by 'up' (for 'down', which must not build anything).
 find_kwokctl_linked() {
   KWOKCTL=
@@ -295,6 +309,7 @@ cmd_up() {
 
   trap on_up_exit EXIT
   pick_port
+  pick_etcd_port
 
   cat >"$WORK/kwokctl-config.yaml" <<EOF
 apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -344,6 +359,7 @@ EOF
     --etcd-binary "$ETCD_BIN/etcd"
     --kwok-controller-binary "$KWOK_BIN/kwok"
     --kube-apiserver-port "$APISERVER_PORT"
+    --etcd-port "$ETCD_PORT"
     --kube-admission=true
     --kube-authorization=true
     --kubeconfig "$KUBECONFIG_FILE"

@@ -65,6 +65,9 @@ log "uninstalling the chart; tests that start their own operators (fresh start, 
 "$HELM_BIN/helm" uninstall sidecarset-operator -n sidecarset-system --wait >/dev/null
 cargo test -p sidecarset-e2e --test local_process -- --ignored --nocapture --test-threads=1
 
+log "check: each failure it knows, induced on an operator of its own (CRD, conversion, webhooks, caBundle trust, expiry, match conditions, leader, OpenKruise)"
+cargo test -p sidecarset-e2e --test check -- --ignored --nocapture --test-threads=1
+
 log "faults: a leader cut off by a partition, an API server restart and etcd down 10 s, mid-rollout"
 cargo test -p sidecarset-e2e --test faults -- --ignored --nocapture --test-threads=1
 

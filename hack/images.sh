@@ -176,6 +176,7 @@ cmd_operator() {
     install -D -m 0755 "$(readlink -f "$lib")" "$r$lib"
   done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
   install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/ca-certificates.crt"
+  install -D -m 0644 "$REPO/LICENSE" "$r/LICENSE"
   mkdir -p "$r/tmp" "$r/home/nonroot" "$r/proc" "$r/sys" "$r/dev"
   chmod 1777 "$r/tmp"
   chown 65532:65532 "$r/home/nonroot"
@@ -264,6 +265,8 @@ EOF
   fi
   [ -s "$w/b/rootfs/etc/ssl/certs/ca-certificates.crt" ] && log "ok   ca-certs   /etc/ssl/certs/ca-certificates.crt" \
     || { log "FAIL ca-certs   /etc/ssl/certs/ca-certificates.crt missing"; rc=1; }
+  cmp -s "$w/b/rootfs/LICENSE" "$REPO/LICENSE" && log "ok   license    /LICENSE (as the Dockerfile's COPY LICENSE)" \
+    || { log "FAIL license    /LICENSE missing or not the repository's LICENSE"; rc=1; }
   rm -rf "$w"
   [ "$rc" = 0 ] || die "the local operator image and the Dockerfile disagree (see above); update hack/images.sh or the Dockerfile"
   log "the local operator image agrees with the Dockerfile"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packages the operator binary as the kubectl plugin `kubectl sidecarset` for Krew: an archive
-# holding the binary named kubectl-sidecarset, and plugins/sidecarset.yaml with its sha256.
+# holding the binary named kubectl-sidecarset and the LICENSE, and plugins/sidecarset.yaml with its sha256.
 #
 #   hack/krew.sh [OUT]     OUT defaults to .local/krew
 #
@@ -21,8 +21,9 @@ OS=$(uname -s | tr '[:upper:]' '[:lower:]')
 [ -x "$BIN" ] || cargo build --release --bin sidecarset-operator
 mkdir -p "$OUT/stage"
 cp "$BIN" "$OUT/stage/kubectl-sidecarset"
+cp LICENSE "$OUT/stage/LICENSE"
 ARCHIVE=kubectl-sidecarset_${VERSION}_${OS}_${ARCH}.tar.gz
-tar -C "$OUT/stage" -czf "$OUT/$ARCHIVE" kubectl-sidecarset
+tar -C "$OUT/stage" -czf "$OUT/$ARCHIVE" kubectl-sidecarset LICENSE
 rm -rf "$OUT/stage"
 SHA=$(sha256sum "$OUT/$ARCHIVE" | cut -d' ' -f1)
 BASE=${KREW_BASE_URL:-https://releases.example.invalid/sidecarset-operator/$VERSION}
@@ -34,7 +35,7 @@ m["spec"]["version"] = version
 m["spec"]["platforms"] = [{
     "selector": {"matchLabels": {"os": os_, "arch": arch}},
     "uri": uri, "sha256": sha, "bin": "kubectl-sidecarset",
-    "files": [{"from": "kubectl-sidecarset", "to": "."}],
+    "files": [{"from": "kubectl-sidecarset", "to": "."}, {"from": "LICENSE", "to": "."}],
 }]
 yaml.safe_dump(m, open(out, "w"), sort_keys=False)
 PY

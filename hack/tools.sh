@@ -5,7 +5,8 @@
 # version. Prints the directory of each tool on stdout as NAME=PATH lines (for `eval`), and its
 # progress on stderr.
 #
-#   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet]...
+#   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet|helm-docs]...
+# (`helm-docs` is asked for by hack/chart-docs.sh only.)
 #
 # `all` is what the kwok cluster needs; `kubelet` (for the real node of hack/node.sh) is built
 # only when asked for, into the same kubernetes-<version> directory (it shares the Go build cache
@@ -17,6 +18,7 @@ K8S_VERSION=${K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
+HELM_DOCS_VERSION=${HELM_DOCS_VERSION:-v1.14.2}
 
 CACHE=${SSO_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sidecarset-operator/bin}
 mkdir -p "$CACHE"
@@ -197,6 +199,23 @@ _build_helm() {
   log "helm $HELM_VERSION built in $((SECONDS - start)) s"
 }
 
+# helm-docs writes the chart's README from values.yaml (hack/chart-docs.sh).
+build_helm_docs() {
+  local out=$CACHE/helm-docs-$HELM_DOCS_VERSION
+  if [ -x "$out/helm-docs" ]; then echo "HELM_DOCS_BIN=$out"; return; fi
+  with_lock "$out" _build_helm_docs "$out"
+  echo "HELM_DOCS_BIN=$out"
+}
+
+_build_helm_docs() {
+  local out=$1 start=$SECONDS
+  [ -x "$out/helm-docs" ] && return 0
+  log "building helm-docs $HELM_DOCS_VERSION"
+  GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+    "github.com/norwoodj/helm-docs/cmd/helm-docs@$HELM_DOCS_VERSION" >&2
+  log "helm-docs $HELM_DOCS_VERSION built in $((SECONDS - start)) s"
+}
+
 targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do
   case $t in
@@ -206,6 +225,7 @@ for t in "${targets[@]}"; do
     kwok) build_kwok ;;
     helm) build_helm ;;
     kubelet) build_kubelet ;;
-    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm or kubelet)" ;;
+    helm-docs) build_helm_docs ;;
+    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet or helm-docs)" ;;
   esac
 done

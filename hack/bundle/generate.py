@@ -208,7 +208,10 @@ def build(args):
     # and needs no access to CRDs.
     for c in dep_spec["template"]["spec"]["containers"]:
         if c.get("name") == container["name"]:
-            c.setdefault("args", []).extend(["--manage-crd-conversion=false", "--pod-match-conditions=false"])
+            # In place of the chart's features.* values (a flag given twice is refused).
+            off = ("--manage-crd-conversion=", "--pod-match-conditions=")
+            c["args"] = [a for a in c.get("args", []) if not a.startswith(off)]
+            c["args"].extend(["--manage-crd-conversion=false", "--pod-match-conditions=false"])
     # ... nor the webhook configurations, which OLM makes from webhookdefinitions.
     cluster_rules = [r for r in objs["ClusterRole"]["rules"]
                      if "apiextensions.k8s.io" not in r.get("apiGroups", [])

@@ -390,7 +390,7 @@ fn works_as_the_kubectl_plugin() {
     let out = run(&["--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0));
-    for c in ["explain", "diff", "inject", "crd"] {
+    for c in ["check", "explain", "diff", "inject", "crd"] {
         assert!(
             help.lines().any(|l| l.trim_start().starts_with(c)),
             "{c} missing: {help}"
@@ -468,6 +468,18 @@ fn tool_errors_are_one_line_with_documented_exit_codes() {
             "cannot reach the API server",
         ),
         (
+            vec!["check"],
+            unreachable.as_str(),
+            2,
+            "cannot reach the API server at https://127.0.0.1:1/",
+        ),
+        (
+            vec!["check", "--pre"],
+            unreachable.as_str(),
+            2,
+            "cannot reach the API server",
+        ),
+        (
             vec!["diff", "-f", "/nonexistent/ss.yaml"],
             unreachable.as_str(),
             1,
@@ -519,6 +531,15 @@ fn the_krew_manifest_installs_the_binary_as_kubectl_sidecarset() {
                 .unwrap()
                 .iter()
                 .any(|f| f["from"] == "kubectl-sidecarset")
+        );
+        // The archive carries the licence (hack/krew.sh packs it next to the binary).
+        assert!(
+            p["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["from"] == "LICENSE"),
+            "the Krew manifest does not install LICENSE: {p}"
         );
         assert_eq!(p["sha256"].as_str().unwrap().len(), 64);
         assert!(p["selector"]["matchLabels"]["os"].is_string());

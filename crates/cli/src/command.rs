@@ -1,4 +1,4 @@
-//! The tool subcommands (`crd`, `inject`, `explain`, `diff`) and what they print and exit with.
+//! The tool subcommands (`crd`, `inject`, `explain`, `diff`, `check`, `migrate`) and what they print and exit with.
 
 use crate::{inspect, offline};
 use clap::Subcommand;
@@ -32,6 +32,12 @@ pub enum ToolCommand {
     /// select, upgrade in place or leave alone (and why), conflicts with other SidecarSets, and
     /// the rollout order.
     Diff(inspect::DiffArgs),
+    /// Is the operator installed and working: the CRD and its conversion, the webhook
+    /// configurations (caBundle, failure policies, match conditions), Ready endpoints, the
+    /// leader, OpenKruise alongside, metrics, the serving certificate, its ServiceAccount's RBAC;
+    /// one line per check (ok, warn, fail) with the remedy. `--pre`: can it be installed here.
+    /// Exit code: 0 all ok, 4 a warning, 5 a failure.
+    Check(crate::check::CheckArgs),
     /// Move a cluster to this operator without losing a SidecarSet: `migrate from-openkruise`
     /// (a dry run prints the plan; --apply does the next step).
     Migrate {
@@ -62,6 +68,7 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
             what: inspect::ExplainCommand::Pod(args),
         } => on_cluster(inspect::explain_pod(&args)),
         ToolCommand::Diff(args) => on_cluster(inspect::diff(&args)),
+        ToolCommand::Check(args) => on_cluster(crate::check::check(&args)),
         ToolCommand::Migrate {
             from: crate::migrate::MigrateCommand::FromOpenkruise(args),
         } => migrate(&args),

@@ -1,9 +1,11 @@
 //! The command-line tools of sidecarset-operator, on the same core as the webhook and the
 //! controller and without the webhook server: the offline `inject` ([`offline`]), `explain` and
-//! `diff` ([`inspect`], which talk to the cluster with a kube client), `crd`, and the kubectl
+//! `diff` ([`inspect`], which talk to the cluster with a kube client), `check` ([`check`]: is the
+//! installation healthy), `crd`, and the kubectl
 //! plugin (`kubectl sidecarset ...`). The operator's binary parses [`ToolCommand`] next to its own
 //! `run` and hands it to [`run_tool`].
 
+pub mod check;
 mod command;
 pub mod inspect;
 pub mod migrate;

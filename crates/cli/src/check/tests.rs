@@ -1,0 +1,758 @@
+//! The verdicts of `check`, table-driven: a healthy installation, then one change per case and
+//! the line it must turn (and only that line's status is asserted, with a word of its message).
+
+use super::eval::*;
+use super::{permissions, verify_leaf};
+use serde_json::json;
+
+const NOW: i64 = 1_800_000_000;
+
+fn rfc3339(secs: i64) -> String {
+    jiff::Timestamp::from_second(secs)
+        .unwrap()
+        .strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+        .to_string()
+}
+
+fn client(path: &str) -> serde_json::Value {
+    json!({"url": format!("https://127.0.0.1:9443{path}"), "caBundle": "Y2E="})
+}
+
+fn healthy() -> Observed {
+    Observed {
+        now: NOW,
+        operator_namespace: "sidecarset-system".into(),
+        webhook_config_name: "sidecarset-operator".into(),
+        crd: Some(serde_json::from_value(json!({
+            "metadata": {"name": "sidecarsets.apps.kruise.io"},
+            "spec": {"group": "apps.kruise.io", "scope": "Cluster",
+                "names": {"plural": "sidecarsets", "kind": "SidecarSet"},
+                "versions": [{"name": "v1alpha1", "served": true, "storage": false},
+                             {"name": "v1beta1", "served": true, "storage": true}],
+                "conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+                    "clientConfig": client("/convert")}}}
+        })).unwrap()),
+        mutating: Some(serde_json::from_value(json!({
+            "metadata": {"name": "sidecarset-operator"},
+            "webhooks": [
+                {"name": POD_CREATE_WEBHOOK, "clientConfig": client("/mutate-pod"), "failurePolicy": "Fail",
+                 "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                 "matchConditions": [{"name": "selected-by-a-sidecarset", "expression": "want"}]},
+                {"name": POD_UPDATE_WEBHOOK, "clientConfig": client("/mutate-pod"), "failurePolicy": "Ignore",
+                 "sideEffects": "None", "admissionReviewVersions": ["v1"]},
+                {"name": SIDECARSET_MUTATE_WEBHOOK, "clientConfig": client("/mutate-sidecarset"), "failurePolicy": "Fail",
+                 "sideEffects": "None", "admissionReviewVersions": ["v1"]}
+            ]
+        })).unwrap()),
+        validating: Some(serde_json::from_value(json!({
+            "metadata": {"name": "sidecarset-operator"},
+            "webhooks": [{"name": SIDECARSET_VALIDATE_WEBHOOK, "clientConfig": client("/validate-sidecarset"),
+                "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
+        })).unwrap()),
+        probe_v1beta1: Some(Ok(true)),
+        probe_v1alpha1: Some(Ok(true)),
+        expected_match: Some(Some("want".into())),
+        endpoint_slices: None,
+        leader_elect: true,
+        lease_name: "sidecarset-operator".into(),
+        lease: Some(serde_json::from_value(json!({
+            "metadata": {"name": "sidecarset-operator"},
+            "spec": {"holderIdentity": "op-1", "leaseDurationSeconds": 15, "renewTime": rfc3339(NOW - 2)}
+        })).unwrap()),
+        openkruise: vec![],
+        metrics: Some(Ok("# HELP x\nsidecarset_operator_admissions_total 3\n".into())),
+        metrics_source: "http://127.0.0.1:9090/metrics".into(),
+        served_cert: Some(Ok(ServedCert {
+            source: "https://127.0.0.1:9443".into(),
+            trusted: Ok(()),
+            not_after: NOW + 60 * 86400,
+        })),
+        service_account: "system:serviceaccount:sidecarset-system:sidecarset-operator".into(),
+        permissions: vec![Permission { can_i: "list pods".into(), allowed: Ok(true) }],
+    }
+}
+
+/// Service mode: every webhook and the conversion to Service sidecarset-system/webhook.
+fn service_mode(o: &mut Observed, slices: serde_json::Value) {
+    let svc = json!({"service": {"namespace": "sidecarset-system", "name": "webhook", "port": 443}, "caBundle": "Y2E="});
+    for w in o.mutating.as_mut().unwrap().webhooks.iter_mut().flatten() {
+        w.client_config = serde_json::from_value(svc.clone()).unwrap();
+    }
+    for w in o.validating.as_mut().unwrap().webhooks.iter_mut().flatten() {
+        w.client_config = serde_json::from_value(svc.clone()).unwrap();
+    }
+    let crd = o.crd.as_mut().unwrap();
+    crd.spec
+        .conversion
+        .as_mut()
+        .unwrap()
+        .webhook
+        .as_mut()
+        .unwrap()
+        .client_config = Some(serde_json::from_value(svc).unwrap());
+    o.endpoint_slices = Some(serde_json::from_value(slices).unwrap());
+}
+
+fn slice(ready: &[bool]) -> serde_json::Value {
+    json!([{"metadata": {"name": "webhook-x"}, "addressType": "IPv4",
+        "endpoints": ready.iter().enumerate().map(|(i, r)| json!({
+            "addresses": [format!("10.0.0.{i}")], "conditions": {"ready": r},
+            "targetRef": {"kind": "Pod", "name": format!("op-{i}")}})).collect::<Vec<_>>()}])
+}
+
+fn mwc<'a>(
+    o: &'a mut Observed,
+    name: &str,
+) -> &'a mut k8s_openapi::api::admissionregistration::v1::MutatingWebhook {
+    o.mutating
+        .as_mut()
+        .unwrap()
+        .webhooks
+        .as_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|w| w.name == name)
+        .unwrap()
+}
+
+#[test]
+fn a_healthy_installation_is_all_ok() {
+    let lines = evaluate(&healthy());
+    let bad: Vec<_> = lines.iter().filter(|l| l.status != Status::Ok).collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+    assert_eq!(lines.len(), 11);
+    assert_eq!(worst(&lines), Status::Ok);
+    let mut o = healthy();
+    service_mode(&mut o, slice(&[true, true]));
+    let lines = evaluate(&o);
+    assert!(lines.iter().all(|l| l.status == Status::Ok), "{lines:#?}");
+}
+
+type Case = (
+    &'static str,
+    fn(&mut Observed),
+    &'static str,
+    Status,
+    &'static str,
+);
+
+#[test]
+fn each_failure_turns_its_line() {
+    let cases: Vec<Case> = vec![
+        (
+            "no CRD",
+            |o| o.crd = None,
+            "crd",
+            Status::Fail,
+            "does not exist",
+        ),
+        (
+            "v1alpha1 not served",
+            |o| o.crd.as_mut().unwrap().spec.versions[0].served = false,
+            "crd",
+            Status::Fail,
+            "does not serve v1alpha1",
+        ),
+        (
+            "v1alpha1 stored",
+            |o| {
+                let v = &mut o.crd.as_mut().unwrap().spec.versions;
+                v[0].storage = true;
+                v[1].storage = false;
+            },
+            "crd",
+            Status::Fail,
+            "does not store v1beta1",
+        ),
+        (
+            "conversion None",
+            |o| {
+                o.crd.as_mut().unwrap().spec.conversion =
+                    Some(serde_json::from_value(json!({"strategy": "None"})).unwrap())
+            },
+            "crd",
+            Status::Fail,
+            "strategy is None",
+        ),
+        (
+            "conversion without caBundle",
+            |o| {
+                o.crd
+                    .as_mut()
+                    .unwrap()
+                    .spec
+                    .conversion
+                    .as_mut()
+                    .unwrap()
+                    .webhook
+                    .as_mut()
+                    .unwrap()
+                    .client_config
+                    .as_mut()
+                    .unwrap()
+                    .ca_bundle = None
+            },
+            "crd",
+            Status::Fail,
+            "no caBundle",
+        ),
+        (
+            "conversion elsewhere",
+            |o| {
+                o.crd
+                    .as_mut()
+                    .unwrap()
+                    .spec
+                    .conversion
+                    .as_mut()
+                    .unwrap()
+                    .webhook
+                    .as_mut()
+                    .unwrap()
+                    .client_config
+                    .as_mut()
+                    .unwrap()
+                    .url = Some("https://10.9.9.9:9876/convert".into())
+            },
+            "crd",
+            Status::Fail,
+            "another operator",
+        ),
+        (
+            "CRD being deleted",
+            |o| {
+                o.crd.as_mut().unwrap().metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        jiff::Timestamp::from_second(NOW).unwrap(),
+                    ))
+            },
+            "crd",
+            Status::Fail,
+            "being deleted",
+        ),
+        (
+            "conversion refused alone",
+            |o| {
+                o.probe_v1alpha1 = Some(Err("conversion webhook for apps.kruise.io/v1beta1, Kind=SidecarSet failed: Post \"https://x/convert\": x509: certificate signed by unknown authority".into()))
+            },
+            "conversion",
+            Status::Fail,
+            "v1beta1 was admitted",
+        ),
+        (
+            "conversion not tried",
+            |o| o.probe_v1alpha1 = None,
+            "conversion",
+            Status::Warn,
+            "not tried",
+        ),
+        (
+            "no mutating configuration",
+            |o| o.mutating = None,
+            "webhooks",
+            Status::Fail,
+            "MutatingWebhookConfiguration sidecarset-operator does not exist",
+        ),
+        (
+            "no validating configuration",
+            |o| o.validating = None,
+            "webhooks",
+            Status::Fail,
+            "ValidatingWebhookConfiguration",
+        ),
+        (
+            "a webhook missing",
+            |o| {
+                o.mutating
+                    .as_mut()
+                    .unwrap()
+                    .webhooks
+                    .as_mut()
+                    .unwrap()
+                    .retain(|w| w.name != POD_UPDATE_WEBHOOK)
+            },
+            "webhooks",
+            Status::Fail,
+            "lacks mpod-update",
+        ),
+        (
+            "empty caBundle",
+            |o| {
+                mwc(o, POD_CREATE_WEBHOOK).client_config.ca_bundle =
+                    Some(k8s_openapi::ByteString(vec![]))
+            },
+            "webhooks",
+            Status::Fail,
+            "no caBundle on mpod.sidecarset-operator.io",
+        ),
+        (
+            "different caBundles",
+            |o| {
+                mwc(o, POD_CREATE_WEBHOOK).client_config.ca_bundle =
+                    Some(k8s_openapi::ByteString(b"other".to_vec()))
+            },
+            "webhooks",
+            Status::Fail,
+            "different caBundles",
+        ),
+        (
+            "different servers",
+            |o| {
+                mwc(o, POD_UPDATE_WEBHOOK).client_config.url =
+                    Some("https://127.0.0.2:9443/mutate-pod".into())
+            },
+            "webhooks",
+            Status::Fail,
+            "different servers",
+        ),
+        (
+            "pod webhook fails open",
+            |o| mwc(o, POD_CREATE_WEBHOOK).failure_policy = Some("Ignore".into()),
+            "webhooks",
+            Status::Warn,
+            "fails open",
+        ),
+        (
+            "SidecarSet webhook fails open",
+            |o| mwc(o, SIDECARSET_MUTATE_WEBHOOK).failure_policy = Some("Ignore".into()),
+            "webhooks",
+            Status::Warn,
+            "msidecarset.sidecarset-operator.io has failurePolicy Ignore",
+        ),
+        (
+            "pod update fails closed",
+            |o| mwc(o, POD_UPDATE_WEBHOOK).failure_policy = Some("Fail".into()),
+            "webhooks",
+            Status::Warn,
+            "pod updates are refused",
+        ),
+        (
+            "untrusted certificate",
+            |o| {
+                o.probe_v1beta1 = Some(Err("failed calling webhook \"msidecarset.sidecarset-operator.io\": tls: failed to verify certificate: x509: certificate signed by unknown authority".into()))
+            },
+            "admission",
+            Status::Fail,
+            "does not trust the certificate",
+        ),
+        (
+            "unreachable",
+            |o| {
+                o.probe_v1beta1 = Some(Err("failed calling webhook \"msidecarset.sidecarset-operator.io\": Post \"https://127.0.0.1:9443/mutate-sidecarset\": dial tcp 127.0.0.1:9443: connect: connection refused".into()))
+            },
+            "admission",
+            Status::Fail,
+            "cannot reach the operator",
+        ),
+        (
+            "not mutated",
+            |o| o.probe_v1beta1 = Some(Ok(false)),
+            "admission",
+            Status::Fail,
+            "without the hash annotation",
+        ),
+        (
+            "stale match condition",
+            |o| o.expected_match = Some(Some("other".into())),
+            "match-conditions",
+            Status::Fail,
+            "not the current SidecarSets",
+        ),
+        (
+            "no match condition",
+            |o| mwc(o, POD_CREATE_WEBHOOK).match_conditions = None,
+            "match-conditions",
+            Status::Warn,
+            "no match condition",
+        ),
+        (
+            "too long for a condition",
+            |o| {
+                o.expected_match = Some(None);
+                mwc(o, POD_CREATE_WEBHOOK).match_conditions = None;
+            },
+            "match-conditions",
+            Status::Ok,
+            "too many",
+        ),
+        (
+            "no ready endpoint",
+            |o| service_mode(o, slice(&[false, false])),
+            "endpoints",
+            Status::Fail,
+            "no Ready endpoint (2 not ready: op-0, op-1)",
+        ),
+        (
+            "no endpoint slice",
+            |o| service_mode(o, json!([])),
+            "endpoints",
+            Status::Fail,
+            "no Ready endpoint",
+        ),
+        (
+            "one not ready",
+            |o| service_mode(o, slice(&[true, false])),
+            "endpoints",
+            Status::Warn,
+            "1 not ready (op-1)",
+        ),
+        (
+            "a single replica",
+            |o| service_mode(o, slice(&[true])),
+            "endpoints",
+            Status::Warn,
+            "1 Ready endpoint",
+        ),
+        (
+            "by URL",
+            |_| {},
+            "endpoints",
+            Status::Ok,
+            "by URL (https://127.0.0.1:9443)",
+        ),
+        (
+            "no lease",
+            |o| o.lease = None,
+            "leader",
+            Status::Fail,
+            "no Lease sidecarset-system/sidecarset-operator",
+        ),
+        (
+            "lease released",
+            |o| {
+                o.lease
+                    .as_mut()
+                    .unwrap()
+                    .spec
+                    .as_mut()
+                    .unwrap()
+                    .holder_identity = None
+            },
+            "leader",
+            Status::Fail,
+            "has no holder",
+        ),
+        (
+            "lease stale",
+            |o| {
+                o.lease.as_mut().unwrap().spec.as_mut().unwrap().renew_time =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                        jiff::Timestamp::from_second(NOW - 16).unwrap(),
+                    ))
+            },
+            "leader",
+            Status::Fail,
+            "renewed 16s ago",
+        ),
+        (
+            "lease just in time",
+            |o| {
+                o.lease.as_mut().unwrap().spec.as_mut().unwrap().renew_time =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                        jiff::Timestamp::from_second(NOW - 15).unwrap(),
+                    ))
+            },
+            "leader",
+            Status::Ok,
+            "renewed 15s ago",
+        ),
+        (
+            "no leader election",
+            |o| {
+                o.leader_elect = false;
+                o.lease = None;
+            },
+            "leader",
+            Status::Ok,
+            "off",
+        ),
+        (
+            "OpenKruise alongside",
+            |o| {
+                o.openkruise = vec![
+                    "mutatingwebhookconfiguration/kruise-mutating-webhook-configuration".into(),
+                ]
+            },
+            "openkruise",
+            Status::Fail,
+            "kruise-mutating-webhook-configuration",
+        ),
+        (
+            "metrics off",
+            |o| o.metrics = None,
+            "metrics",
+            Status::Ok,
+            "not enabled",
+        ),
+        (
+            "metrics unreachable",
+            |o| o.metrics = Some(Err("connection refused".into())),
+            "metrics",
+            Status::Fail,
+            "cannot scrape",
+        ),
+        (
+            "metrics of something else",
+            |o| o.metrics = Some(Ok("go_goroutines 3\n".into())),
+            "metrics",
+            Status::Fail,
+            "without any sidecarset_operator_",
+        ),
+        (
+            "certificate untrusted",
+            |o| {
+                o.served_cert = Some(Ok(ServedCert {
+                    source: "s".into(),
+                    trusted: Err("no CA".into()),
+                    not_after: NOW + 90 * 86400,
+                }))
+            },
+            "certificate",
+            Status::Fail,
+            "not trusted",
+        ),
+        (
+            "certificate expired",
+            |o| {
+                o.served_cert = Some(Ok(ServedCert {
+                    source: "s".into(),
+                    trusted: Ok(()),
+                    not_after: NOW - 1,
+                }))
+            },
+            "certificate",
+            Status::Fail,
+            "expired",
+        ),
+        (
+            "certificate expiring",
+            |o| {
+                o.served_cert = Some(Ok(ServedCert {
+                    source: "s".into(),
+                    trusted: Ok(()),
+                    not_after: NOW + 3 * 86400,
+                }))
+            },
+            "certificate",
+            Status::Warn,
+            "expires in 3 days",
+        ),
+        (
+            "certificate just long enough",
+            |o| {
+                o.served_cert = Some(Ok(ServedCert {
+                    source: "s".into(),
+                    trusted: Ok(()),
+                    not_after: NOW + 7 * 86400,
+                }))
+            },
+            "certificate",
+            Status::Ok,
+            "7 days",
+        ),
+        (
+            "certificate unreadable",
+            |o| o.served_cert = Some(Err("forbidden".into())),
+            "certificate",
+            Status::Warn,
+            "cannot read",
+        ),
+        (
+            "a permission missing",
+            |o| {
+                o.permissions.push(Permission {
+                    can_i: "create podtemplates -n sidecarset-system".into(),
+                    allowed: Ok(false),
+                })
+            },
+            "rbac",
+            Status::Fail,
+            "may not: create podtemplates",
+        ),
+        (
+            "review refused",
+            |o| {
+                o.permissions.push(Permission {
+                    can_i: "x".into(),
+                    allowed: Err("forbidden".into()),
+                })
+            },
+            "rbac",
+            Status::Warn,
+            "cannot review",
+        ),
+    ];
+    for (what, change, check, status, needle) in cases {
+        let mut o = healthy();
+        change(&mut o);
+        let lines = evaluate(&o);
+        let line = lines.iter().find(|l| l.check == check).unwrap();
+        assert_eq!(line.status, status, "{what}: {line:#?}");
+        assert!(
+            line.message.contains(needle),
+            "{what}: {:?} lacks {needle:?}",
+            line.message
+        );
+        assert_eq!(
+            line.remedy.is_empty(),
+            status == Status::Ok,
+            "{what}: a remedy exactly when not ok: {line:#?}"
+        );
+        if status != Status::Ok {
+            assert_eq!(worst(&lines), worst(&lines).max(status), "{what}");
+            assert!(worst(&lines) >= status, "{what}");
+        }
+    }
+}
+
+#[test]
+fn the_worst_line_decides() {
+    let l = |s| Line {
+        check: "x",
+        status: s,
+        message: String::new(),
+        remedy: String::new(),
+    };
+    for (lines, want) in [
+        (vec![], Status::Ok),
+        (vec![l(Status::Ok), l(Status::Ok)], Status::Ok),
+        (vec![l(Status::Ok), l(Status::Warn)], Status::Warn),
+        (
+            vec![l(Status::Fail), l(Status::Warn), l(Status::Ok)],
+            Status::Fail,
+        ),
+    ] {
+        assert_eq!(worst(&lines), want, "{lines:?}");
+    }
+}
+
+#[test]
+fn before_install() {
+    let base = PreObserved {
+        version: Some((1, 33)),
+        git_version: "v1.33.1".into(),
+        admission_api: true,
+        apiserver_flags: None,
+        openkruise: vec![],
+        crd_exists: false,
+    };
+    let line =
+        |o: &PreObserved, c: &str| evaluate_pre(o).into_iter().find(|l| l.check == c).unwrap();
+    assert!(
+        evaluate_pre(&base).iter().all(|l| l.status == Status::Ok),
+        "{:#?}",
+        evaluate_pre(&base)
+    );
+    type PreCase = (fn(&mut PreObserved), &'static str, Status);
+    let cases: Vec<PreCase> = vec![
+        (
+            |o| o.version = Some((1, 29)),
+            "kubernetes-version",
+            Status::Warn,
+        ),
+        (
+            |o| o.version = Some((1, 27)),
+            "kubernetes-version",
+            Status::Fail,
+        ),
+        (
+            |o| o.version = Some((1, 30)),
+            "kubernetes-version",
+            Status::Ok,
+        ),
+        (|o| o.version = None, "kubernetes-version", Status::Warn),
+        (
+            |o| o.admission_api = false,
+            "admission-plugins",
+            Status::Fail,
+        ),
+        (
+            |o| {
+                o.apiserver_flags = Some(vec![
+                    "kube-apiserver".into(),
+                    "--disable-admission-plugins=PodNodeSelector,MutatingAdmissionWebhook".into(),
+                ])
+            },
+            "admission-plugins",
+            Status::Fail,
+        ),
+        (
+            |o| o.apiserver_flags = Some(vec!["--enable-admission-plugins=NodeRestriction".into()]),
+            "admission-plugins",
+            Status::Ok,
+        ),
+        (
+            |o| {
+                o.openkruise =
+                    vec!["webhook configuration kruise-mutating-webhook-configuration".into()]
+            },
+            "openkruise",
+            Status::Fail,
+        ),
+        (|o| o.crd_exists = true, "crd", Status::Warn),
+    ];
+    for (change, check, status) in cases {
+        let mut o = base.clone();
+        change(&mut o);
+        assert_eq!(line(&o, check).status, status, "{o:?}");
+    }
+}
+
+#[test]
+fn the_permissions_follow_the_chart_modes() {
+    let all = permissions("ns", "cfg", "lease", true, Some("certs"), true);
+    let names: Vec<String> = all.iter().map(|n| n.can_i()).collect();
+    for want in [
+        "patch sidecarsets.apps.kruise.io",
+        "patch sidecarsets.apps.kruise.io/status",
+        "create pods/eviction",
+        "patch mutatingwebhookconfigurations.admissionregistration.k8s.io cfg",
+        "update leases.coordination.k8s.io lease -n ns",
+        "get secrets certs -n ns",
+        "create podtemplates -n ns",
+    ] {
+        assert!(names.iter().any(|n| n == want), "{want} not in {names:#?}");
+    }
+    let lean = permissions("ns", "cfg", "lease", false, None, false);
+    let lean: Vec<String> = lean.iter().map(|n| n.can_i()).collect();
+    assert!(
+        !lean
+            .iter()
+            .any(|n| n.contains("leases") || n.contains("secrets") || n.contains("eviction")),
+        "{lean:#?}"
+    );
+}
+
+#[test]
+fn a_leaf_is_trusted_only_by_the_ca_that_signed_it() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca = |cn: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let cert = p.self_signed(&key).unwrap();
+        (cert.pem(), key)
+    };
+    let (ca_a, key_a) = ca("ca");
+    let (ca_b, _) = ca("ca"); // same name, another key: only the signature tells them apart
+    let issuer = Issuer::from_ca_cert_pem(&ca_a, key_a).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let (trusted, not_after) = verify_leaf(leaf.der(), ca_a.as_bytes()).unwrap();
+    assert_eq!(trusted, Ok(()));
+    assert!(not_after > 0);
+    let (trusted, _) = verify_leaf(leaf.der(), ca_b.as_bytes()).unwrap();
+    assert!(trusted.is_err(), "CA b must not trust a leaf of CA a");
+    let both = format!("{ca_b}{ca_a}");
+    assert_eq!(
+        verify_leaf(leaf.der(), both.as_bytes()).unwrap().0,
+        Ok(()),
+        "a bundle with both CAs (a rotation) trusts it"
+    );
+    assert!(verify_leaf(leaf.der(), b"").unwrap().0.is_err());
+    assert!(verify_leaf(b"not a certificate", ca_a.as_bytes()).is_err());
+}
