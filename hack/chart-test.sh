@@ -489,7 +489,7 @@ monitoring_checks() {
   render "$r" "$f"
   got=$(monitoring_of "$r")
   expect_eq "$(label_of "$f"): the dashboard ConfigMap (label grafana_dashboard=1, valid JSON, its queries) and the alerts, scoped to namespace $NS" \
-    "$got" "dashboard=grafana_dashboard=1/$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(len(p.get("targets", [])) for p in d["panels"]))' "$CHART/dashboards/sidecarset-operator.json") rules=SidecarSetOperatorWebhookErrors,SidecarSetOperatorPodsRefused,SidecarSetOperatorWebhookSlow,SidecarSetOperatorCertificateExpiring,SidecarSetRolloutStalled,SidecarSetPodsCreatedWithoutSidecars,SidecarSetOperatorLeaderMissing"
+    "$got" "dashboard=grafana_dashboard=1/$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(len(p.get("targets", [])) for p in d["panels"]))' "$CHART/dashboards/sidecarset-operator.json") rules=SidecarSetOperatorWebhookErrors,SidecarSetOperatorPodsRefused,SidecarSetOperatorWebhookSlow,SidecarSetOperatorCertificateExpiring,SidecarSetRolloutStalled,SidecarSetPodsCreatedWithoutSidecars,SidecarSetOperatorDegraded,SidecarSetOperatorLeaderMissing"
   for v in dashboard prometheusRule; do
     if bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" --set "metrics.$v.enabled=true" 2>&1); then
       die "metrics.$v.enabled without metrics.enabled was rendered"
