@@ -187,6 +187,17 @@ where
     }
 }
 
+/// Waits for the namespace's default ServiceAccount: pods are refused until
+/// kube-controller-manager made it.
+pub async fn wait_default_sa(c: &Client, ns: &str) -> anyhow::Result<()> {
+    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(c.clone(), ns);
+    eventually(30, "the namespace's default ServiceAccount", || {
+        let sa = sa.clone();
+        async move { Ok(sa.get_opt("default").await?.map(|_| ())) }
+    })
+    .await
+}
+
 pub fn name_of<K: ResourceExt>(k: &K) -> String {
     k.name_any()
 }

@@ -144,14 +144,7 @@ impl Pair {
         let pods_ns = format!("e2e-{kind}-pods-{s}");
         create_namespace(&c, &ns, json!({})).await?;
         create_namespace(&c, &pods_ns, json!({})).await?;
-        // Pods are refused until kube-controller-manager made the namespace's ServiceAccount.
-        let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-            Api::namespaced(c.clone(), &pods_ns);
-        eventually(30, "the pods namespace's default ServiceAccount", || {
-            let sa = sa.clone();
-            async move { Ok(sa.get_opt("default").await?.map(|_| ())) }
-        })
-        .await?;
+        wait_default_sa(&c, &pods_ns).await?;
         let dir = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(&dir)?;
         let proxy = Proxy::start(apiserver_addr().await?).await?;

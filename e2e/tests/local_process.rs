@@ -1337,17 +1337,6 @@ async fn pods_without_their_sidecars_are_evicted_within_pdbs_and_the_rate() -> a
     result.map_err(|e| anyhow::anyhow!("{e:#}\noperator log:\n{}", tail(&log)))
 }
 
-/// Waits for the namespace's default ServiceAccount (pods are refused until
-/// kube-controller-manager made it).
-async fn wait_default_sa(c: &kube::Client, ns: &str) -> anyhow::Result<()> {
-    let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(c.clone(), ns);
-    eventually(30, "the namespace's default ServiceAccount", || {
-        let sa = sa.clone();
-        async move { Ok(sa.get_opt("default").await?.map(|_| ())) }
-    })
-    .await
-}
-
 /// The operator's metrics on `addr`.
 async fn metrics_of(addr: &str) -> String {
     scrape_metrics(addr, "metrics").await.unwrap_or_default()
