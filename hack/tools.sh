@@ -5,8 +5,9 @@
 # version. Prints the directory of each tool on stdout as NAME=PATH lines (for `eval`), and its
 # progress on stderr.
 #
-#   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet|helm-docs]...
-# (`helm-docs` is asked for by hack/chart-docs.sh only.)
+#   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet|helm-docs|crane]...
+# (`helm-docs` is asked for by hack/chart-docs.sh only; `crane` (go-containerregistry: an OCI
+# registry server and a client for OCI archives) by hack/registry.sh and the release scripts.)
 #
 # `all` is what the kwok cluster needs; `kubelet` (for the real node of hack/node.sh) is built
 # only when asked for, into the same kubernetes-<version> directory (it shares the Go build cache
@@ -19,6 +20,7 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 HELM_DOCS_VERSION=${HELM_DOCS_VERSION:-v1.14.2}
+CRANE_VERSION=${CRANE_VERSION:-v0.22.1}
 
 CACHE=${SSO_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sidecarset-operator/bin}
 mkdir -p "$CACHE"
@@ -216,6 +218,24 @@ _build_helm_docs() {
   log "helm-docs $HELM_DOCS_VERSION built in $((SECONDS - start)) s"
 }
 
+# crane: `crane registry serve` is the registry on the machine (hack/registry.sh); `crane push`,
+# `crane digest` and `crane copy` move OCI archives in and out of it.
+build_crane() {
+  local out=$CACHE/crane-$CRANE_VERSION
+  if [ -x "$out/crane" ]; then echo "CRANE_BIN=$out"; return; fi
+  with_lock "$out" _build_crane "$out"
+  echo "CRANE_BIN=$out"
+}
+
+_build_crane() {
+  local out=$1 start=$SECONDS
+  [ -x "$out/crane" ] && return 0
+  log "building crane $CRANE_VERSION"
+  GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+    "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" >&2
+  log "crane $CRANE_VERSION built in $((SECONDS - start)) s"
+}
+
 targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do
   case $t in
@@ -226,6 +246,7 @@ for t in "${targets[@]}"; do
     helm) build_helm ;;
     kubelet) build_kubelet ;;
     helm-docs) build_helm_docs ;;
-    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet or helm-docs)" ;;
+    crane) build_crane ;;
+    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet, helm-docs or crane)" ;;
   esac
 done
