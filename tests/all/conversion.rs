@@ -381,7 +381,18 @@ proptest! {
                 prop_assert_eq!(&out["apiVersion"], &json!(to));
                 // Whatever converts comes back exactly (fields unknown to this build included).
                 let back = convert(&out, from).map_err(|e| TestCaseError::fail(format!("{out}: converted, but not back: {e}")))?;
-                prop_assert_eq!(back, obj);
+                // Except an empty v1alpha1 `spec.namespace`: it means no namespace (OpenKruise's
+                // Go type omits an empty one: `namespace,omitempty`), and v1beta1 has nowhere to
+                // keep it, so it comes back absent (through v1beta1 only: to itself, an object
+                // is left as it is).
+                let mut want = obj.clone();
+                if to != from
+                    && let Some(spec) = want.get_mut("spec").and_then(Value::as_object_mut)
+                    && spec.get("namespace") == Some(&json!(""))
+                {
+                    spec.remove("namespace");
+                }
+                prop_assert_eq!(back, want);
             }
             Err(e) => prop_assert!(!e.to_string().is_empty()),
         }

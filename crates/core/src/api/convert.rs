@@ -277,6 +277,19 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_namespace_is_no_namespace_and_selects_cluster_wide() {
+        // OpenKruise's v1alpha1 type omits an empty namespace (`namespace,omitempty`): it scopes
+        // nothing, so it becomes no selector and comes back absent, never `namespace: ""`.
+        let a = alpha(json!({"namespace": ""}), json!({}));
+        let b = convert(&a, API_VERSION_V1BETA1).unwrap();
+        assert!(b["spec"].get("namespace").is_none(), "{b}");
+        assert!(b["spec"].get("namespaceSelector").is_none(), "{b}");
+        assert!(b["metadata"].get("annotations").is_none(), "{b}");
+        let back = convert(&b, API_VERSION_V1ALPHA1).unwrap();
+        assert_eq!(back, alpha(json!({}), json!({})));
+    }
+
+    #[test]
     fn namespace_wins_over_a_selector_and_both_come_back() {
         let a = alpha(
             json!({"namespace": "web", "namespaceSelector": {"matchLabels": {"env": "prod"}}}),
