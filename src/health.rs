@@ -7,8 +7,9 @@
 //! wrong (the CRD's conversion settings cannot be written, a watch failing for a while) must not
 //! take every replica out of the Service at once (with `failurePolicy: Fail` that refuses every
 //! matched pod): it is a [`Readiness::condition`], reported by `/readyz` (still 200), the
-//! `sidecarset_operator_degraded` metric (and the chart's alert on it) and a log line at each
-//! change. A leaf: it knows nothing of the parts.
+//! `sidecarset_operator_degraded` metric (and the chart's alert on it), a log line at each
+//! change and Events on the operator's pod (`events::degraded_events`, woken by
+//! [`Readiness::changed`]). A leaf: it knows nothing of the parts.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,8 @@ struct GateState {
     open: AtomicBool,
     /// A condition's name (the metric's label); None: a readiness gate.
     condition: Option<&'static str>,
+    /// Woken when a condition opens or closes.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 /// One condition of readiness, closed until its owner opens it.
@@ -35,6 +38,9 @@ impl Gate {
                     condition: name.into(),
                 })
                 .set(i64::from(!open));
+            if was != open {
+                self.0.changed.notify_one();
+            }
             if was && !open {
                 tracing::warn!(
                     condition = name,
@@ -61,6 +67,7 @@ impl std::fmt::Debug for Gate {
 #[derive(Default)]
 pub struct Readiness {
     gates: Mutex<Vec<Gate>>,
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl Readiness {
@@ -82,6 +89,7 @@ impl Readiness {
             why,
             open: AtomicBool::new(open),
             condition,
+            changed: self.changed.clone(),
         }));
         if let Ok(mut gates) = self.gates.lock() {
             gates.push(g.clone());
@@ -109,6 +117,25 @@ impl Readiness {
     /// What is wrong without keeping the process from being ready (closed conditions).
     pub fn degraded(&self) -> Vec<&'static str> {
         self.closed(true)
+    }
+
+    /// The closed conditions as (name, why), in the order they were made.
+    pub fn degraded_conditions(&self) -> Vec<(&'static str, &'static str)> {
+        self.gates
+            .lock()
+            .map(|g| {
+                g.iter()
+                    .filter(|g| !g.is_open())
+                    .filter_map(|g| g.0.condition.map(|c| (c, g.0.why)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Returns once a condition has opened or closed since the last return (at once when one
+    /// did before the first call). Changes in between are folded into one wake-up.
+    pub async fn changed(&self) {
+        self.changed.notified().await
     }
 }
 

@@ -168,6 +168,24 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
         config.identity.clone(),
     ));
 
+    // Degraded conditions as Events on this replica's pod (the chart sets POD_NAME from the
+    // downward API; a process outside a pod has no object to write them on and logs only).
+    if let Ok(pod) = std::env::var("POD_NAME") {
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod),
+            namespace: Some(args.namespace.clone()),
+            ..Default::default()
+        };
+        tokio::spawn(crate::events::degraded_events(
+            clients.calls.clone(),
+            readiness.clone(),
+            regarding,
+            config.identity.clone(),
+        ));
+    }
+
     if let Some(addr) = args.metrics_listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
