@@ -466,7 +466,18 @@ async fn metadata_and_the_revision_follow_an_upgrade_and_the_condition_goes_fals
                                              {"annotations": {"e2e/kept": "v2"}, "patchPolicy": "Retain"}]}))
         .await?;
     let st = f.wait_status(60, |s| s["updatedReadyPods"] == 2).await?;
-    for p in f.pods().await? {
+    // The pods' SidecarSetUpgradable condition is a write of its own (pods/status): when the pod
+    // changed meanwhile it comes at the next reconcile, so it may trail the SidecarSet's status.
+    let pods = eventually(
+        30,
+        "the SidecarSetUpgradable condition on both pods",
+        || async {
+            let pods = f.pods().await?;
+            Ok(pods.iter().all(|p| condition(p).is_some()).then_some(pods))
+        },
+    )
+    .await?;
+    for p in pods {
         let ann = p.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(
             ann.get("e2e/tier").map(String::as_str),

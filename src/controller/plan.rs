@@ -101,6 +101,17 @@ fn recorded_upgradable(pod: &SlimPod) -> Option<BTreeMap<String, bool>> {
         .and_then(|m| serde_json::from_str(m).ok())
 }
 
+/// The pod's `kruise.io/sidecarset-inplace-update-state` has an entry for SidecarSet `ss`: it
+/// was upgraded in place by it.
+fn upgraded_in_place(pod: &SlimPod, ss: &str) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(rollout::ANNOTATION_INPLACE_UPDATE_STATE))
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+        .is_some_and(|v| v.get(ss).is_some())
+}
+
 /// Plans one reconcile.
 pub fn plan(o: &Observation) -> ReconcilePlan {
     let name = o.ss.name_any();
@@ -166,9 +177,16 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
         .filter(|(pod, view)| {
             view.matched()
                 && (view.updated || view.upgradable)
-                && recorded_upgradable(pod).is_some_and(|m| {
-                    m.get(&name) == Some(&false) || (view.updated && !m.contains_key(&name))
-                })
+                && match recorded_upgradable(pod) {
+                    Some(m) => {
+                        m.get(&name) == Some(&false) || (view.updated && !m.contains_key(&name))
+                    }
+                    // No condition at all: our write after an in-place upgrade lost a race
+                    // (pods/status conflict) before any SidecarSet kept one. Only a pod this
+                    // SidecarSet upgraded in place gets it (as in OpenKruise, a pod injected
+                    // with the current revision has none).
+                    None => view.updated && upgraded_in_place(pod, &name),
+                }
         })
         .map(|(_, v)| v.key.clone())
         .collect();

@@ -174,6 +174,39 @@ fn pods_recorded_not_upgradable_that_are_again_get_their_entry_back() {
 }
 
 #[test]
+fn a_pod_upgraded_in_place_whose_condition_write_was_lost_gets_one() {
+    // No condition at all on any of them: the write after the upgrade lost a pods/status race.
+    let in_place = |key: &str, ss: &str| {
+        let mut p = (*slim(key, None)).clone();
+        p.metadata.annotations = Some(
+            [(
+                rollout::ANNOTATION_INPLACE_UPDATE_STATE.to_string(),
+                json!({ss: {"revision": "r2", "updateTimestamp": "t"}}).to_string(),
+            )]
+            .into(),
+        );
+        Arc::new(p)
+    };
+    let pods = vec![
+        in_place("a/upgraded", "mesh"),
+        // Injected with the current revision, never upgraded: none (as OpenKruise).
+        slim("a/injected", None),
+        // Upgraded in place by another SidecarSet only.
+        in_place("a/other", "other"),
+        // Upgraded in place, but not on the current sidecars yet.
+        in_place("a/behind", "mesh"),
+    ];
+    let views = [
+        view("a/upgraded", true, true, false),
+        view("a/injected", true, true, false),
+        view("a/other", true, true, false),
+        view("a/behind", false, true, false),
+    ];
+    let p = plan_for(&sidecarset(json!({}), None), &pods, &views);
+    assert_eq!(p.upgradable_again, ["a/upgraded"]);
+}
+
+#[test]
 fn a_pin_that_resolves_to_nothing_is_reported() {
     let mut ss = sidecarset(json!({}), None);
     ss.spec.injection_strategy.revision =
