@@ -22,6 +22,10 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 WORK=${SSO_WORK:-$REPO/.local}
 export SSO_WORK=$WORK
+# No stack backtraces under the test runs (SSO_TEST_BACKTRACE=1 keeps them): a failing test's
+# message (file:line and what it saw) is then the last thing it prints, which is the part of
+# the output a CI summary shows; a backtrace of an async test adds some fifty frames of tokio.
+export RUST_BACKTRACE=${SSO_TEST_BACKTRACE:-0}
 mkdir -p "$WORK/logs"
 TABLE=$WORK/phases.txt
 START=$SECONDS

@@ -173,22 +173,7 @@ impl Fixture {
         let Ok(pods) = self.pods().await else {
             return String::new();
         };
-        pods.iter()
-            .map(|p| {
-                let s = sidecar(p);
-                format!(
-                    "  pod {}: spec {} | status image {} imageID ..{} restarts {} ready {} state {}",
-                    p.metadata.name.as_deref().unwrap_or(""),
-                    spec_image(p),
-                    s.as_ref().map(|s| s.image.as_str()).unwrap_or("-"),
-                    s.as_ref().map(|s| &s.image_id[s.image_id.len().saturating_sub(8)..]).unwrap_or("-"),
-                    s.as_ref().map(|s| s.restart_count).unwrap_or(-1),
-                    s.as_ref().map(|s| s.ready).unwrap_or(false),
-                    s.as_ref().map(state).unwrap_or_default(),
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        pods.iter().map(pod_line).collect::<Vec<_>>().join("\n")
     }
 
     async fn set_image(&self, tag: &str) -> anyhow::Result<()> {
@@ -280,6 +265,24 @@ fn statuses(p: &Pod) -> Vec<ContainerStatus> {
 
 fn cstatus(p: &Pod, name: &str) -> Option<ContainerStatus> {
     statuses(p).into_iter().find(|s| s.name == name)
+}
+
+/// One pod as the tests report it: spec image, the sidecar's status, the pod's readiness.
+fn pod_line(p: &Pod) -> String {
+    let s = sidecar(p);
+    format!(
+        "  pod {}: spec {} | status image {} imageID ..{} restarts {} ready {} state {} | pod ready {}",
+        p.metadata.name.as_deref().unwrap_or(""),
+        spec_image(p),
+        s.as_ref().map(|s| s.image.as_str()).unwrap_or("-"),
+        s.as_ref()
+            .map(|s| &s.image_id[s.image_id.len().saturating_sub(8)..])
+            .unwrap_or("-"),
+        s.as_ref().map(|s| s.restart_count).unwrap_or(-1),
+        s.as_ref().map(|s| s.ready).unwrap_or(false),
+        s.as_ref().map(state).unwrap_or_default(),
+        ready(p),
+    )
 }
 
 fn sidecar(p: &Pod) -> Option<ContainerStatus> {
@@ -398,13 +401,24 @@ async fn upgrade_in_place(kind: Kind) -> anyhow::Result<()> {
     let mut patched: BTreeMap<String, Duration> = BTreeMap::new();
     let mut done: BTreeMap<String, Duration> = BTreeMap::new();
     let mut worst = 0;
+    // Every change of a pod's line, with its time: what a failure shows.
+    let mut timeline: Vec<String> = Vec::new();
+    let mut last_line: BTreeMap<String, String> = BTreeMap::new();
+    let tail = |t: &[String]| t[t.len().saturating_sub(24)..].join("\n");
     while done.len() < 2 {
         anyhow::ensure!(
             t0.elapsed() < Duration::from_secs(90),
-            "rollout not done after 90 s:\n{}",
-            f.describe().await
+            "rollout not done after 90 s; what changed, when:\n{}",
+            tail(&timeline)
         );
         let pods = f.pods().await?;
+        for p in &pods {
+            let line = pod_line(p);
+            if last_line.get(&name(p)) != Some(&line) {
+                timeline.push(format!("+{:.1}s{line}", t0.elapsed().as_secs_f64()));
+                last_line.insert(name(p), line);
+            }
+        }
         // Unavailable: not ready, or patched and not yet running v2 ready (a real kubelet may
         // restart a sidecar without ever writing a not-ready status in between).
         let on_v2 = |p: &Pod| {
@@ -447,7 +461,8 @@ async fn upgrade_in_place(kind: Kind) -> anyhow::Result<()> {
     }
     assert!(
         worst <= 1,
-        "maxUnavailable 1 exceeded: {worst} pods unavailable at once"
+        "maxUnavailable 1 exceeded: {worst} pods unavailable at once; what changed, when:\n{}",
+        tail(&timeline)
     );
     let pods = f.wait_all_on("v2", 2, 30).await?;
     println!(
