@@ -201,40 +201,28 @@ _build_helm() {
   log "helm $HELM_VERSION built in $((SECONDS - start)) s"
 }
 
-# helm-docs writes the chart's README from values.yaml (hack/chart-docs.sh).
-build_helm_docs() {
-  local out=$CACHE/helm-docs-$HELM_DOCS_VERSION
-  if [ -x "$out/helm-docs" ]; then echo "HELM_DOCS_BIN=$out"; return; fi
-  with_lock "$out" _build_helm_docs "$out"
-  echo "HELM_DOCS_BIN=$out"
+# go_tool VAR NAME VERSION MODULE: a tool that `go install MODULE@VERSION` builds as one binary
+# NAME, cached in NAME-VERSION; prints VAR=DIR.
+go_tool() {
+  local var=$1 name=$2 version=$3 module=$4 out=$CACHE/$2-$3
+  if [ ! -x "$out/$name" ]; then with_lock "$out" _go_tool "$out" "$name" "$version" "$module"; fi
+  echo "$var=$out"
 }
 
-_build_helm_docs() {
-  local out=$1 start=$SECONDS
-  [ -x "$out/helm-docs" ] && return 0
-  log "building helm-docs $HELM_DOCS_VERSION"
-  GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
-    "github.com/norwoodj/helm-docs/cmd/helm-docs@$HELM_DOCS_VERSION" >&2
-  log "helm-docs $HELM_DOCS_VERSION built in $((SECONDS - start)) s"
+_go_tool() {
+  local out=$1 name=$2 version=$3 module=$4 start=$SECONDS
+  [ -x "$out/$name" ] && return 0
+  log "building $name $version"
+  GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$module@$version" >&2
+  log "$name $version built in $((SECONDS - start)) s"
 }
+
+# helm-docs writes the chart's README from values.yaml (hack/chart-docs.sh).
+build_helm_docs() { go_tool HELM_DOCS_BIN helm-docs "$HELM_DOCS_VERSION" github.com/norwoodj/helm-docs/cmd/helm-docs; }
 
 # crane: `crane registry serve` is the registry on the machine (hack/registry.sh); `crane push`,
 # `crane digest` and `crane copy` move OCI archives in and out of it.
-build_crane() {
-  local out=$CACHE/crane-$CRANE_VERSION
-  if [ -x "$out/crane" ]; then echo "CRANE_BIN=$out"; return; fi
-  with_lock "$out" _build_crane "$out"
-  echo "CRANE_BIN=$out"
-}
-
-_build_crane() {
-  local out=$1 start=$SECONDS
-  [ -x "$out/crane" ] && return 0
-  log "building crane $CRANE_VERSION"
-  GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
-    "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION" >&2
-  log "crane $CRANE_VERSION built in $((SECONDS - start)) s"
-}
+build_crane() { go_tool CRANE_BIN crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane; }
 
 targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do

@@ -468,14 +468,7 @@ impl SidecarSetEvents {
         reason: &str,
         note: String,
     ) {
-        let name = regarding.name.clone().unwrap_or_default();
-        // A namespaced object (a pod) gets its Event in its namespace; the cluster-scoped
-        // SidecarSet in "default".
-        let ns = regarding
-            .namespace
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "default".into());
+        let (ns, name) = event_place(&regarding);
         if !self.is_new(&format!("{ns}/{name}"), reason, &note) {
             return;
         }
@@ -492,6 +485,17 @@ impl SidecarSetEvents {
     }
 }
 
+/// The namespace an Event on `regarding` goes to, and the object's name: a namespaced object (a
+/// pod) gets its Events in its namespace, a cluster-scoped one (a SidecarSet) in "default".
+fn event_place(regarding: &ObjectReference) -> (String, String) {
+    let ns = regarding
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into());
+    (ns, regarding.name.clone().unwrap_or_default())
+}
+
 /// Creates one Event (events.k8s.io/v1) on `regarding`, in its namespace ("default" for a
 /// cluster-scoped object); a failure is logged, never returned (Events are best effort).
 pub async fn create(
@@ -503,12 +507,7 @@ pub async fn create(
     note: String,
     instance: &str,
 ) {
-    let name = regarding.name.clone().unwrap_or_default();
-    let ns = regarding
-        .namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "default".into());
+    let (ns, name) = event_place(&regarding);
     let now = jiff::Timestamp::now();
     let ev = Event {
         metadata: ObjectMeta {
