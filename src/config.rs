@@ -72,6 +72,12 @@ pub struct RunArgs {
         default_value = "sidecarset-operator"
     )]
     pub webhook_config_name: String,
+    /// Find the pod webhook's MutatingWebhookConfiguration by this label selector instead of by
+    /// --webhook-config-name, for --pod-match-conditions (OLM names its configurations with a
+    /// random suffix and labels them
+    /// olm.webhook-description-generate-name=mpod.sidecarset-operator.io).
+    #[arg(long, env = "SSO_WEBHOOK_CONFIG_SELECTOR")]
+    pub webhook_config_selector: Option<String>,
     /// URL mode: the API server calls `<URL>/mutate-pod` etc. (for a local process, e.g.
     /// https://127.0.0.1:9443). Without it, Service mode is used.
     #[arg(long, env = "SSO_WEBHOOK_URL")]

@@ -198,7 +198,10 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
         tokio::spawn(registration::keep_pod_match_conditions(
             clients.calls.clone(),
             cluster.clone(),
-            args.webhook_config_name.clone(),
+            registration::WebhookConfigs::from_args(
+                &args.webhook_config_name,
+                args.webhook_config_selector.as_deref(),
+            ),
             coverage,
         ));
     }
