@@ -222,7 +222,10 @@ def build(args):
             off = ("--manage-crd-conversion=", "--pod-match-conditions=", "--webhook-config-selector=")
             c["args"] = [a for a in c.get("args", []) if not a.startswith(off)]
             c["args"].extend(["--manage-crd-conversion=false", "--pod-match-conditions=true",
-                              f"--webhook-config-selector={OLM_POD_WEBHOOK_SELECTOR}"])
+                              f"--webhook-config-selector={OLM_POD_WEBHOOK_SELECTOR}",
+                              # OLM's certificate Secret (<deployment>-service-cert), followed
+                              # through the API: OLM switches CAs without an overlap.
+                              f"--cert-secret-watch={dep_name}-service-cert"])
     cluster_rules = [r for r in objs["ClusterRole"]["rules"]
                      if "apiextensions.k8s.io" not in r.get("apiGroups", [])
                      and not ("admissionregistration.k8s.io" in r.get("apiGroups", []) and "patch" in r.get("verbs", []))]
@@ -234,7 +237,10 @@ def build(args):
         "strategy": "deployment",
         "spec": {
             "clusterPermissions": [{"serviceAccountName": sa, "rules": cluster_rules}],
-            "permissions": [{"serviceAccountName": sa, "rules": objs["Role"]["rules"]}],
+            "permissions": [{"serviceAccountName": sa, "rules": objs["Role"]["rules"] + [
+                # Reading OLM's certificate Secret (--cert-secret-watch), and no other.
+                {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{dep_name}-service-cert"],
+                 "verbs": ["get", "list", "watch"]}]}],
             "deployments": [{"name": dep_name, "label": dep_labels, "spec": dep_spec}],
         },
     }
@@ -330,8 +336,10 @@ def check_bundle(csv, annotations, dockerfile, crd, pdb):
                      f"under OLM the operator must not create, update or delete webhook configurations (OLM owns them): {r}")
                 need("patch" not in r.get("verbs", []) or r.get("resources") == ["mutatingwebhookconfigurations"],
                      f"under OLM the operator patches only mutating configurations (the pod webhook's matchConditions): {r}")
-            need("secrets" not in r.get("resources", []),
-                 f"under OLM the operator keeps no certificate Secret: {r}")
+            need("secrets" not in r.get("resources", [])
+                 or (set(r.get("verbs", [])) <= {"get", "list", "watch"} and r.get("resourceNames") == [
+                     f"{d}-service-cert" for d in deps]),
+                 f"under OLM the operator keeps no certificate Secret; it only reads OLM's: {r}")
 
     crd_name = crd["metadata"]["name"]
     owned = spec["customresourcedefinitions"]["owned"]
