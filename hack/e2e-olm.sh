@@ -66,7 +66,7 @@ cleanup() {
     tail -n 15 "$WORK/olm/logs/olm.log" "$WORK/olm/logs/catalog.log" 2>/dev/null | sed 's/^/      /' >&2 || true
   fi
   [ -n "${LOOP_PID:-}" ] && { touch "$W/loop.stop"; wait "$LOOP_PID" 2>/dev/null || true; }
-  [ -n "${LOGS_PID:-}" ] && kill "$LOGS_PID" 2>/dev/null
+  [ -z "${LOGS_PID:-}" ] || kill "$LOGS_PID" 2>/dev/null || true
   if [ "${SSO_KEEP_NODE:-0}" = 1 ]; then
     log "SSO_KEEP_NODE=1: node, OLM and registry keep running (hack/olm.sh down; hack/node.sh down)"
   else
@@ -318,7 +318,8 @@ rm -f "$W"/loop.*
 ) &
 LOOP_PID=$!
 # The 0.1.0 replicas' logs through the upgrade (which certificate they serve when OLM switches CAs).
-k -n "$NS" logs -f -l app.kubernetes.io/name=sidecarset-operator --prefix --tail=0 >"$W/upgrade-operator.log" 2>&1 &
+hack/node.sh exec "$KUBECTL" --request-timeout=0 -n "$NS" logs -f -l app.kubernetes.io/name=sidecarset-operator --prefix --tail=-1 \
+  >"$W/upgrade-operator.log" 2>&1 &
 LOGS_PID=$!
 sleep 3
 t=$SECONDS
@@ -344,6 +345,7 @@ touch "$W/loop.stop"
 wait "$LOOP_PID" || true
 LOOP_PID=
 kill "$LOGS_PID" 2>/dev/null || true
+LOGS_PID=
 reloads=$(grep -c 'serving certificate reloaded: the pod webhook' "$W/upgrade-operator.log" || true)
 figure "upgrade: replicas that switched certificates when the caBundle changed (log lines): $reloads"
 read -r adm_n adm_bad <"$W/loop.count"
