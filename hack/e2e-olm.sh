@@ -224,12 +224,23 @@ for c in $mwcs; do
   case $c in mpod.sidecarset-operator.io-*|mpod-update.sidecarset-operator.io-*|msidecarset.sidecarset-operator.io-*) ;; *) die "unexpected mutating configuration $c" ;; esac
 done
 log "OLM's webhook configurations: $(echo $mwcs $vwcs)"
-cas=$( { for c in $mwcs; do k get mutatingwebhookconfiguration "$c" -o jsonpath='{.webhooks[0].clientConfig.caBundle}{"\n"}'; done
-         k get validatingwebhookconfiguration "$vwcs" -o jsonpath='{.webhooks[0].clientConfig.caBundle}{"\n"}'
-         k get crd sidecarsets.apps.kruise.io -o jsonpath='{.spec.conversion.webhook.clientConfig.caBundle}{"\n"}'; } | sort -u)
-[ "$(wc -l <<<"$cas")" = 1 ] && [ -n "$cas" ] || die "the webhook configurations and the CRD do not carry one caBundle: $(wc -l <<<"$cas") different"
-base64 -d <<<"$cas" >"$W/olm-ca.crt"
-openssl verify -CAfile "$W/olm-ca.crt" "$W/olm-tls.crt" >/dev/null 2>&1 || die "the caBundle does not verify OLM's serving certificate $dep-service-cert"
+# OLM may still be writing a new CA into them (it can make a second CA right after the CSV
+# reports Succeeded, and writes the configurations and the CRD one after the other): wait for
+# one caBundle everywhere that verifies the Secret's certificate.
+t=$SECONDS
+for i in $(seq 60); do
+  k -n "$NS" get secret "$dep-service-cert" -o jsonpath='{.data.tls\.crt}' | base64 -d >"$W/olm-tls.crt"
+  cas=$( { for c in $mwcs; do k get mutatingwebhookconfiguration "$c" -o jsonpath='{.webhooks[0].clientConfig.caBundle}{"\n"}'; done
+           k get validatingwebhookconfiguration "$vwcs" -o jsonpath='{.webhooks[0].clientConfig.caBundle}{"\n"}'
+           k get crd sidecarsets.apps.kruise.io -o jsonpath='{.spec.conversion.webhook.clientConfig.caBundle}{"\n"}'; } | sort -u)
+  if [ "$(wc -l <<<"$cas")" = 1 ] && [ -n "$cas" ]; then
+    base64 -d <<<"$cas" >"$W/olm-ca.crt"
+    openssl verify -CAfile "$W/olm-ca.crt" "$W/olm-tls.crt" >/dev/null 2>&1 && break
+  fi
+  [ "$i" != 60 ] || die "after 60 s the webhook configurations and the CRD do not carry one caBundle verifying $dep-service-cert ($(wc -l <<<"$cas") different)"
+  sleep 1
+done
+[ $((SECONDS - t)) -le 1 ] || figure "install: one caBundle everywhere only $((SECONDS - t)) s after the CSV Succeeded"
 conv=$(k get crd sidecarsets.apps.kruise.io -o jsonpath='{.spec.conversion.webhook.clientConfig.service.namespace}/{.spec.conversion.webhook.clientConfig.service.name}:{.spec.conversion.webhook.clientConfig.service.port}{.spec.conversion.webhook.clientConfig.service.path}')
 [ "$conv" = "$NS/$dep-service:9443/convert" ] || [ "$conv" = "$NS/$dep-service:443/convert" ] || die "CRD conversion: $conv"
 # The certificate a pod serves is OLM's (files mode at OLM's mount path).
