@@ -40,6 +40,10 @@ e2e-local: ## The e2e suite on a local kwok cluster built from source (operator 
 e2e-node: ## Real-node suites: operator image, helm install and in-place upgrades on a real kubelet (hack/node.sh; needs root; skipped with the reason where it cannot run, unless CI / SSO_REQUIRE_REAL_NODE=1)
 	hack/e2e-node.sh
 
+.PHONY: e2e-olm
+e2e-olm: ## The bundle installed, upgraded and removed by OLM (built from its Go module) on the real node, from a registry and catalog on the machine (hack/e2e-olm.sh; needs root)
+	hack/e2e-olm.sh
+
 .PHONY: node-up
 node-up: ## Start the real node (kubelet + containerd) and its control plane: hack/node.sh up
 	hack/node.sh up

@@ -9,6 +9,9 @@
 #   hack/bundle.sh validate     operator-sdk bundle validate --select-optional suite=operatorframework
 #                               and opm render, on ./bundle (builds both tools on first use)
 #   hack/bundle.sh tools        build operator-sdk and opm from Go modules into the tool cache
+#   hack/bundle.sh render OUT   write a bundle (OUT/manifests, OUT/metadata, OUT/bundle.Dockerfile)
+#                               for VERSION, OPERATOR_IMAGE and BUNDLE_REPLACES without touching
+#                               bundle/ (the OLM e2e builds its bundle images from it)
 #
 # The chart is rendered with externalCerts.enabled=true (the operator runs with
 # --cert-mode=files --cert-dir=/tmp/k8s-webhook-server/serving-certs, where OLM mounts the
@@ -21,6 +24,7 @@
 #   OPERATOR_IMAGE     operator image in the CSV (default: sidecarset-operator:$VERSION, the chart's
 #                      default); a release sets it, and `check` must then be given the same value
 #   BUNDLE_CHANNELS    channels (default candidate); BUNDLE_DEFAULT_CHANNEL (default: the first)
+#   BUNDLE_REPLACES    the version the bundle replaces (spec.replaces; default none)
 #   OPERATOR_SDK_VERSION (default v1.42.3), OPM_VERSION (default v1.73.0)
 #   SSO_TOOLS_CACHE    tool cache (default ~/.cache/sidecarset-operator/bin)
 #   HELM               helm binary (default: hack/tools.sh helm)
@@ -89,7 +93,7 @@ run_generator() {
   python3 "$REPO/hack/bundle/generate.py" --rendered "$rendered" --crd "$CRD" \
     --sample config/samples/sidecarset.yaml --base hack/bundle/csv-base.yaml --icon hack/bundle/icon.svg \
     --version "$VERSION" --channels "$BUNDLE_CHANNELS" --default-channel "$BUNDLE_DEFAULT_CHANNEL" \
-    --out "$out" "$@" || rc=$?
+    --replaces "${BUNDLE_REPLACES:-}" --out "$out" "$@" || rc=$?
   rm -f "$rendered"
   return "$rc"
 }
@@ -227,6 +231,19 @@ case ${1:-generate} in
   generate) find_helm; run_generator "$REPO" ;;
   check) find_helm; run_generator "$REPO" --check ;;
   validate) cmd_validate ;;
+  render)
+    [ -n "${2:-}" ] || die "usage: hack/bundle.sh render OUT"
+    find_helm
+    w=$(mktemp -d)
+    run_generator "$w"
+    mkdir -p "$2"
+    rm -rf "$2/manifests" "$2/metadata"
+    cp -r "$w/bundle/manifests" "$w/bundle/metadata" "$2/"
+    cp "$w/bundle.Dockerfile" "$2/bundle.Dockerfile"
+    cp "$CRD" "$2/manifests/"
+    rm -rf "$w"
+    log "bundle $VERSION (image $OPERATOR_IMAGE${BUNDLE_REPLACES:+, replaces $BUNDLE_REPLACES}) in $2"
+    ;;
   tools) build_tools; log "operator-sdk: $OPERATOR_SDK"; log "opm: $OPM" ;;
-  *) echo "usage: $0 [generate|check|validate|tools]" >&2; exit 2 ;;
+  *) echo "usage: $0 [generate|check|validate|tools|render OUT]" >&2; exit 2 ;;
 esac

@@ -22,6 +22,16 @@
 #   hack/images.sh ids OUT           the image IDs a containerd kubelet reports for the busybox
 #                                    tags in OUT (the config digest), one "image id" per line, to
 #                                    OUT/image-ids (e2e/tests/real_node.rs reads them)
+#   hack/images.sh olm OLM_BIN OUT   OLM's toolbox image (OUT/olm-toolbox.tar, ref in
+#                                    SSO_OLM_TOOLBOX_IMAGE): busybox (sh, cat, gzip, cp), OLM's
+#                                    /bin/cpb and /bin/copy-content and a static /bin/opm from
+#                                    hack/tools.sh olm; the util image and the opm image of
+#                                    OLM's bundle unpack Jobs and catalog pods, and an index
+#                                    image (empty /configs; ENTRYPOINT opm, CMD serve /configs)
+#   hack/images.sh bundle DIR REF OUT  an OLM bundle image (registry+v1) from a bundle directory
+#                                    (manifests/, metadata/annotations.yaml): those two
+#                                    directories on an empty base, labelled with the annotations
+#                                    (as bundle.Dockerfile), as OUT (a docker-archive) named REF
 #   hack/images.sh check OUT         the operator image in OUT agrees with the Dockerfile: user,
 #                                    entrypoint, cmd, exposed ports, label keys; its binary runs
 #                                    in the image's root filesystem as that user
@@ -200,6 +210,59 @@ cmd_operator() {
   log "operator image $OPERATOR_IMAGE in $out/operator.tar ($(du -h "$out/operator.tar" | cut -f1))"
 }
 
+# OLM's toolbox: the roles OLM gives to its "util" and "opm" images (bundle unpack Jobs: init
+# `cp -Rv /bin/cpb /util/cpb` from the util image, `opm alpha bundle extract` from the opm image;
+# catalog pods with extractContent: /bin/copy-content and `opm serve`), in one image. As OLM's
+# own image (its Dockerfile links busybox's cp to /bin/cp), user 1001, files world-readable.
+cmd_olm() {
+  local bin=${1:?usage: hack/images.sh olm OLM_BIN OUT} out=${2:?usage: hack/images.sh olm OLM_BIN OUT}
+  local ref=${SSO_OLM_TOOLBOX_IMAGE:-localhost/sso-e2e/olm-toolbox:dev} w r a
+  need
+  for a in opm cpb copy-content; do [ -x "$bin/$a" ] || die "$bin/$a is missing (hack/tools.sh olm)"; done
+  if ldd "$bin/opm" >/dev/null 2>&1; then die "$bin/opm is dynamically linked; the toolbox needs a static opm (hack/tools.sh olm)"; fi
+  [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || die "/bin/busybox (static) is missing (Debian package busybox-static)"
+  mkdir -p "$out"
+  w=$(mktemp -d "$out/.build.XXXXXX")
+  trap 'rm -rf "$w"' RETURN
+  new_bundle "$w"
+  r=$w/b/rootfs
+  mkdir -p "$r/bin" "$r/etc" "$r/tmp" "$r/configs" "$r/proc" "$r/sys" "$r/dev"
+  chmod 1777 "$r/tmp"
+  cp /bin/busybox "$r/bin/busybox"
+  for a in sh cat gzip cp ls mkdir; do ln -s busybox "$r/bin/$a"; done
+  for a in opm cpb copy-content; do install -m 0755 "$bin/$a" "$r/bin/$a"; done
+  printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'olm:x:1001:0:olm:/tmp:/bin/sh' >"$r/etc/passwd"
+  echo 'root:x:0:' >"$r/etc/group"
+  umoci repack --image "$w/oci:toolbox" "$w/b"
+  umoci config --image "$w/oci:toolbox" --author sidecarset-operator-e2e --config.user 1001 \
+    --config.entrypoint /bin/opm --config.cmd serve --config.cmd /configs --config.cmd --cache-dir=/tmp/cache \
+    --config.env PATH=/bin --config.workingdir / \
+    --config.label operators.operatorframework.io.index.configs.v1=/configs
+  export_archive "$w" toolbox "$ref" "$out/olm-toolbox.tar"
+  log "OLM toolbox image $ref in $out/olm-toolbox.tar ($(du -h "$out/olm-toolbox.tar" | cut -f1))"
+}
+
+cmd_bundle() {
+  local dir=${1:?usage: hack/images.sh bundle DIR REF OUT} ref=${2:?usage: hack/images.sh bundle DIR REF OUT}
+  local out=${3:?usage: hack/images.sh bundle DIR REF OUT} w r labels=() kv
+  need
+  [ -d "$dir/manifests" ] && [ -s "$dir/metadata/annotations.yaml" ] || die "$dir has no manifests/ and metadata/annotations.yaml"
+  w=$(mktemp -d "$(dirname "$out")/.build.XXXXXX")
+  trap 'rm -rf "$w"' RETURN
+  new_bundle "$w"
+  r=$w/b/rootfs
+  cp -r "$dir/manifests" "$dir/metadata" "$r/"
+  chmod -R a+rX "$r/manifests" "$r/metadata"
+  while read -r kv; do labels+=(--config.label "$kv"); done < <(python3 -c '
+import sys, yaml
+for k, v in yaml.safe_load(open(sys.argv[1]))["annotations"].items():
+    print(f"{k}={v}")' "$dir/metadata/annotations.yaml")
+  umoci repack --image "$w/oci:bundle" "$w/b"
+  umoci config --image "$w/oci:bundle" --author sidecarset-operator --config.workingdir / "${labels[@]}"
+  export_archive "$w" bundle "$ref" "$out"
+  log "bundle image $ref in $out ($(( ${#labels[@]} / 2 )) labels)"
+}
+
 # The directives of the Dockerfile's final stage, as JSON: {"user", "entrypoint", "cmd", "expose", "labels"}
 dockerfile_final_stage() {
   python3 - "$REPO/Dockerfile" <<'EOF'
@@ -293,5 +356,7 @@ case ${1:-} in
   ids) shift; cmd_ids "$@" ;;
   operator) shift; cmd_operator "$@" ;;
   check) shift; cmd_check "$@" ;;
-  *) echo "usage: $0 test OUT | ids OUT | operator BIN OUT | check OUT" >&2; exit 2 ;;
+  olm) shift; cmd_olm "$@" ;;
+  bundle) shift; cmd_bundle "$@" ;;
+  *) echo "usage: $0 test OUT | ids OUT | operator BIN OUT | olm OLM_BIN OUT | bundle DIR REF OUT | check OUT" >&2; exit 2 ;;
 esac

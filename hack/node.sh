@@ -12,6 +12,9 @@
 #                         inside the node's network namespace: use 'exec')
 #   hack/node.sh exec CMD...   run CMD in the node's network namespace (kubectl, helm, tests)
 #   hack/node.sh images   rebuild the operator image from SSO_OPERATOR_BIN and import it (node up)
+#   hack/node.sh registry HOST:PORT   let containerd pull from the plain-HTTP registry at HOST:PORT
+#                         in the node's network namespace (hack/registry.sh with
+#                         SSO_REGISTRY_NETNS_PID): writes its hosts.toml (no restart needed)
 #
 # Design. Everything runs in one private mount + network namespace, held by a sleeping process
 # (PID in $NODE_DIR/ns.pid): inside it, hack/cluster.sh's kwok control plane (etcd,
@@ -328,7 +331,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$NODE_DIR/cni/net.d"
+  # Registry host configuration (a hosts.toml per registry, read at each pull): empty unless
+  # 'hack/node.sh registry HOST:PORT' trusts the local registry. Other names are pulled as
+  # before (HTTPS, and nothing is reachable from here).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$NODE_DIR/etc/certs.d"
 EOF
+  rm -rf "$NODE_DIR/etc/certs.d"
+  mkdir -p "$NODE_DIR/etc/certs.d"
   cat >"$NODE_DIR/cni/net.d/10-sso.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -627,8 +637,24 @@ cmd_images() {
   log "images imported into the node's containerd"
 }
 
+# registry HOST:PORT: containerd pulls HOST:PORT/... over plain HTTP (the registry of
+# hack/registry.sh in this namespace). containerd reads hosts.toml at every pull.
+cmd_registry() {
+  local addr=${1:?usage: hack/node.sh registry HOST:PORT}
+  ns_alive || die "the node is not running (hack/node.sh up)"
+  [[ $addr =~ ^[A-Za-z0-9.-]+:[0-9]+$ ]] || die "expected HOST:PORT, not '$addr'"
+  mkdir -p "$NODE_DIR/etc/certs.d/$addr"
+  cat >"$NODE_DIR/etc/certs.d/$addr/hosts.toml" <<EOF
+server = "http://$addr"
+[host."http://$addr"]
+  capabilities = ["pull", "resolve"]
+EOF
+  log "containerd pulls $addr/... over plain HTTP ($NODE_DIR/etc/certs.d/$addr/hosts.toml)"
+}
+
 case ${1:-} in
   check) cmd_check ;;
+  registry) shift; cmd_registry "$@" ;;
   deps) cmd_deps ;;
   up) cmd_up ;;
   down) cmd_down ;;
@@ -636,5 +662,5 @@ case ${1:-} in
   env) cmd_env ;;
   exec) shift; cmd_exec "$@" ;;
   images) cmd_images ;;
-  *) echo "usage: $0 check|deps|up|down|status|env|exec CMD...|images" >&2; exit 2 ;;
+  *) echo "usage: $0 check|deps|up|down|status|env|exec CMD...|images|registry HOST:PORT" >&2; exit 2 ;;
 esac

@@ -59,10 +59,11 @@ cmd_up() {
   rm -rf "$DIR/blobs" "$DIR/pid" "$DIR/address"
   mkdir -p "$DIR/blobs"
   # setsid: its own session, so that the caller's job control and terminal leave it alone;
-  # fd 8 (the lock) is not inherited.
-  inns setsid "$crane/crane" registry serve --address "$HOST:$port" --disk "$DIR/blobs" \
+  # fd 8 (the lock) is not inherited. The PID recorded is crane's own (the shell execs it):
+  # `$!` would be the subshell running inns, and killing that leaves crane running.
+  inns setsid /bin/sh -c 'echo $$ >"$0"; exec "$@"' "$DIR/pid" "$crane/crane" registry serve --address "$HOST:$port" --disk "$DIR/blobs" \
     </dev/null >"$DIR/registry.log" 2>&1 8>&- &
-  echo $! >"$DIR/pid"
+  for i in $(seq 50); do [ -s "$DIR/pid" ] && break; sleep 0.1; done
   echo "$crane" >"$DIR/crane"
   for i in $(seq 100); do
     if answers "$HOST:$port"; then

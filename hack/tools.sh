@@ -5,9 +5,11 @@
 # version. Prints the directory of each tool on stdout as NAME=PATH lines (for `eval`), and its
 # progress on stderr.
 #
-#   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet|helm-docs|crane]...
+#   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet|helm-docs|crane|olm]...
 # (`helm-docs` is asked for by hack/chart-docs.sh only; `crane` (go-containerregistry: an OCI
-# registry server and a client for OCI archives) by hack/registry.sh and the release scripts.)
+# registry server and a client for OCI archives) by hack/registry.sh and the release scripts;
+# `olm` (OLM v0's olm-operator, catalog-operator, cpb, copy-content, and a static opm for the
+# images OLM runs) by hack/olm.sh.)
 #
 # `all` is what the kwok cluster needs; `kubelet` (for the real node of hack/node.sh) is built
 # only when asked for, into the same kubernetes-<version> directory (it shares the Go build cache
@@ -21,6 +23,7 @@ KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 HELM_DOCS_VERSION=${HELM_DOCS_VERSION:-v1.14.2}
 CRANE_VERSION=${CRANE_VERSION:-v0.22.1}
+OLM_VERSION=${OLM_VERSION:-v0.46.0}
 
 CACHE=${SSO_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sidecarset-operator/bin}
 mkdir -p "$CACHE"
@@ -224,6 +227,46 @@ build_helm_docs() { go_tool HELM_DOCS_BIN helm-docs "$HELM_DOCS_VERSION" github.
 # `crane digest` and `crane copy` move OCI archives in and out of it.
 build_crane() { go_tool CRANE_BIN crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane; }
 
+# OLM v0 (github.com/operator-framework/operator-lifecycle-manager): olm (olm-operator), catalog
+# (catalog-operator), cpb and copy-content (the helpers OLM's unpack Jobs and catalog pods copy out
+# of its util image), and opm (operator-registry) built in OLM's own module graph, which pins the
+# operator-registry version OLM was released with and shares its dependencies' build cache.
+# All static (CGO_ENABLED=0; opm's SQLite index commands then fail, file-based catalogs do not
+# use them), so they run inside images built from scratch. The deploy/ directory (OLM's CRDs) is
+# copied next to them. `go install pkg@version` is not used: it asks the module proxy for the
+# version list, which the proxy here refuses; the one version is downloaded and built inside.
+build_olm() {
+  local out=$CACHE/olm-$OLM_VERSION
+  if [ -x "$out/olm" ] && [ -x "$out/catalog" ] && [ -x "$out/opm" ] && [ -x "$out/cpb" ] && [ -x "$out/copy-content" ] \
+     && [ -d "$out/deploy/chart/crds" ]; then echo "OLM_BIN=$out"; return; fi
+  with_lock "$out" _build_olm "$out"
+  echo "OLM_BIN=$out"
+}
+
+_build_olm() {
+  local out=$1 start=$SECONDS w dir
+  [ -x "$out/olm" ] && [ -x "$out/catalog" ] && [ -x "$out/opm" ] && [ -x "$out/cpb" ] && [ -x "$out/copy-content" ] \
+    && [ -d "$out/deploy/chart/crds" ] && return 0
+  log "building OLM $OLM_VERSION (olm, catalog, cpb, copy-content, opm; cold: about 10 min on 2 cores)"
+  local mod=github.com/operator-framework/operator-lifecycle-manager
+  dir=$(go mod download -json "$mod@$OLM_VERSION" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or ""); sys.exit(1 if d.get("Error") else 0)') \
+    || die "the Go module proxy did not give $mod@$OLM_VERSION"
+  w=$(mktemp -d)
+  cp -r "$dir" "$w/src"
+  chmod -R u+w "$w/src"
+  ( cd "$w/src"
+    local ldf="-s -w -X $mod/pkg/version.OLMVersion=${OLM_VERSION#v} -X $mod/pkg/version.GitCommit=module-proxy"
+    CGO_ENABLED=0 go build -mod=mod -trimpath -tags json1,containers_image_openpgp -ldflags "$ldf" -o "$w/bin/" \
+      ./cmd/olm ./cmd/catalog ./cmd/copy-content ./util/cpb github.com/operator-framework/operator-registry/cmd/opm >&2 )
+  mkdir -p "$out"
+  rm -rf "$out/deploy"
+  cp -r "$w/src/deploy" "$out/deploy"
+  local b
+  for b in copy-content cpb opm catalog olm; do mv "$w/bin/$b" "$out/$b"; done
+  rm -rf "$w"
+  log "OLM $OLM_VERSION built in $((SECONDS - start)) s"
+}
+
 targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do
   case $t in
@@ -235,6 +278,7 @@ for t in "${targets[@]}"; do
     kubelet) build_kubelet ;;
     helm-docs) build_helm_docs ;;
     crane) build_crane ;;
-    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet, helm-docs or crane)" ;;
+    olm) build_olm ;;
+    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet, helm-docs, crane or olm)" ;;
   esac
 done

@@ -28,6 +28,13 @@ pub struct RunArgs {
         default_value = "sidecarset-operator-webhook-certs"
     )]
     pub cert_secret_name: String,
+    /// Files mode: also follow this Secret (in --namespace; the one the files are mounted from)
+    /// through the API, and serve, of its certificate and the files', the one the pod webhook's
+    /// caBundle trusts (found by --webhook-config-selector or --webhook-config-name). For OLM,
+    /// which switches CAs without an overlap and whose new certificate reaches mounted files up
+    /// to a minute after the caBundle.
+    #[arg(long, env = "SSO_CERT_SECRET_WATCH")]
+    pub cert_secret_watch: Option<String>,
     /// Self mode: lifetime of the CA (s, m, h or d).
     #[arg(long, env = "SSO_CA_VALIDITY", default_value = "1825d", value_parser = parse_duration)]
     pub ca_validity: Duration,
@@ -72,6 +79,12 @@ pub struct RunArgs {
         default_value = "sidecarset-operator"
     )]
     pub webhook_config_name: String,
+    /// Find the pod webhook's MutatingWebhookConfiguration by this label selector instead of by
+    /// --webhook-config-name, for --pod-match-conditions (OLM names its configurations with a
+    /// random suffix and labels them
+    /// olm.webhook-description-generate-name=mpod.sidecarset-operator.io).
+    #[arg(long, env = "SSO_WEBHOOK_CONFIG_SELECTOR")]
+    pub webhook_config_selector: Option<String>,
     /// URL mode: the API server calls `<URL>/mutate-pod` etc. (for a local process, e.g.
     /// https://127.0.0.1:9443). Without it, Service mode is used.
     #[arg(long, env = "SSO_WEBHOOK_URL")]

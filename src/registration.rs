@@ -411,7 +411,7 @@ fn expression_of(c: &Covered) -> Option<Option<&str>> {
 pub async fn keep_pod_match_conditions(
     client: Client,
     state: Arc<ClusterView>,
-    config: String,
+    config: WebhookConfigs,
     coverage: Arc<MatchCoverage>,
 ) {
     let api: Api<MutatingWebhookConfiguration> = Api::all(client);
@@ -498,6 +498,78 @@ pub async fn keep_pod_match_conditions(
 /// How often the configuration is read back without a change.
 pub const RESYNC: Duration = Duration::from_secs(60);
 
+/// Which MutatingWebhookConfiguration(s) carry the pod CREATE webhook whose match condition is
+/// kept: one by name (the chart's, `--webhook-config-name`), or every one a label selector
+/// finds (`--webhook-config-selector`): OLM creates its configurations with `generateName`, so
+/// their names end in a random suffix, and labels each with the webhook definition it came
+/// from (`olm.webhook-description-generate-name=mpod.sidecarset-operator.io`). While OLM
+/// replaces a CSV there are two (the old CSV's and the new one's), and both are kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WebhookConfigs {
+    Named(String),
+    Selected(String),
+}
+
+impl WebhookConfigs {
+    /// `--webhook-config-selector` when given, else `--webhook-config-name`.
+    pub fn from_args(name: &str, selector: Option<&str>) -> Self {
+        match selector.map(str::trim).filter(|s| !s.is_empty()) {
+            Some(s) => WebhookConfigs::Selected(s.to_string()),
+            None => WebhookConfigs::Named(name.to_string()),
+        }
+    }
+}
+
+impl From<&str> for WebhookConfigs {
+    fn from(name: &str) -> Self {
+        WebhookConfigs::Named(name.to_string())
+    }
+}
+
+impl std::fmt::Display for WebhookConfigs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WebhookConfigs::Named(n) => write!(f, "{n}"),
+            WebhookConfigs::Selected(s) => write!(f, "the configurations labelled {s}"),
+        }
+    }
+}
+
+/// The configurations `target` names, each with its name.
+async fn configurations(
+    api: &Api<MutatingWebhookConfiguration>,
+    target: &WebhookConfigs,
+) -> Result<Vec<(String, MutatingWebhookConfiguration)>, NotWritten> {
+    let other = |e: kube::Error| NotWritten {
+        refused: false,
+        message: e.to_string(),
+    };
+    match target {
+        WebhookConfigs::Named(name) => {
+            let c = api.get(name).await.map_err(other)?;
+            Ok(vec![(name.clone(), c)])
+        }
+        WebhookConfigs::Selected(selector) => {
+            let list = api
+                .list(&kube::api::ListParams::default().labels(selector))
+                .await
+                .map_err(other)?;
+            let found: Vec<_> = list
+                .items
+                .into_iter()
+                .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+                .collect();
+            if found.is_empty() {
+                return Err(NotWritten {
+                    refused: false,
+                    message: format!("no MutatingWebhookConfiguration is labelled {selector} yet"),
+                });
+            }
+            Ok(found)
+        }
+    }
+}
+
 enum Pass {
     InPlace,
     Written,
@@ -507,32 +579,32 @@ enum Pass {
 /// a condition that differs from the one we wrote last (`written`) is a repair.
 async fn pass(
     api: &Api<MutatingWebhookConfiguration>,
-    config: &str,
+    target: &WebhookConfigs,
     want: Option<&str>,
     written: Option<&Option<String>>,
 ) -> Result<Pass, NotWritten> {
-    let existing = api.get(config).await.map_err(|e| NotWritten {
-        refused: false,
-        message: e.to_string(),
-    })?;
-    let Some(found) = read_back(&existing) else {
-        return Err(NotWritten {
-            refused: false,
-            message: format!("{config} has no webhook {POD_CREATE_WEBHOOK} yet"),
-        });
-    };
-    let found = expression_of(&found);
-    if found == Some(want) {
-        return Ok(Pass::InPlace);
+    let mut result = Pass::InPlace;
+    for (config, existing) in configurations(api, target).await? {
+        let Some(found) = read_back(&existing) else {
+            return Err(NotWritten {
+                refused: false,
+                message: format!("{config} has no webhook {POD_CREATE_WEBHOOK} yet"),
+            });
+        };
+        let found = expression_of(&found);
+        if found == Some(want) {
+            continue;
+        }
+        if let Some(last) = written
+            && found != Some(last.as_deref())
+        {
+            warn!(config = %config, "the pod webhook's match condition was changed by someone else; writing it back");
+            crate::metrics::metrics().match_condition_repairs.inc();
+        }
+        apply_match_condition(api, &config, want).await?;
+        result = Pass::Written;
     }
-    if let Some(last) = written
-        && found != Some(last.as_deref())
-    {
-        warn!(config = %config, "the pod webhook's match condition was changed by someone else; writing it back");
-        crate::metrics::metrics().match_condition_repairs.inc();
-    }
-    apply_match_condition(api, config, want).await?;
-    Ok(Pass::Written)
+    Ok(result)
 }
 
 /// Why a match condition was not written: `refused` when the API server found it invalid.
@@ -754,6 +826,99 @@ mod against_a_mock_api_server {
         let (expression, apply) = applied(&mut api).await;
         assert!(expression.is_some());
         apply.echo("2");
+        task.abort();
+    }
+
+    #[test]
+    fn the_selector_wins_over_the_name_when_given() {
+        assert_eq!(
+            WebhookConfigs::from_args("sso", None),
+            WebhookConfigs::Named("sso".into())
+        );
+        assert_eq!(
+            WebhookConfigs::from_args("sso", Some(" ")),
+            WebhookConfigs::Named("sso".into())
+        );
+        assert_eq!(
+            WebhookConfigs::from_args("sso", Some("a=b")),
+            WebhookConfigs::Selected("a=b".into())
+        );
+    }
+
+    /// OLM's configurations: random names, found by label; each one carries the condition.
+    #[tokio::test(start_paused = true)]
+    async fn configurations_found_by_label_each_get_the_condition() {
+        let (client, mut api) = mock_api::client();
+        let selector = "olm.webhook-description-generate-name=mpod.sidecarset-operator.io";
+        let task = tokio::spawn(keep_pod_match_conditions(
+            client,
+            view("web"),
+            WebhookConfigs::Selected(selector.into()),
+            Default::default(),
+        ));
+        const LIST: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations?";
+        // None yet (OLM has not created it): nothing is written, the list is asked again.
+        let list = api.expect("GET", LIST).await;
+        assert!(
+            list.uri.contains(
+                "labelSelector=olm.webhook-description-generate-name%3Dmpod.sidecarset-operator.io"
+            ),
+            "{}",
+            list.uri
+        );
+        list.answer(
+            200,
+            json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": []}),
+        );
+        // Two (a CSV being replaced): both get the condition, by their own names.
+        let named = |name: &str, with: Option<&str>| {
+            let mut c = configuration_with(with);
+            c["metadata"]["name"] = json!(name);
+            c
+        };
+        api.expect("GET", LIST).await.answer(
+            200,
+            json!({"apiVersion": "v1", "kind": "List", "metadata": {},
+                   "items": [named("mpod.sidecarset-operator.io-abcde", None),
+                             named("mpod.sidecarset-operator.io-fghij", None)]}),
+        );
+        let mut expressions = vec![];
+        for name in ["abcde", "fghij"] {
+            let path = format!(
+                "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/mpod.sidecarset-operator.io-{name}?"
+            );
+            let apply = api.expect("PATCH", &path).await;
+            assert_eq!(
+                apply.body["metadata"]["name"],
+                json!(format!("mpod.sidecarset-operator.io-{name}"))
+            );
+            expressions.push(
+                apply.body["webhooks"][0]["matchConditions"][0]["expression"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+            apply.echo("2");
+        }
+        assert!(expressions[0].contains("web") && expressions[0] == expressions[1]);
+        api.expect_nothing().await;
+        // A minute later: read back; the one OLM rewrote (an update drops the condition) is
+        // written again, the other is left alone.
+        tokio::time::sleep(RESYNC).await;
+        api.expect("GET", LIST).await.answer(
+            200,
+            json!({"apiVersion": "v1", "kind": "List", "metadata": {},
+                   "items": [named("mpod.sidecarset-operator.io-abcde", Some(&expressions[0])),
+                             named("mpod.sidecarset-operator.io-fghij", None)]}),
+        );
+        let apply = api
+            .expect(
+                "PATCH",
+                "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/mpod.sidecarset-operator.io-fghij?",
+            )
+            .await;
+        apply.echo("3");
+        api.expect_nothing().await;
         task.abort();
     }
 

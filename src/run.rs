@@ -216,7 +216,10 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
         tokio::spawn(registration::keep_pod_match_conditions(
             clients.calls.clone(),
             cluster.clone(),
-            args.webhook_config_name.clone(),
+            registration::WebhookConfigs::from_args(
+                &args.webhook_config_name,
+                args.webhook_config_selector.as_deref(),
+            ),
             coverage,
         ));
     }
@@ -397,11 +400,34 @@ pub async fn certificates(
         ));
     }
     let rustls = RustlsConfig::from_config(tls_config);
-    tokio::spawn(tls::files::watch(
-        args.cert_dir.clone(),
-        rustls.clone(),
-        view.cert.clone(),
-    ));
+    match args.cert_secret_watch.as_deref().filter(|s| !s.is_empty()) {
+        Some(secret) => {
+            info!(secret = %format!("{}/{secret}", args.namespace), "following the certificate Secret: serving the certificate the pod webhook's caBundle trusts");
+            let served = std::fs::read_to_string(args.cert_dir.join("tls.crt")).unwrap_or_default();
+            tokio::spawn(tls::follow::follow(
+                clients.watches.clone(),
+                tls::follow::Follow {
+                    namespace: args.namespace.clone(),
+                    secret: secret.to_string(),
+                    configs: registration::WebhookConfigs::from_args(
+                        &args.webhook_config_name,
+                        args.webhook_config_selector.as_deref(),
+                    ),
+                    dir: args.cert_dir.clone(),
+                },
+                rustls.clone(),
+                view.cert.clone(),
+                served,
+            ));
+        }
+        None => {
+            tokio::spawn(tls::files::watch(
+                args.cert_dir.clone(),
+                rustls.clone(),
+                view.cert.clone(),
+            ));
+        }
+    }
     Ok(rustls)
 }
 

@@ -4,6 +4,7 @@
 //! rotating certificates is [`crate::certs`]'s job.
 
 pub mod files;
+pub mod follow;
 
 use crate::health::Gate;
 use std::net::IpAddr;
