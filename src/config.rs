@@ -167,6 +167,14 @@ pub struct RunArgs {
     /// its first pod) before treating it as unlabelled.
     #[arg(long, env = "SSO_NAMESPACE_FETCH_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub namespace_fetch_timeout: Duration,
+    /// After SIGTERM, how long this replica keeps accepting and answering admissions while it
+    /// reports not ready: the time its endpoint's removal takes to reach the API server. 0
+    /// stops accepting at once. (Ctrl-C does not wait.)
+    #[arg(long, env = "SSO_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration_or_zero)]
+    pub shutdown_delay: Duration,
+    /// Once it stops accepting, how long the requests in flight get before the process exits.
+    #[arg(long, env = "SSO_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
     /// How long a leader's Lease is valid without renewal.
     #[arg(long, env = "SSO_LEADER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub leader_lease_duration: Duration,
