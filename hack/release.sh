@@ -148,9 +148,9 @@ cmd_release() {
 
   rm -rf "$out"
   mkdir -p "$out"
-  local w
-  w=$(mktemp -d)
-  trap 'rm -rf "$w"' EXIT
+  RELEASE_TMP=$(mktemp -d)
+  trap 'rm -rf "$RELEASE_TMP"' EXIT
+  local w=$RELEASE_TMP
 
   # 1. The chart archive, pushed as an OCI artifact.
   local t=$SECONDS chart_tgz chart_digest push_out
@@ -181,7 +181,8 @@ cmd_release() {
 
   # 3. The Krew archive and manifest.
   t=$SECONDS
-  BIN=$bin KREW_BASE_URL=${KREW_BASE_URL:-file://$out} hack/krew.sh "$w/krew" 2>&1 | sed 's/^/  /' >&2
+  BIN=$bin KREW_BASE_URL=${KREW_BASE_URL:-file://$out} hack/krew.sh "$w/krew" 2>"$w/krew.log" \
+    || { cat "$w/krew.log" >&2; die "hack/krew.sh failed"; }
   local krew_tgz=kubectl-sidecarset_v${VERSION}_${OS}_${ARCH}.tar.gz
   mv "$w/krew/$krew_tgz" "$w/krew/sidecarset.yaml" "$out/"
   log "krew $krew_tgz ($(du -h "$out/$krew_tgz" | cut -f1)) and sidecarset.yaml ($((SECONDS - t)) s)"
