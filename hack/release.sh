@@ -158,6 +158,13 @@ cmd_release() {
   chart_tgz=sidecarset-operator-$VERSION.tgz
   [ -s "$out/$chart_tgz" ] || die "helm package wrote no $chart_tgz"
   tar -xzOf "$out/$chart_tgz" sidecarset-operator/LICENSE | cmp -s - LICENSE || die "the chart archive lacks the repository's LICENSE"
+  # helm package stamps every file with the time of packaging: the same files again, in name
+  # order, with SOURCE_DATE_EPOCH and no gzip time stamp, so the same chart gives the same archive.
+  mkdir -p "$w/chart"
+  tar -xzf "$out/$chart_tgz" -C "$w/chart"
+  tar -C "$w/chart" --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -cf - sidecarset-operator \
+    | gzip -n -9 >"$out/$chart_tgz"
+  "$helm" show chart "$out/$chart_tgz" >/dev/null || die "the repacked chart archive does not load"
   push_out=$("$helm" push "$out/$chart_tgz" "$chart_repo" "${plain_flag[@]}" 2>&1) \
     || { printf '%s\n' "$push_out" >&2; die "helm push $chart_tgz $chart_repo failed"; }
   chart_digest=$(sed -n 's/^Digest: *\(sha256:[0-9a-f]\{64\}\)$/\1/p' <<<"$push_out")
