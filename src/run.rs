@@ -452,7 +452,6 @@ fn lower_thread_priority(by: i32) {
     let _ = by;
 }
 
-
 fn cert_settings(args: &RunArgs) -> anyhow::Result<certs::manager::ManagerSettings> {
     if !(0.1..1.0).contains(&args.cert_renew_at) {
         bail!(

@@ -108,7 +108,11 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A server of `GET /` → "ok" on 127.0.0.1, its handle, and its address.
-    async fn server() -> (axum_server::Handle<SocketAddr>, SocketAddr, tokio::task::JoinHandle<()>) {
+    async fn server() -> (
+        axum_server::Handle<SocketAddr>,
+        SocketAddr,
+        tokio::task::JoinHandle<()>,
+    ) {
         let handle = axum_server::Handle::new();
         let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
         let h = handle.clone();
@@ -132,7 +136,10 @@ mod tests {
         let mut buf = Vec::new();
         s.read_to_end(&mut buf).await.ok()?;
         let text = String::from_utf8_lossy(&buf);
-        text.lines().next().map(str::to_string).filter(|l| !l.is_empty())
+        text.lines()
+            .next()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
     }
 
     fn plan(delay_ms: u64) -> Plan {
@@ -160,7 +167,11 @@ mod tests {
         assert_eq!(get(addr).await.as_deref(), Some("HTTP/1.1 200 OK"));
         tx.send(Stop::Terminate).unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(readiness.not_ready(), vec!["shutting down"], "unready first");
+        assert_eq!(
+            readiness.not_ready(),
+            vec!["shutting down"],
+            "unready first"
+        );
         // Within the delay, new connections are still accepted and answered.
         for _ in 0..5 {
             assert_eq!(
@@ -174,7 +185,11 @@ mod tests {
         stopper.await.unwrap();
         assert!(started.elapsed() >= Duration::from_millis(800));
         task.await.unwrap();
-        assert_eq!(get(addr).await, None, "after the delay and the drain: refused");
+        assert_eq!(
+            get(addr).await,
+            None,
+            "after the delay and the drain: refused"
+        );
     }
 
     #[tokio::test]
