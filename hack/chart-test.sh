@@ -1018,8 +1018,12 @@ release_phase() {
   rm -rf "$clone"
   pass "release: refused on a working tree with changes (ALLOW_DIRTY=1 overrides)"
   # The release, from the tests' binary (the release profile is the same source: make release
-  # builds it), to the registry on this machine; it runs its own verify at the end.
+  # builds it) without its symbols (74 instead of 141 MB: a third of the time packing it), to the
+  # registry on this machine; it runs its own verify at the end.
   local t=$SECONDS
+  mkdir -p "$OUT/release-bin"
+  strip -o "$OUT/release-bin/sidecarset-operator" "$bin" 2>/dev/null || cp "$bin" "$OUT/release-bin/sidecarset-operator"
+  bin=$OUT/release-bin/sidecarset-operator
   ALLOW_DIRTY=1 RELEASE_DIR=$rel BIN=$bin CHART_REPO=oci://$reg/charts IMAGE_REPO=$reg/sidecarset-operator PLAIN_HTTP=1 \
     SSO_WORK=$WORK "$REPO/hack/release.sh" >"$OUT/release.log" 2>&1 || { cat "$OUT/release.log" >&2; die "hack/release.sh failed"; }
   grep '^\[release\] \(ok\|release\|chart\|image\|krew\)' "$OUT/release.log" | sed 's/^/      /' >&2
