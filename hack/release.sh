@@ -270,7 +270,8 @@ for p in m["spec"]["platforms"]:
         if p["bin"] not in names: bad.append(f"{name} lacks the bin {p['bin']}")
         if "LICENSE" in names and t.extractfile("LICENSE").read() != open(license_file, "rb").read():
             bad.append(f"{name}: LICENSE is not the repository's")
-    print(f"[release] {'FAIL' if bad else 'ok  '} krew: {name} sha256 {got} = sidecarset.yaml's, holds {' '.join(sorted(names))}", file=sys.stderr)
+    if not bad:
+        print(f"[release] ok   krew: {name} sha256 {got} = sidecarset.yaml's, holds {' '.join(sorted(names))}", file=sys.stderr)
 for b in bad: print(f"[release] FAIL krew: {b}", file=sys.stderr)
 sys.exit(1 if bad else 0)
 PY
