@@ -211,7 +211,7 @@ rec = {
 }
 json.dump(rec, open(os.path.join(out, "release.json"), "w"), indent=2)
 PY
-  (cd "$out" && sha256sum -- * | grep -v ' SHA256SUMS$' >SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
+  (cd "$out" && sha256sum -- * >"$w/SHA256SUMS") && mv "$w/SHA256SUMS" "$out/SHA256SUMS"
   cmd_verify "$out"
   log "release $VERSION in ${out#"$REPO"/}:"
   (cd "$out" && ls -l --time-style=+ | awk 'NR > 1 { printf "[release]   %10d  %s\n", $5, $NF }') >&2
