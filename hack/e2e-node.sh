@@ -332,8 +332,12 @@ section "drain: every replica evicted, the PodDisruptionBudget in place"
 # As kubectl drain evicts a node's pods (all at once, each retried while its PDB refuses), with
 # admissions running. There is one node, so the replacements land on it again (drain would
 # cordon it first and they would go elsewhere: for the webhook the same).
-old_pods=$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{.items[*].metadata.name}')
-[ "$(wc -w <<<"$old_pods")" = 3 ] || die "expected 3 operator pods before the drain: $old_pods"
+for i in $(seq 120); do # the upgrade's last old replica may still be finishing its shutdown
+  old_pods=$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{.items[*].metadata.name}')
+  [ "$(wc -w <<<"$old_pods")" = 3 ] && break
+  [ "$i" != 120 ] || die "expected 3 operator pods before the drain: $old_pods"
+  sleep 0.5
+done
 printf '{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "%s", "namespace": "%s"}}\n' POD "$NS" >"$ADM.eviction.tmpl"
 admissions_start drain
 t=$SECONDS
