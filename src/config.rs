@@ -195,9 +195,10 @@ impl RunArgs {
     }
 }
 
-/// [`parse_duration`], or `0` (off).
+/// [`parse_duration`], or zero (off): `0`, or 0 of a unit (`0s`, as the chart writes
+/// `shutdownDelaySeconds: 0`).
 pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
-    if s.trim() == "0" {
+    if matches!(s.trim(), "0" | "0s" | "0m" | "0h" | "0d") {
         return Ok(Duration::ZERO);
     }
     parse_duration(s)
@@ -225,4 +226,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?} must be longer than zero"));
     }
     Ok(Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_is_off_with_or_without_a_unit_where_zero_is_allowed() {
+        for z in ["0", "0s", " 0m", "0h", "0d"] {
+            assert_eq!(parse_duration_or_zero(z), Ok(Duration::ZERO), "{z:?}");
+        }
+        assert_eq!(parse_duration_or_zero("5s"), Ok(Duration::from_secs(5)));
+        assert!(
+            parse_duration("0s").is_err(),
+            "zero where it is not allowed"
+        );
+        assert!(parse_duration_or_zero("0x").is_err());
+        assert!(parse_duration_or_zero("-1s").is_err());
+    }
 }

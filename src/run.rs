@@ -398,6 +398,7 @@ pub async fn webhook_server(
     let handle = axum_server::Handle::new();
     let serving = state.readiness.gate("shutting down");
     serving.set(true);
+    let closing = serving.clone();
     tokio::spawn(crate::shutdown::stop_serving(
         crate::shutdown::signal(),
         // A second signal, once the first was received (the tokio signal streams only see
@@ -415,8 +416,11 @@ pub async fn webhook_server(
     axum_server::bind_rustls(listen, rustls)
         .handle(handle)
         .serve(
-            webhook::router_with(state, config.limits)
-                .into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            crate::shutdown::close_connections_once_stopping(
+                webhook::router_with(state, config.limits),
+                closing,
+            )
+            .into_make_service_with_connect_info::<std::net::SocketAddr>(),
         )
         .await
         .with_context(|| format!("cannot serve on {listen}"))

@@ -9,7 +9,11 @@
 //! is a refused pod. So on SIGTERM a replica:
 //!
 //! 1. stops being ready (`/readyz` answers 503 "shutting down"), so that nothing routes new work
-//!    to it that reads readiness;
+//!    to it that reads readiness, and answers every request with `Connection: close`
+//!    ([`close_connections_once_stopping`]): the API server resolves a webhook's endpoint only
+//!    when it dials, and keeps sending over its keep-alive connections (HTTP/1.1) to a pod whose
+//!    endpoint is gone; closed by the client after a response, a connection is not reused, so no
+//!    request races the server's close of an idle connection at the end;
 //! 2. keeps accepting and answering for `--shutdown-delay` (default 5 s), the time the removal of
 //!    its endpoint takes to reach the API server;
 //! 3. stops accepting, finishes the requests in flight (up to `--shutdown-timeout`, 20 s) and
@@ -75,6 +79,29 @@ pub async fn stop_serving<A>(
     server.graceful_shutdown(Some(plan.drain));
 }
 
+/// `router` answering every request with `Connection: close` once `serving` is closed (step 1):
+/// the client closes the connection after the response and dials again for the next request,
+/// to an endpoint that is still there.
+pub fn close_connections_once_stopping<S>(router: axum::Router<S>, serving: Gate) -> axum::Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    router.layer(axum::middleware::map_response(
+        move |mut r: axum::response::Response| {
+            let stopping = !serving.is_open();
+            async move {
+                if stopping {
+                    r.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                }
+                r
+            }
+        },
+    ))
+}
+
 /// The next SIGTERM or SIGINT of this process.
 pub async fn signal() -> Stop {
     #[cfg(unix)]
@@ -113,8 +140,21 @@ mod tests {
         SocketAddr,
         tokio::task::JoinHandle<()>,
     ) {
+        server_with(Readiness::default().gate("unused")).await
+    }
+
+    async fn server_with(
+        serving: Gate,
+    ) -> (
+        axum_server::Handle<SocketAddr>,
+        SocketAddr,
+        tokio::task::JoinHandle<()>,
+    ) {
         let handle = axum_server::Handle::new();
-        let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let app = close_connections_once_stopping(
+            axum::Router::new().route("/", axum::routing::get(|| async { "ok" })),
+            serving,
+        );
         let h = handle.clone();
         let task = tokio::spawn(async move {
             axum_server::bind("127.0.0.1:0".parse().unwrap())
@@ -142,6 +182,23 @@ mod tests {
             .filter(|l| !l.is_empty())
     }
 
+    /// Two requests on one keep-alive connection: the first response's Connection header and
+    /// whether the second one was answered too.
+    async fn keep_alive(addr: SocketAddr) -> (Option<String>, bool) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\nGET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_millis(300), s.read_to_end(&mut buf)).await;
+        let text = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+        let conn = text
+            .lines()
+            .find_map(|l| l.strip_prefix("connection: "))
+            .map(|v| v.trim().to_string());
+        (conn, text.matches("http/1.1 200 ok").count() == 2)
+    }
+
     fn plan(delay_ms: u64) -> Plan {
         Plan {
             delay: Duration::from_millis(delay_ms),
@@ -151,10 +208,11 @@ mod tests {
 
     #[tokio::test]
     async fn on_sigterm_it_is_unready_at_once_and_keeps_accepting_for_the_delay() {
-        let (handle, addr, task) = server().await;
         let readiness = Readiness::default();
         let serving = readiness.gate("shutting down");
         serving.set(true);
+        let (handle, addr, task) = server_with(serving.clone()).await;
+        assert_eq!(keep_alive(addr).await, (None, true), "serving: keep-alive");
         let (tx, rx) = tokio::sync::oneshot::channel();
         let started = Instant::now();
         let stopper = tokio::spawn(stop_serving(
@@ -171,6 +229,11 @@ mod tests {
             readiness.not_ready(),
             vec!["shutting down"],
             "unready first"
+        );
+        assert_eq!(
+            keep_alive(addr).await,
+            (Some("close".to_string()), false),
+            "stopping: every response closes its connection"
         );
         // Within the delay, new connections are still accepted and answered.
         for _ in 0..5 {
