@@ -98,7 +98,7 @@ esac
 export SSO_OPERATOR_BIN=$REPO/target/$profile_dir/sidecarset-operator
 section "build: the operator binary for the image (${SSO_IMAGE_PROFILE:-dev} profile), the e2e tests"
 cargo build "${profile_args[@]}" --bin sidecarset-operator
-cargo build -p sidecarset-e2e --tests
+[ "${SSO_E2E_SKIP_ROLLOUT:-0}" = 1 ] || cargo build -p sidecarset-e2e --tests
 
 section "node"
 t=$SECONDS
