@@ -608,6 +608,7 @@ print(docs["MutatingWebhookConfiguration"]["metadata"]["name"], docs["Deployment
     INSTALLED=1; die "helm install by a digest the registry does not have succeeded"
   fi
   pass "helm install by a digest the registry does not have: refused ($(tail -n1 <<<"$out" | cut -c1-100))"
+  rm -rf "$OUT/release-bin"
   log "  release step: $((SECONDS - t0)) s; artifacts: $(cd "$rel" && ls -s --block-size=K | tail -n +2 | awk '{printf "%s %s, ", $2, $1}')"
 }
 
