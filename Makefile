@@ -160,6 +160,14 @@ bundle-validate: bundle-check ## operator-sdk bundle validate (suite=operatorfra
 bundle-build: ## Build the bundle image (needs Docker; BUNDLE_IMG)
 	docker build -f bundle.Dockerfile -t $${BUNDLE_IMG:-sidecarset-operator-bundle:v$$(sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' $(CHART)/Chart.yaml)} .
 
+.PHONY: release
+release: ## The release into dist/ (RELEASE_DIR): chart archive pushed as OCI (CHART_REPO, default the registry on this machine), image OCI archive + digest, Krew archive + manifest, release notes, SHA256SUMS; refuses a dirty tree unless ALLOW_DIRTY=1 (hack/release.sh)
+	hack/release.sh
+
+.PHONY: release-verify
+release-verify: ## Check a release directory (RELEASE_DIR, default dist): checksums, Krew sha256, image digest (crane), chart digest
+	hack/release.sh verify $${RELEASE_DIR:-dist}
+
 .PHONY: deploy
 deploy: ## Install or upgrade the chart in the current kube context (IMG, HELM_NAMESPACE, HELM_ARGS)
 	@img='$(IMG)'; name=$${img##*/}; \

@@ -26,6 +26,15 @@
 #                the new values; the documented CRD upgrade (kubectl apply --server-side
 #                --force-conflicts -f crds/) works
 #   6. uninstall removes everything but the CRD
+#   7. release   `hack/release.sh` (what `make release` runs) from the operator binary of the
+#                tests (BIN, default target/debug/sidecarset-operator) into $SSO_WORK/chart-test/release,
+#                pushing to the registry on this machine (hack/registry.sh, crane): its own verify
+#                (SHA256SUMS, the Krew manifest's sha256 against its archive, the image archive's
+#                digest as crane computes it in the registry, the chart's digest there); then
+#                `helm install oci://…/sidecarset-operator --version VERSION` and by digest
+#                (oci://…@sha256:…) install the release and its objects appear; a wrong digest
+#                is refused; a tampered Krew manifest and a dirty working tree are refused
+#                (SSO_CHART_TEST_RELEASE=0 leaves this step out)
 #
 # Pods do not really run on kwok (its fake kubelet marks them Running/Ready), so the operator
 # itself is not exercised here; e2e does that. Works with Helm 3 (three-way merge) and Helm 4
@@ -34,6 +43,7 @@
 # Usage:
 #   hack/chart-test.sh                   run the checks against the current KUBECONFIG
 #   hack/chart-test.sh lint              step 1 only (no cluster needed)
+#   hack/chart-test.sh release           step 7 only, against the current KUBECONFIG
 #   hack/chart-test.sh --with-cluster    start a local cluster first (hack/cluster.sh, name
 #                                        $SSO_CLUSTER_NAME, default sidecarset-chart-test) and
 #                                        delete it afterwards
@@ -507,9 +517,106 @@ monitoring_checks() {
 # ---------------------------------------------------------------------------------------------
 # --with-cluster
 
+# Step 7 (also alone: hack/chart-test.sh release).
+release_phase() {
+  section "7. the release: chart from an OCI registry (by version, by digest), image digest, Krew sha256"
+  local t0=$SECONDS bin=${BIN:-$REPO/target/debug/sidecarset-operator} rel=$OUT/release version reg out
+  [ -x "$bin" ] || die "the release step needs the operator binary $bin (cargo build --bin sidecarset-operator, or BIN=...)"
+  command -v umoci >/dev/null && command -v skopeo >/dev/null \
+    || die "the release step builds the image with umoci and skopeo (apt-get install umoci skopeo; hack/node.sh deps installs them), or set SSO_CHART_TEST_RELEASE=0"
+  if ! SSO_WORK=$WORK "$REPO/hack/registry.sh" env >/dev/null 2>&1; then REGISTRY_STARTED=1; fi
+  eval "$(SSO_WORK=$WORK "$REPO/hack/registry.sh" up 2>/dev/null)"
+  reg=$SSO_REGISTRY
+  version=$(sed -n 's/^version: *//p' "$CHART/Chart.yaml")
+  if [ -z "${FULLNAME:-}" ]; then # `hack/chart-test.sh release`: the names from a rendering
+    render "$OUT/default.yaml"
+    read -r CFG FULLNAME SA < <(python3 -c '
+import sys, yaml
+docs = {d["kind"]: d for d in yaml.safe_load_all(open(sys.argv[1])) if d}
+print(docs["MutatingWebhookConfiguration"]["metadata"]["name"], docs["Deployment"]["metadata"]["name"],
+      docs["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"])' "$OUT/default.yaml")
+  fi
+  # A working tree with changes is refused (a clone of HEAD with one untracked file; nothing is built).
+  local clone=$OUT/release-clone
+  rm -rf "$clone"
+  git clone -q --shared "$REPO" "$clone"
+  touch "$clone/untracked-file"
+  if out=$(cd "$clone" && BIN=/nonexistent CHART_REPO=oci://127.0.0.1:1/x "$clone/hack/release.sh" 2>&1); then
+    rm -rf "$clone"; die "hack/release.sh ran on a working tree with an untracked file: $out"
+  fi
+  grep -q 'the working tree has changes' <<<"$out" || { rm -rf "$clone"; die "hack/release.sh on a dirty tree failed, but not for that: $out"; }
+  rm -rf "$clone"
+  pass "release: refused on a working tree with changes (ALLOW_DIRTY=1 overrides)"
+  # The release, from the tests' binary (the release profile is the same source: make release
+  # builds it) without its symbols (74 instead of 141 MB: a third of the time packing it), to the
+  # registry on this machine; it runs its own verify at the end.
+  local t=$SECONDS
+  mkdir -p "$OUT/release-bin"
+  strip -o "$OUT/release-bin/sidecarset-operator" "$bin" 2>/dev/null || cp "$bin" "$OUT/release-bin/sidecarset-operator"
+  bin=$OUT/release-bin/sidecarset-operator
+  ALLOW_DIRTY=1 RELEASE_DIR=$rel BIN=$bin CHART_REPO=oci://$reg/charts IMAGE_REPO=$reg/sidecarset-operator PLAIN_HTTP=1 \
+    SSO_WORK=$WORK "$REPO/hack/release.sh" >"$OUT/release.log" 2>&1 || { cat "$OUT/release.log" >&2; die "hack/release.sh failed"; }
+  grep '^\[release\] \(ok\|release\|chart\|image\|krew\)' "$OUT/release.log" | sed 's/^/      /' >&2
+  pass "release: made and verified in $((SECONDS - t)) s (SHA256SUMS, Krew sha256, image digest by crane, chart digest in the registry)"
+  local chart_digest image_digest
+  chart_digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chart"]["digest"])' "$rel/release.json")
+  image_digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["image"]["digest"])' "$rel/release.json")
+  # A tampered Krew manifest does not verify.
+  # (links to the release's files, but for the manifest and the checksums, which stay right).
+  local tam=$OUT/release-tampered f
+  rm -rf "$tam"
+  mkdir -p "$tam"
+  for f in "$rel"/*; do ln -s "$f" "$tam/$(basename "$f")"; done
+  rm "$tam/sidecarset.yaml" "$tam/SHA256SUMS"
+  sed 's/^\(  *sha256: \).*/\1"'"$(printf '%064d' 1)"'"/' "$rel/sidecarset.yaml" >"$tam/sidecarset.yaml"
+  { grep -v '  sidecarset.yaml$' "$rel/SHA256SUMS"; (cd "$tam" && sha256sum sidecarset.yaml); } >"$tam/SHA256SUMS"
+  if out=$(REGISTRY=$reg SSO_WORK=$WORK "$REPO/hack/release.sh" verify "$tam" 2>&1); then
+    die "hack/release.sh verify accepted a Krew manifest whose sha256 is not its archive's"
+  fi
+  grep -q 'FAIL krew: .*manifest sha256 0*1, archive' <<<"$out" || die "verify of a tampered Krew manifest failed, but not on its sha256: $out"
+  rm -rf "$tam"
+  pass "release verify: a Krew manifest with another sha256 is refused"
+
+  # Installed from the registry by version, then by digest; the image by the release's digest.
+  local img_args=(--set image.repository="$reg/sidecarset-operator" --set image.digest="$image_digest")
+  install_from() { # REF [--version V]: helm install, deployed, its objects there, uninstall
+    local ref=$1 what=$2
+    shift 2
+    out=$("$HELM" install "$RELEASE" "$ref" "$@" --plain-http -n "$NS" --set webhook.timeoutSeconds=3 "${img_args[@]}" \
+      --wait --timeout "${TIMEOUT}s" 2>&1) || { printf '%s\n' "$out" >&2; die "helm install $ref $* failed"; }
+    INSTALLED=1
+    expect_eq "helm install $what: deployed, chart sidecarset-operator-$version" \
+      "$("$HELM" list -n "$NS" --filter "^$RELEASE\$" -o json | python3 -c 'import json,sys; d=json.load(sys.stdin)[0]; print(d["status"] + ", chart " + d["chart"])')" \
+      "deployed, chart sidecarset-operator-$version"
+    expect_eq "installed $what: Deployment 2/2 ready, image $reg/sidecarset-operator@$image_digest" \
+      "$(jpath deployment "$FULLNAME" '{.status.readyReplicas}/{.spec.replicas} {.spec.template.spec.containers[0].image}' -n "$NS")" \
+      "2/2 $reg/sidecarset-operator@$image_digest"
+    for obj in "mutatingwebhookconfiguration/$CFG" "validatingwebhookconfiguration/$CFG" "clusterrole/$FULLNAME" "crd/$CRD_NAME"; do
+      k get "$obj" >/dev/null || die "installed $what: $obj is missing"
+    done
+    for obj in "service/$FULLNAME-webhook" "poddisruptionbudget/$FULLNAME" "serviceaccount/$SA"; do
+      k -n "$NS" get "$obj" >/dev/null || die "installed $what: $obj is missing in $NS"
+    done
+    pass "installed $what: webhook configurations, RBAC, Service, PDB, ServiceAccount, CRD"
+    "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout "${TIMEOUT}s" >/dev/null || die "helm uninstall failed"
+    INSTALLED=0
+  }
+  install_from "oci://$reg/charts/sidecarset-operator" "oci://$reg/charts/sidecarset-operator --version $version" --version "$version"
+  install_from "oci://$reg/charts/sidecarset-operator@$chart_digest" "oci://$reg/charts/sidecarset-operator@${chart_digest:0:19}…"
+  local wrong=sha256:$(printf '%064d' 0)
+  if out=$("$HELM" install "$RELEASE" "oci://$reg/charts/sidecarset-operator@$wrong" --plain-http -n "$NS" 2>&1); then
+    INSTALLED=1; die "helm install by a digest the registry does not have succeeded"
+  fi
+  pass "helm install by a digest the registry does not have: refused ($(tail -n1 <<<"$out" | cut -c1-100))"
+  rm -rf "$OUT/release-bin"
+  log "  release step: $((SECONDS - t0)) s; artifacts: $(cd "$rel" && ls -s --block-size=K | tail -n +2 | awk '{printf "%s %s, ", $2, $1}')"
+}
+
 WITH_CLUSTER=0
+ONLY_RELEASE=0
 case ${1:-} in
   --with-cluster) WITH_CLUSTER=1 ;;
+  release) ONLY_RELEASE=1 ;;
   lint)
     NEED_KUBECTL=0 find_tools
     mkdir -p "$OUT"
@@ -518,7 +625,7 @@ case ${1:-} in
     exit 0 ;;
   '') ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-  *) echo "usage: $0 [--with-cluster] | lint | sa-kubeconfig OUT [DURATION]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--with-cluster] | lint | release | sa-kubeconfig OUT [DURATION]" >&2; exit 2 ;;
 esac
 
 if [ "$WITH_CLUSTER" = 1 ]; then
@@ -536,6 +643,7 @@ FOREIGN_VWC=sso-chart-test-foreign-$$
 CREATED_NS=0
 CRD_EXISTED=0
 INSTALLED=0
+REGISTRY_STARTED=0
 DONE=0
 
 cleanup() {
@@ -549,6 +657,7 @@ cleanup() {
     k -n "$NS" get events --sort-by=.lastTimestamp 2>&1 | tail -n 20 >&2
   fi
   k delete validatingwebhookconfiguration "$FOREIGN_VWC" --ignore-not-found >/dev/null 2>&1
+  if [ "$REGISTRY_STARTED" = 1 ]; then SSO_WORK=$WORK "$REPO/hack/registry.sh" down >/dev/null 2>&1; fi
   if [ "$INSTALLED" = 1 ]; then
     log "cleanup: helm uninstall $RELEASE"
     "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout "${TIMEOUT}s" >/dev/null 2>&1
@@ -573,6 +682,15 @@ trap 'exit 143' TERM
 k get --raw=/readyz >/dev/null 2>&1 || die "the API server of KUBECONFIG=$KUBECONFIG does not answer /readyz"
 log "cluster: $(k config view --minify -o jsonpath='{.clusters[0].cluster.server}') (server $(k version -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])'))"
 log "helm: $("$HELM" version --short); kubectl: $KUBECTL; release $RELEASE in namespace $NS"
+
+if [ "$ONLY_RELEASE" = 1 ]; then
+  k get namespace "$NS" >/dev/null 2>&1 || { k create namespace "$NS" >/dev/null; CREATED_NS=1; }
+  if k get crd "$CRD_NAME" >/dev/null 2>&1; then CRD_EXISTED=1; fi
+  release_phase
+  DONE=1
+  printf '\n[chart-test] PASSED (step 7 only): %d checks\n' "${#PASSED[@]}" >&2
+  exit 0
+fi
 
 lint_phase
 
@@ -983,6 +1101,9 @@ wait_until 60 "the operator pods to go away" no_operator_pods
 pass "helm uninstall: operator pods gone"
 k get crd "$CRD_NAME" >/dev/null 2>&1 || die "helm uninstall removed the CRD $CRD_NAME (it must stay, with every SidecarSet)"
 pass "helm uninstall: CRD $CRD_NAME kept (documented in the chart README)"
+
+# ---------------------------------------------------------------------------------------------
+if [ "${SSO_CHART_TEST_RELEASE:-1}" = 1 ]; then release_phase; fi
 
 # ---------------------------------------------------------------------------------------------
 DONE=1

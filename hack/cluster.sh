@@ -35,6 +35,8 @@
 #                       empty: kwok's built-in default Stages only
 #   SSO_KEEP_ON_FAILURE=1  leave a cluster whose 'up' failed running, for debugging
 #   SSO_APISERVER_EXTRA_ARGS  more kube-apiserver flags, "key=value" words separated by spaces
+#   SSO_CONTROLLER_MANAGER_EXTRA_ARGS  more kube-controller-manager flags, "key=value" words
+#                             (hack/e2e-node.sh: the endpoint controllers' batch periods)
 #   SSO_APISERVER_CERT_SANS   more names/IPs in the API server's certificate, comma-separated
 #   SSO_NO_PROXY_EXTRA        more NO_PROXY entries (hosts, CIDRs) for the cluster's processes
 #   SSO_AUDIT_POLICY          an audit policy file: the API server writes its audit log to
@@ -338,6 +340,14 @@ EOF
     local kv
     for kv in $SSO_APISERVER_EXTRA_ARGS; do
       case $kv in *=*) ;; *) die "SSO_APISERVER_EXTRA_ARGS: '$kv' is not key=value" ;; esac
+      printf '  - key: "%s"\n    value: "%s"\n' "${kv%%=*}" "${kv#*=}" >>"$WORK/kwokctl-config.yaml"
+    done
+  fi
+  if [ -n "${SSO_CONTROLLER_MANAGER_EXTRA_ARGS:-}" ]; then
+    printf -- '- name: kube-controller-manager\n  extraArgs:\n' >>"$WORK/kwokctl-config.yaml"
+    local kv
+    for kv in $SSO_CONTROLLER_MANAGER_EXTRA_ARGS; do
+      case $kv in *=*) ;; *) die "SSO_CONTROLLER_MANAGER_EXTRA_ARGS: '$kv' is not key=value" ;; esac
       printf '  - key: "%s"\n    value: "%s"\n' "${kv%%=*}" "${kv#*=}" >>"$WORK/kwokctl-config.yaml"
     done
   fi

@@ -14,10 +14,13 @@
 #   3. rollout  e2e/tests/real_node.rs against that install: in-place upgrades of container and
 #               native sidecars, unpullable images, rollback, tag alias, a hot upgrade (HotUpgrade:
 #               the hot images of hack/images.sh hand over through a shared volume)
-#   4. upgrade  pods created in a loop through helm upgrade (every replica replaced): N attempted,
-#               0 failed (SSO_E2E_UPGRADE_FAILURES_OK=1 reports failures instead of failing);
-#               helm upgrade keeps the operator's caBundle and certificate, applies new values,
-#               pods are still injected
+#   4. upgrade  pod admissions from several clients at once (hack/admissions.py: 4 clients, 80/s
+#               in all, each on its own keep-alive connection to the API server) through a helm
+#               upgrade that replaces every replica, then through a drain-like eviction of every
+#               replica (Eviction API, retried while the PodDisruptionBudget refuses, as kubectl
+#               drain does): N attempted, 0 failed each (SSO_E2E_UPGRADE_FAILURES_OK=1 reports
+#               failures instead of failing); helm upgrade keeps the operator's caBundle and
+#               certificate, applies new values, pods are still injected
 #   5. uninstall  removes the chart's objects; the CRD, SidecarSets, certificate Secret and Lease
 #               stay (as the chart README says)
 #
@@ -27,7 +30,10 @@
 #
 # Env: SSO_WORK (default <repo>/.local), SSO_E2E_NODE_THREADS (parallel rollout tests, default 3),
 # SSO_E2E_NODE_FILTER (run only the rollout tests whose name contains it), SSO_KEEP_NODE=1
-# (leave the node running afterwards).
+# (leave the node running afterwards); for step 4: SSO_E2E_SHUTDOWN_DELAY (the chart's
+# shutdownDelaySeconds for every install and upgrade; unset: the chart's default; 0 shows the
+# failures the delay prevents), SSO_E2E_ADMISSION_CLIENTS (4), SSO_E2E_ADMISSION_RATE (80 per s),
+# SSO_E2E_SKIP_ROLLOUT=1 (leave out step 3).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -92,10 +98,15 @@ esac
 export SSO_OPERATOR_BIN=$REPO/target/$profile_dir/sidecarset-operator
 section "build: the operator binary for the image (${SSO_IMAGE_PROFILE:-dev} profile), the e2e tests"
 cargo build "${profile_args[@]}" --bin sidecarset-operator
-cargo build -p sidecarset-e2e --tests
+[ "${SSO_E2E_SKIP_ROLLOUT:-0}" = 1 ] || cargo build -p sidecarset-e2e --tests
 
 section "node"
 t=$SECONDS
+# The endpoint controllers write a pod's removal from the Service 1 s late, as those of a busy
+# cluster do (their batch period; on this idle control plane it would take milliseconds, and a
+# replica that stopped accepting at SIGTERM would hardly ever be caught): the window the
+# operator's --shutdown-delay (the chart's shutdownDelaySeconds) must cover.
+export SSO_CONTROLLER_MANAGER_EXTRA_ARGS=${SSO_CONTROLLER_MANAGER_EXTRA_ARGS-endpointslice-updates-batch-period=1s endpoint-updates-batch-period=1s}
 hack/node.sh up
 log "node up in $((SECONDS - t)) s"
 eval "$(hack/node.sh env)"
@@ -119,6 +130,12 @@ image: {repository: ${SSO_OPERATOR_IMAGE%:*}, tag: ${SSO_OPERATOR_IMAGE##*:}}
 nodeSelector: {kubernetes.io/hostname: $SSO_E2E_REAL_NODE}
 tolerations: [{key: sidecarset-operator.io/real-node, operator: Exists, effect: NoSchedule}]
 EOF
+SHUTDOWN_VALUES=()
+if [ -n "${SSO_E2E_SHUTDOWN_DELAY:-}" ]; then
+  echo "shutdownDelaySeconds: $SSO_E2E_SHUTDOWN_DELAY" >>"$VALUES"
+  SHUTDOWN_VALUES=("shutdownDelaySeconds: $SSO_E2E_SHUTDOWN_DELAY")
+  log "SSO_E2E_SHUTDOWN_DELAY=$SSO_E2E_SHUTDOWN_DELAY: every install and upgrade runs with shutdownDelaySeconds=$SSO_E2E_SHUTDOWN_DELAY"
+fi
 # The README's fenced sh block between <!-- NAME ... --> and <!-- end-NAME -->, as written.
 readme_block() {
   awk -v b="<!-- $1" -v e="<!-- end-$1 -->" \
@@ -138,7 +155,8 @@ install_cmds=$(sed -e "s|^IMAGE_REPOSITORY=.*|IMAGE_REPOSITORY=${SSO_OPERATOR_IM
 README_BIN=$WORK/readme-bin
 mkdir -p "$README_BIN"
 printf '%s\n' "nodeSelector: {kubernetes.io/hostname: $SSO_E2E_REAL_NODE}" \
-  "tolerations: [{key: sidecarset-operator.io/real-node, operator: Exists, effect: NoSchedule}]" >"$WORK/e2e-node-placement.yaml"
+  "tolerations: [{key: sidecarset-operator.io/real-node, operator: Exists, effect: NoSchedule}]" \
+  "${SHUTDOWN_VALUES[@]}" >"$WORK/e2e-node-placement.yaml"
 printf '%s\n' '#!/usr/bin/env bash' \
   "case \"\${1:-}\" in install|upgrade) exec \"$HELM_BIN/helm\" \"\$@\" -f \"$WORK/e2e-node-placement.yaml\" ;; esac" \
   "exec \"$HELM_BIN/helm\" \"\$@\"" >"$README_BIN/helm"
@@ -248,50 +266,58 @@ hack/node.sh status 2>&1 | grep 'RSS:' | sed 's/^\[node\]   /[e2e-node] memory w
 section "rollout: in-place upgrades on the real kubelet (e2e/tests/real_node.rs)"
 filter=()
 [ -z "${SSO_E2E_NODE_FILTER:-}" ] || filter=("$SSO_E2E_NODE_FILTER")
-hack/node.sh exec cargo test --offline -p sidecarset-e2e --test real_node -- --ignored --nocapture \
-  --test-threads="${SSO_E2E_NODE_THREADS:-3}" "${filter[@]}"
+if [ "${SSO_E2E_SKIP_ROLLOUT:-0}" = 1 ]; then
+  log "SSO_E2E_SKIP_ROLLOUT=1: the rollout tests are left out"
+else
+  hack/node.sh exec cargo test --offline -p sidecarset-e2e --test real_node -- --ignored --nocapture \
+    --test-threads="${SSO_E2E_NODE_THREADS:-3}" "${filter[@]}"
+fi
 
 hack/node.sh status 2>&1 | grep 'RSS:' | sed 's/^\[node\]   /[e2e-node] memory after the rollout tests: /' >&2 || true
 
 # ---------------------------------------------------------------------------------------------
 section "upgrade: helm upgrade"
 secret_before=$(k -n "$NS" get secret "$RELEASE-webhook-certs" -o jsonpath='{.data}' | sha256sum)
-# Pods created in a loop while the upgrade replaces every replica (server-side dry runs: each
-# goes through the pod webhook, failurePolicy Fail, as a real create would): how many were
-# attempted, and how many refused or created without the sidecar.
+# Pods admitted from several clients at once while the upgrade replaces every replica
+# (hack/admissions.py: server-side dry runs, each through the pod webhook, failurePolicy Fail, as
+# a real create): how many were attempted, and how many refused or admitted without the sidecar.
 ADM=$WORK/upgrade-admissions
-rm -f "$ADM".*
-(
-  n=0 bad=0
-  while [ ! -e "$ADM.stop" ]; do
-    n=$((n + 1))
-    if out=$(dry 2>&1) && grep -q hello-sidecar <<<"$out"; then :; else
-      bad=$((bad + 1)); printf '%s %s\n' "$(date -u +%H:%M:%S.%N)" "$out" >>"$ADM.failures"
+: >"$WORK/upgrade-admissions.txt"
+# admissions_start NAME / admissions_stop NAME: the load around a disruption; stop prints the
+# result, records it and fails on any failed admission.
+admissions_start() {
+  rm -f "$ADM.$1".*
+  hack/node.sh exec python3 hack/admissions.py --namespace "$DEMO" --labels "app=$DEMO" --expect hello-sidecar \
+    --stop "$ADM.$1.stop" --failures "$ADM.$1.failures" --clients "${SSO_E2E_ADMISSION_CLIENTS:-4}" \
+    --rate "${SSO_E2E_ADMISSION_RATE:-80}" >"$ADM.$1.json" 2>"$ADM.$1.err" &
+  ADM_PID=$!
+  sleep 2
+}
+admissions_stop() {
+  local what=$1 n bad rate
+  sleep 5
+  touch "$ADM.$what.stop"
+  wait "$ADM_PID" || { cat "$ADM.$what.err" >&2; die "hack/admissions.py failed"; }
+  read -r n bad rate < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["attempted"], d["failed"], d["rate"])' "$ADM.$what.json")
+  log "admissions during the $what: $n attempted, $bad failed (${SSO_E2E_ADMISSION_CLIENTS:-4} clients, $rate/s)"
+  echo "$what admissions: $n attempted, $bad failed (${SSO_E2E_ADMISSION_CLIENTS:-4} clients, $rate/s; shutdownDelaySeconds ${SSO_E2E_SHUTDOWN_DELAY:-default})" >>"$WORK/upgrade-admissions.txt"
+  [ "$n" -gt 100 ] || die "only $n admissions were attempted during the $what: the load did not run (see $ADM.$what.err)"
+  if [ "$bad" != 0 ]; then
+    sed 's/^/      /' "$ADM.$what.failures" | head -n 20 >&2
+    if [ "${SSO_E2E_UPGRADE_FAILURES_OK:-0}" = 1 ]; then
+      log "WARNING: $bad of $n admissions failed during the $what (SSO_E2E_UPGRADE_FAILURES_OK=1)"
+    else
+      die "$bad of $n admissions failed during the $what (the replicas' shutdown is not graceful enough)"
     fi
-    echo "$n $bad" >"$ADM.count"
-  done
-) &
-ADM_PID=$!
-sleep 2
+  else
+    pass "$n pod admissions during the $what ($rate/s from ${SSO_E2E_ADMISSION_CLIENTS:-4} clients), 0 failed"
+  fi
+}
+admissions_start upgrade
 t=$SECONDS
 helm upgrade "$RELEASE" charts/sidecarset-operator -n "$NS" -f "$VALUES" --set logFormat=text --set replicaCount=3 --wait --timeout 3m >/dev/null
-sleep 5
-touch "$ADM.stop"
-wait "$ADM_PID" || true
-read -r adm_n adm_bad <"$ADM.count"
 pass "helm upgrade --wait (logFormat=text, replicaCount=3): done in $((SECONDS - t)) s"
-log "admissions during the upgrade: $adm_n attempted, $adm_bad failed"
-echo "upgrade admissions: $adm_n attempted, $adm_bad failed" >"$WORK/upgrade-admissions.txt"
-if [ "$adm_bad" != 0 ]; then
-  sed 's/^/      /' "$ADM.failures" | head -n 20 >&2
-  if [ "${SSO_E2E_UPGRADE_FAILURES_OK:-0}" = 1 ]; then
-    log "WARNING: $adm_bad of $adm_n admissions failed during helm upgrade (SSO_E2E_UPGRADE_FAILURES_OK=1)"
-  else
-    die "$adm_bad of $adm_n admissions failed during helm upgrade (the replicas' shutdown is not graceful enough)"
-  fi
-else
-  pass "$adm_n pod admissions during helm upgrade (every replica replaced), 0 failed"
-fi
+admissions_stop upgrade
 [ "$(k get mutatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')" = "$ca_m" ] || die "helm upgrade changed the caBundle the operator wrote"
 [ "$(k -n "$NS" get secret "$RELEASE-webhook-certs" -o jsonpath='{.data}' | sha256sum)" = "$secret_before" ] || die "the certificate Secret changed"
 pass "caBundle and certificate Secret unchanged"
@@ -300,6 +326,42 @@ case $args in *--log-format=text*) ;; *) die "the new value is not applied: $arg
 [ "$(jp -n "$NS" get deploy "$RELEASE" -o jsonpath='{.status.readyReplicas}/{.status.updatedReplicas}')" = 3/3 ] || die "not 3 updated ready replicas"
 pass "new values applied: 3 replicas with --log-format=text, all ready"
 check_injected_pod hello-2
+
+# ---------------------------------------------------------------------------------------------
+section "drain: every replica evicted, the PodDisruptionBudget in place"
+# As kubectl drain evicts a node's pods (all at once, each retried while its PDB refuses), with
+# admissions running. There is one node, so the replacements land on it again (drain would
+# cordon it first and they would go elsewhere: for the webhook the same).
+for i in $(seq 120); do # the upgrade's last old replica may still be finishing its shutdown
+  old_pods=$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{.items[*].metadata.name}')
+  [ "$(wc -w <<<"$old_pods")" = 3 ] && break
+  [ "$i" != 120 ] || die "expected 3 operator pods before the drain: $old_pods"
+  sleep 0.5
+done
+printf '{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "%s", "namespace": "%s"}}\n' POD "$NS" >"$ADM.eviction.tmpl"
+admissions_start drain
+t=$SECONDS
+evict() { # POD: until evicted (or gone), retried while the PDB refuses
+  local p=$1 out
+  sed "s/POD/$p/" "$ADM.eviction.tmpl" >"$ADM.eviction.$p.json"
+  until out=$(k create --raw "/api/v1/namespaces/$NS/pods/$p/eviction" -f "$ADM.eviction.$p.json" 2>&1); do
+    case $out in
+      *NotFound* | *"not found"*) return 0 ;;
+      *"disruption budget"* | *TooManyRequests* | *429*) echo "$p" >>"$ADM.drain.refusals"; sleep 1 ;;
+      *) echo "evicting $p: $out" >&2; return 1 ;;
+    esac
+    [ $((SECONDS - t)) -lt 120 ] || { echo "evicting $p: still refused after 120 s" >&2; return 1; }
+  done
+}
+evict_pids=()
+for p in $old_pods; do evict "$p" & evict_pids+=($!); done
+for j in "${evict_pids[@]}"; do wait "$j" || die "an eviction failed (see above)"; done
+refused=0
+[ ! -e "$ADM.drain.refusals" ] || refused=$(wc -l <"$ADM.drain.refusals")
+ready3() { [ "$(jp -n "$NS" get deploy "$RELEASE" -o jsonpath='{.status.readyReplicas}/{.status.replicas}')" = 3/3 ]; }
+for i in $(seq 120); do ready3 && break; [ "$i" != 120 ] || die "the Deployment is not 3/3 ready 60 s after the evictions"; sleep 0.5; done
+pass "3 replicas evicted in $((SECONDS - t)) s (the PodDisruptionBudget refused $refused attempts meanwhile), 3 new ones ready"
+admissions_stop drain
 
 # ---------------------------------------------------------------------------------------------
 section "uninstall: helm uninstall"

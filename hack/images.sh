@@ -37,7 +37,10 @@
 #                                    in the image's root filesystem as that user
 #
 # Env: SSO_OPERATOR_IMAGE (default localhost/sidecarset-operator:e2e), SSO_IMAGE_VERSION (the
-# version label; default the Cargo.toml version).
+# version label; default the Cargo.toml version); for `operator` also SSO_IMAGE_OCI_ARCHIVE=FILE
+# (the image also as an OCI image layout in the tar FILE, tagged SSO_IMAGE_OCI_TAG (default the
+# version), its manifest digest in FILE.digest: what hack/release.sh ships) and SOURCE_DATE_EPOCH
+# (every file's time and the image's creation time: the same binary gives the same digest).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OPERATOR_IMAGE=${SSO_OPERATOR_IMAGE:-localhost/sidecarset-operator:e2e}
@@ -194,8 +197,18 @@ cmd_operator() {
   printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' \
     'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' >"$r/etc/passwd"
   printf '%s\n' 'root:x:0:' 'nobody:x:65534:' 'tty:x:5:' 'staff:x:50:' 'nonroot:x:65532:' >"$r/etc/group"
-  umoci repack --image "$w/oci:operator" "$w/b"
-  umoci config --image "$w/oci:operator" --author sidecarset-operator \
+  local stamp=()
+  if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+    local created
+    created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
+    find "$r" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+    stamp=(--history.created "$created")
+    umoci repack "${stamp[@]}" --image "$w/oci:operator" "$w/b"
+    stamp+=(--created "$created")
+  else
+    umoci repack --image "$w/oci:operator" "$w/b"
+  fi
+  umoci config "${stamp[@]}" --image "$w/oci:operator" --author sidecarset-operator \
     --config.user "$OP_USER" --config.entrypoint "$OP_ENTRYPOINT" --config.cmd "$OP_CMD" \
     --config.exposedports "$OP_PORT" --config.workingdir /home/nonroot \
     --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -207,6 +220,25 @@ cmd_operator() {
     --config.label org.opencontainers.image.licenses=Apache-2.0
   export_archive "$w" operator "$OPERATOR_IMAGE" "$out/operator.tar"
   sha256sum "$bin" | cut -d' ' -f1 >"$out/operator.tar.bin-sha256"
+  if [ -n "${SSO_IMAGE_OCI_ARCHIVE:-}" ]; then
+    local oci=$SSO_IMAGE_OCI_ARCHIVE
+    # Only the operator's image (not umoci's empty base), with umoci's manifest as it is.
+    rm -f "$oci" "$oci.digest"
+    skopeo --insecure-policy copy -q "oci:$w/oci:operator" "oci-archive:$oci.tmp:${SSO_IMAGE_OCI_TAG:-$version}"
+    tar -xOf "$oci.tmp" index.json | python3 -c '
+import json, sys
+m = json.load(sys.stdin)["manifests"]
+assert len(m) == 1, m
+print(m[0]["digest"])' >"$oci.digest.tmp"
+    python3 - "$w/oci/index.json" "$(cat "$oci.digest.tmp")" <<'PY' || die "skopeo changed the image's manifest on the way into $oci"
+import json, sys
+ms = [m for m in json.load(open(sys.argv[1]))["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == "operator"]
+sys.exit(0 if ms and ms[0]["digest"] == sys.argv[2] else 1)
+PY
+    mv "$oci.tmp" "$oci"
+    mv "$oci.digest.tmp" "$oci.digest"
+    log "operator image as an OCI archive: $oci ($(du -h "$oci" | cut -f1)), manifest digest $(cat "$oci.digest")"
+  fi
   log "operator image $OPERATOR_IMAGE in $out/operator.tar ($(du -h "$out/operator.tar" | cut -f1))"
 }
 

@@ -8,7 +8,10 @@
 #   BIN            the binary to package (default target/release/sidecarset-operator, built
 #                  when missing)
 #   KREW_BASE_URL  where the archive will be published (the manifest's uri); default: the
-#                  placeholder of plugins/sidecarset.yaml (fine for a local install with --archive)
+#                  placeholder of plugins/sidecarset.yaml (fine for a local install with --archive;
+#                  `make release` sets it)
+#   SOURCE_DATE_EPOCH  the files' time in the archive (the archive is otherwise the same for the
+#                  same binary: fixed owner, order, gzip header)
 # Then: kubectl krew install --manifest=OUT/sidecarset.yaml --archive=OUT/<archive>
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,7 +26,14 @@ mkdir -p "$OUT/stage"
 cp "$BIN" "$OUT/stage/kubectl-sidecarset"
 cp LICENSE "$OUT/stage/LICENSE"
 ARCHIVE=kubectl-sidecarset_${VERSION}_${OS}_${ARCH}.tar.gz
-tar -C "$OUT/stage" -czf "$OUT/$ARCHIVE" kubectl-sidecarset LICENSE
+# The same files give the same archive (and sha256): owner, order and gzip header fixed, the
+# files' time SOURCE_DATE_EPOCH when set (hack/release.sh sets the commit's time).
+stamp=()
+[ -z "${SOURCE_DATE_EPOCH:-}" ] || stamp=(--mtime="@$SOURCE_DATE_EPOCH")
+chmod 0755 "$OUT/stage/kubectl-sidecarset"
+chmod 0644 "$OUT/stage/LICENSE"
+tar -C "$OUT/stage" --sort=name --owner=0 --group=0 --numeric-owner "${stamp[@]}" -cf - kubectl-sidecarset LICENSE \
+  | gzip -n -6 >"$OUT/$ARCHIVE"
 rm -rf "$OUT/stage"
 SHA=$(sha256sum "$OUT/$ARCHIVE" | cut -d' ' -f1)
 BASE=${KREW_BASE_URL:-https://releases.example.invalid/sidecarset-operator/$VERSION}

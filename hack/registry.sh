@@ -85,6 +85,8 @@ cmd_down() {
     local p i
     p=$(cat "$DIR/pid")
     if kill -0 "$p" 2>/dev/null; then
+      # $p is the subshell that started crane (its child): the child first, or it outlives it.
+      pkill -TERM -P "$p" 2>/dev/null || true
       kill "$p" 2>/dev/null || true
       for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$p" 2>/dev/null || true

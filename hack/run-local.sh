@@ -63,6 +63,9 @@ if [ "${SSO_MANAGE_WEBHOOKS:-true}" = true ]; then
   args+=(--manage-webhooks)
 fi
 OPERATOR_KUBECONFIG=${SSO_OPERATOR_KUBECONFIG:-${KUBECONFIG:-$HOME/.kube/config}}
+# A local process has no Service endpoint whose removal must reach the API server: stop at once
+# on SIGTERM (the in-cluster default keeps serving 5 s, src/shutdown.rs).
+export SSO_SHUTDOWN_DELAY=${SSO_SHUTDOWN_DELAY:-0}
 
 if [ "${1:-}" != "--background" ]; then
   log "starting the operator on 127.0.0.1:$PORT (Ctrl-C stops it)"

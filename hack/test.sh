@@ -63,12 +63,13 @@ start_tools() {
   (
     trap 'echo $SECONDS >"$BG_LOG.end"' EXIT
     # In the order the phases need them: helm and helm-docs (chart lint, the chart README's drift), operator-sdk + opm (bundle), then
-    # the control plane (kwok e2e) and the kubelet (real node). Debian packages for the node are
+    # the control plane (kwok e2e), the kubelet (real node) and crane (the registry and the
+    # release step of the chart test). Debian packages for the node are
     # installed meanwhile too (no CPU to speak of).
     if [ "${#want[@]}" -gt 1 ]; then hack/node.sh deps || true; fi
     hack/tools.sh helm helm-docs >/dev/null &&
       hack/bundle.sh tools &&
-      hack/tools.sh "${want[@]}" >/dev/null
+      hack/tools.sh "${want[@]}" crane >/dev/null
   ) >"$BG_LOG" 2>&1 &
   BG_PID=$!
 }

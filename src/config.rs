@@ -180,6 +180,14 @@ pub struct RunArgs {
     /// its first pod) before treating it as unlabelled.
     #[arg(long, env = "SSO_NAMESPACE_FETCH_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
     pub namespace_fetch_timeout: Duration,
+    /// After SIGTERM, how long this replica keeps accepting and answering admissions while it
+    /// reports not ready: the time its endpoint's removal takes to reach the API server. 0
+    /// stops accepting at once. (Ctrl-C does not wait.)
+    #[arg(long, env = "SSO_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration_or_zero)]
+    pub shutdown_delay: Duration,
+    /// Once it stops accepting, how long the requests in flight get before the process exits.
+    #[arg(long, env = "SSO_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
     /// How long a leader's Lease is valid without renewal.
     #[arg(long, env = "SSO_LEADER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub leader_lease_duration: Duration,
@@ -200,9 +208,10 @@ impl RunArgs {
     }
 }
 
-/// [`parse_duration`], or `0` (off).
+/// [`parse_duration`], or zero (off): `0`, or 0 of a unit (`0s`, as the chart writes
+/// `shutdownDelaySeconds: 0`).
 pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
-    if s.trim() == "0" {
+    if matches!(s.trim(), "0" | "0s" | "0m" | "0h" | "0d") {
         return Ok(Duration::ZERO);
     }
     parse_duration(s)
@@ -230,4 +239,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?} must be longer than zero"));
     }
     Ok(Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_is_off_with_or_without_a_unit_where_zero_is_allowed() {
+        for z in ["0", "0s", " 0m", "0h", "0d"] {
+            assert_eq!(parse_duration_or_zero(z), Ok(Duration::ZERO), "{z:?}");
+        }
+        assert_eq!(parse_duration_or_zero("5s"), Ok(Duration::from_secs(5)));
+        assert!(
+            parse_duration("0s").is_err(),
+            "zero where it is not allowed"
+        );
+        assert!(parse_duration_or_zero("0x").is_err());
+        assert!(parse_duration_or_zero("-1s").is_err());
+    }
 }

@@ -20,6 +20,7 @@ mod mock_api;
 pub mod pod_validation;
 pub mod registration;
 pub mod run;
+pub mod shutdown;
 pub mod telemetry;
 pub mod tls;
 pub mod webhook;

@@ -431,26 +431,40 @@ pub async fn certificates(
     Ok(rustls)
 }
 
-/// Stage 6: the webhooks over TLS, until SIGTERM or Ctrl-C (then requests in flight get 20 s).
+/// Stage 6: the webhooks over TLS, until SIGTERM or Ctrl-C; on SIGTERM unready at once, still
+/// serving for `--shutdown-delay`, then the requests in flight finished within
+/// `--shutdown-timeout` ([`crate::shutdown`]).
 pub async fn webhook_server(
     config: &Config,
     state: Arc<State>,
     rustls: RustlsConfig,
 ) -> anyhow::Result<()> {
     let handle = axum_server::Handle::new();
-    let on_signal = handle.clone();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        info!("shutting down: finishing requests in flight");
-        on_signal.graceful_shutdown(Some(Duration::from_secs(20)));
-    });
+    let serving = state.readiness.gate("shutting down");
+    serving.set(true);
+    let closing = serving.clone();
+    tokio::spawn(crate::shutdown::stop_serving(
+        crate::shutdown::signal(),
+        // A second signal, once the first was received (the tokio signal streams only see
+        // signals that arrive after they are made; the first is awaited before this is polled).
+        crate::shutdown::signal(),
+        handle.clone(),
+        serving,
+        crate::shutdown::Plan {
+            delay: config.args.shutdown_delay,
+            drain: config.args.shutdown_timeout,
+        },
+    ));
     let listen = config.args.listen;
     info!(listen = %listen, "serving webhooks");
     axum_server::bind_rustls(listen, rustls)
         .handle(handle)
         .serve(
-            webhook::router_with(state, config.limits)
-                .into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            crate::shutdown::close_connections_once_stopping(
+                webhook::router_with(state, config.limits),
+                closing,
+            )
+            .into_make_service_with_connect_info::<std::net::SocketAddr>(),
         )
         .await
         .with_context(|| format!("cannot serve on {listen}"))
@@ -484,21 +498,6 @@ fn lower_thread_priority(by: i32) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = by;
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return ctrl_c.await.unwrap_or(()),
-            };
-        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
-    }
-    #[cfg(not(unix))]
-    ctrl_c.await.unwrap_or(());
 }
 
 fn cert_settings(args: &RunArgs) -> anyhow::Result<certs::manager::ManagerSettings> {

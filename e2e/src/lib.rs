@@ -304,6 +304,9 @@ impl Operator {
             .arg("run")
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(args)
+            // No Service endpoint to wait for (webhooks by URL): stop at once on SIGTERM, as
+            // hack/run-local.sh does; a test may set it.
+            .env("SSO_SHUTDOWN_DELAY", "0")
             .envs(env.iter().copied())
             .stdout(logf.try_clone()?)
             .stderr(logf)

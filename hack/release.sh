@@ -1,0 +1,322 @@
+#!/usr/bin/env bash
+# The release artifacts (`make release`), made on this machine, into a git-ignored directory:
+#
+#   sidecarset-operator-VERSION.tgz                 the chart archive (helm package), pushed as
+#                                                   an OCI artifact (helm push) to CHART_REPO
+#   sidecarset-operator_vVERSION_OS_ARCH.oci.tar    the operator image as an OCI image layout in
+#                                                   a tar (hack/images.sh operator, from the
+#                                                   release binary, without Docker); its manifest
+#                                                   digest in ….oci.tar.digest; pushed to
+#                                                   IMAGE_REPO when that is set
+#   kubectl-sidecarset_vVERSION_OS_ARCH.tar.gz      the Krew archive (binary + LICENSE,
+#                                                   hack/krew.sh)
+#   sidecarset.yaml                                 the Krew manifest with that archive's sha256
+#   RELEASE-NOTES.md                                the CHANGELOG.md entry of VERSION
+#   release.json                                    version, commit, every file's sha256, the
+#                                                   chart's OCI reference and digest, the image's
+#   SHA256SUMS                                      sha256sum of every file above
+#
+#   hack/release.sh              make the release (what `make release` runs)
+#   hack/release.sh verify DIR   check a release directory: SHA256SUMS, the Krew manifest's
+#                                sha256 against its archive, the image archive's digest (pushed
+#                                with crane to a registry: REGISTRY, else the one of
+#                                hack/registry.sh, started for it), the chart's digest in the
+#                                registry it was pushed to
+#
+# VERSION is the chart's (charts/sidecarset-operator/Chart.yaml): version and appVersion must be
+# equal, and equal to Cargo.toml's version; CHANGELOG.md's newest entry must be `## [VERSION]`.
+# The release refuses a working tree with changes (tracked or untracked) unless ALLOW_DIRTY=1.
+#
+# Env:
+#   RELEASE_DIR     the output directory (default dist; emptied first)
+#   BIN             the operator binary (default: cargo build --release --locked, then
+#                   target/release/sidecarset-operator)
+#   CHART_REPO      where the chart is pushed: oci://HOST[:PORT]/PATH (the chart lands at
+#                   CHART_REPO/sidecarset-operator:VERSION). Default: the registry on this machine
+#                   (hack/registry.sh up), oci://HOST:PORT/charts, plain HTTP
+#   IMAGE_REPO      where the image is pushed (HOST[:PORT]/PATH/NAME, crane push), optional; with
+#                   the default CHART_REPO it defaults to HOST:PORT/sidecarset-operator there
+#   PLAIN_HTTP=1    the registries speak plain HTTP (set for the registry on this machine)
+#   KREW_BASE_URL   the URL the Krew archive is published under (the manifest's uri). Default:
+#                   file://<RELEASE_DIR> (where it is; `kubectl krew install --manifest=…
+#                   --archive=…` installs from the file either way)
+#   ALLOW_DIRTY=1   release from a working tree with changes (the release records "dirty")
+#   SOURCE_DATE_EPOCH  the time stamped in the archives and the image (default: the commit's
+#                   time), so that the same binary gives the same digests
+#   SSO_WORK        state of the registry on this machine (default <repo>/.local)
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+CHART=charts/sidecarset-operator
+
+log() { printf '[release] %s\n' "$*" >&2; }
+die() { printf '[release] error: %s\n' "$*" >&2; exit 1; }
+
+platform() {
+  case $(uname -m) in x86_64) ARCH=amd64 ;; aarch64 | arm64) ARCH=arm64 ;; *) ARCH=$(uname -m) ;; esac
+  OS=$(uname -s | tr '[:upper:]' '[:lower:]')
+}
+
+# The version, from the chart; Chart.yaml's version and appVersion and Cargo.toml agree.
+release_version() {
+  local v av cv
+  v=$(sed -n 's/^version: *"*\([^"]*\)"* *$/\1/p' "$CHART/Chart.yaml")
+  av=$(sed -n 's/^appVersion: *"*\([^"]*\)"* *$/\1/p' "$CHART/Chart.yaml")
+  cv=$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -n1)
+  [ -n "$v" ] || die "no version in $CHART/Chart.yaml"
+  [ "$v" = "$av" ] || die "$CHART/Chart.yaml: version $v and appVersion $av differ (they move together)"
+  [ "$v" = "$cv" ] || die "$CHART/Chart.yaml says $v, Cargo.toml says $cv"
+  VERSION=$v
+}
+
+# The CHANGELOG.md entry of VERSION (the newest entry with a version), without its heading.
+changelog_entry() {
+  python3 - CHANGELOG.md "$VERSION" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+want = sys.argv[2]
+heads = [(m.start(), m.end(), m.group(1), m.group(2)) for m in re.finditer(r"^## \[([^\]]+)\](.*)$", text, re.M)]
+released = [h for h in heads if h[2] != "Unreleased"]
+if not released:
+    sys.exit("CHANGELOG.md has no entry for a version (## [X.Y.Z] - YYYY-MM-DD)")
+start, end, version, rest = released[0]
+if version != want:
+    sys.exit(f"CHANGELOG.md's newest entry is [{version}], the chart's version is {want}: add a ## [{want}] - YYYY-MM-DD entry")
+if not re.match(r"^ - \d{4}-\d{2}-\d{2}$", rest):
+    sys.exit(f"CHANGELOG.md: the heading of [{version}] needs its date: ## [{version}] - YYYY-MM-DD")
+nxt = [h[0] for h in heads if h[0] > start]
+body = text[end:nxt[0] if nxt else len(text)].strip()
+body = re.split(r"^\[[^\]]+\]: ", body, flags=re.M)[0].strip()  # link references at the end
+if not body:
+    sys.exit(f"CHANGELOG.md: the entry of [{version}] is empty")
+print(f"# sidecarset-operator {version}{rest.replace(' - ', ' (', 1)})\n\n{body}")
+PY
+}
+
+cmd_release() {
+  command -v git >/dev/null || die "git is needed"
+  command -v python3 >/dev/null || die "python3 is needed"
+  local dirty=false
+  if [ -n "$(git status --porcelain --untracked-files=normal)" ]; then
+    if [ "${ALLOW_DIRTY:-0}" = 1 ]; then
+      log "the working tree has changes; going on (ALLOW_DIRTY=1), the release records \"dirty\""
+      dirty=true
+    else
+      git status --short >&2
+      die "the working tree has changes (above): commit or stash them, or set ALLOW_DIRTY=1 (make release ALLOW_DIRTY=1)"
+    fi
+  fi
+  release_version
+  platform
+  local notes commit epoch
+  notes=$(changelog_entry) || die "no release notes (see above)"
+  commit=$(git rev-parse HEAD)
+  epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
+  export SOURCE_DATE_EPOCH=$epoch
+  local out=${RELEASE_DIR:-dist}
+  case $out in /*) ;; *) out=$REPO/$out ;; esac
+  [ "$out" != "$REPO" ] && [ "$out" != / ] || die "RELEASE_DIR must not be the repository or /"
+  log "release $VERSION (commit ${commit:0:12}$([ "$dirty" = true ] && echo ", dirty"), $OS/$ARCH) into ${out#"$REPO"/}"
+
+  # The registry.
+  local chart_repo=${CHART_REPO:-} image_repo=${IMAGE_REPO:-} plain=${PLAIN_HTTP:-0}
+  if [ -z "$chart_repo" ]; then
+    eval "$(hack/registry.sh up)"
+    chart_repo=oci://$SSO_REGISTRY/charts
+    image_repo=${image_repo:-$SSO_REGISTRY/sidecarset-operator}
+    plain=1
+    log "no CHART_REPO: pushing to the registry on this machine, $chart_repo (plain HTTP)"
+  fi
+  case $chart_repo in oci://*) ;; *) die "CHART_REPO=$chart_repo: expected oci://HOST[:PORT]/PATH" ;; esac
+  eval "$(hack/tools.sh helm)"
+  local helm=$HELM_BIN/helm crane=
+  if [ -n "$image_repo" ]; then eval "$(hack/tools.sh crane)"; crane=$CRANE_BIN/crane; fi
+  local plain_flag=() crane_flag=()
+  if [ "$plain" = 1 ]; then plain_flag=(--plain-http); crane_flag=(--insecure); fi
+
+  # The binary.
+  local bin=${BIN:-}
+  if [ -z "$bin" ]; then
+    log "cargo build --release --locked --bin sidecarset-operator"
+    cargo build --release --locked --bin sidecarset-operator
+    bin=target/release/sidecarset-operator
+  fi
+  [ -x "$bin" ] || die "BIN=$bin is not an executable"
+  local binver
+  binver=$("$bin" --version 2>&1 | awk '{print $NF}')
+  [ "$binver" = "$VERSION" ] || die "$bin --version says '$binver', the release is $VERSION"
+
+  rm -rf "$out"
+  mkdir -p "$out"
+  RELEASE_TMP=$(mktemp -d)
+  trap 'rm -rf "$RELEASE_TMP"' EXIT
+  local w=$RELEASE_TMP
+
+  # 1. The chart archive, pushed as an OCI artifact.
+  local t=$SECONDS chart_tgz chart_digest push_out
+  "$helm" package "$CHART" -d "$out" >/dev/null
+  chart_tgz=sidecarset-operator-$VERSION.tgz
+  [ -s "$out/$chart_tgz" ] || die "helm package wrote no $chart_tgz"
+  tar -xzOf "$out/$chart_tgz" sidecarset-operator/LICENSE | cmp -s - LICENSE || die "the chart archive lacks the repository's LICENSE"
+  # helm package stamps every file with the time of packaging: the same files again, in name
+  # order, with SOURCE_DATE_EPOCH and no gzip time stamp, so the same chart gives the same archive.
+  mkdir -p "$w/chart"
+  tar -xzf "$out/$chart_tgz" -C "$w/chart"
+  tar -C "$w/chart" --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -cf - sidecarset-operator \
+    | gzip -n -9 >"$out/$chart_tgz"
+  "$helm" show chart "$out/$chart_tgz" >/dev/null || die "the repacked chart archive does not load"
+  push_out=$("$helm" push "$out/$chart_tgz" "$chart_repo" "${plain_flag[@]}" 2>&1) \
+    || { printf '%s\n' "$push_out" >&2; die "helm push $chart_tgz $chart_repo failed"; }
+  chart_digest=$(sed -n 's/^Digest: *\(sha256:[0-9a-f]\{64\}\)$/\1/p' <<<"$push_out")
+  [ -n "$chart_digest" ] || { printf '%s\n' "$push_out" >&2; die "helm push printed no digest"; }
+  log "chart $chart_tgz ($(du -h "$out/$chart_tgz" | cut -f1)) pushed: $chart_repo/sidecarset-operator:$VERSION @ $chart_digest ($((SECONDS - t)) s)"
+
+  # 2. The operator image, as an OCI archive (hack/images.sh: the Dockerfile's runtime layout).
+  t=$SECONDS
+  local image_tar=sidecarset-operator_v${VERSION}_${OS}_${ARCH}.oci.tar image_digest
+  SSO_IMAGE_VERSION=$VERSION SSO_IMAGE_OCI_ARCHIVE=$out/$image_tar SSO_IMAGE_OCI_TAG=$VERSION \
+    hack/images.sh operator "$bin" "$w/images" 2>&1 | sed 's/^/  /' >&2
+  hack/images.sh check "$w/images" 2>&1 | sed 's/^/  /' >&2
+  image_digest=$(cat "$out/$image_tar.digest")
+  log "image $image_tar ($(du -h "$out/$image_tar" | cut -f1)), manifest digest $image_digest ($((SECONDS - t)) s)"
+  local image_ref=
+  if [ -n "$image_repo" ]; then
+    image_ref=$(push_layout "$crane" "$out/$image_tar" "$image_repo:$VERSION" "${crane_flag[@]}")
+    [ "${image_ref#*@}" = "$image_digest" ] || die "the registry has $image_ref, the archive's digest is $image_digest"
+    log "image pushed: $image_ref"
+  fi
+
+  # 3. The Krew archive and manifest.
+  t=$SECONDS
+  BIN=$bin KREW_BASE_URL=${KREW_BASE_URL:-file://$out} hack/krew.sh "$w/krew" 2>"$w/krew.log" \
+    || { cat "$w/krew.log" >&2; die "hack/krew.sh failed"; }
+  local krew_tgz=kubectl-sidecarset_v${VERSION}_${OS}_${ARCH}.tar.gz
+  mv "$w/krew/$krew_tgz" "$w/krew/sidecarset.yaml" "$out/"
+  log "krew $krew_tgz ($(du -h "$out/$krew_tgz" | cut -f1)) and sidecarset.yaml ($((SECONDS - t)) s)"
+
+  # 4. Release notes, the record, the checksums.
+  printf '%s\n' "$notes" >"$out/RELEASE-NOTES.md"
+  python3 - "$out" "$VERSION" "$commit" "$dirty" "$epoch" "$chart_tgz" "$chart_repo" "$chart_digest" \
+    "$image_tar" "$image_digest" "$image_ref" "$krew_tgz" <<'PY'
+import hashlib, json, os, sys
+out, version, commit, dirty, epoch, chart, chart_repo, chart_digest, image, image_digest, image_ref, krew = sys.argv[1:]
+sha = lambda f: hashlib.sha256(open(os.path.join(out, f), "rb").read()).hexdigest()
+rec = {
+    "version": version, "commit": commit, "dirty": dirty == "true", "sourceDateEpoch": int(epoch),
+    "chart": {"file": chart, "sha256": sha(chart), "oci": f"{chart_repo}/sidecarset-operator",
+              "tag": version, "digest": chart_digest},
+    "image": {"file": image, "sha256": sha(image), "digest": image_digest, "pushed": image_ref or None},
+    "krew": {"file": krew, "sha256": sha(krew), "manifest": "sidecarset.yaml"},
+    "notes": "RELEASE-NOTES.md",
+}
+json.dump(rec, open(os.path.join(out, "release.json"), "w"), indent=2)
+PY
+  (cd "$out" && sha256sum -- * >"$w/SHA256SUMS") && mv "$w/SHA256SUMS" "$out/SHA256SUMS"
+  cmd_verify "$out"
+  log "release $VERSION in ${out#"$REPO"/}:"
+  (cd "$out" && ls -l --time-style=+ | awk 'NR > 1 { printf "[release]   %10d  %s\n", $5, $NF }') >&2
+  log "install: helm install sidecarset-operator $chart_repo/sidecarset-operator --version $VERSION ${plain_flag[*]}"
+  log "     or: helm install sidecarset-operator $chart_repo/sidecarset-operator@$chart_digest ${plain_flag[*]}"
+}
+
+# push_layout CRANE ARCHIVE REF [FLAGS]: push the OCI layout in ARCHIVE (a tar) to REF; prints
+# REF@DIGEST as the registry has it.
+push_layout() {
+  local crane=$1 tarball=$2 ref=$3 d
+  shift 3
+  d=$(mktemp -d)
+  tar -xf "$tarball" -C "$d"
+  "$crane" push "$@" "$d" "$ref" --image-refs "$d/refs" >/dev/null 2>"$d/err" || { cat "$d/err" >&2; rm -rf "$d"; die "crane push $ref failed"; }
+  "$crane" validate "$@" --remote "$ref" >/dev/null 2>"$d/err" || { cat "$d/err" >&2; rm -rf "$d"; die "crane validate --remote $ref failed"; }
+  echo "${ref%:*}@$("$crane" digest "$@" "$ref")"
+  rm -rf "$d"
+}
+
+cmd_verify() {
+  local dir=${1:?usage: hack/release.sh verify DIR} rc=0
+  [ -s "$dir/release.json" ] || die "$dir/release.json is missing (not a release directory?)"
+  # Checksums.
+  if (cd "$dir" && sha256sum --quiet -c SHA256SUMS) >&2; then
+    log "ok   SHA256SUMS: $(wc -l <"$dir/SHA256SUMS") files"
+  else log "FAIL SHA256SUMS"; rc=1; fi
+  local listed
+  listed=$(cd "$dir" && ls | grep -vx SHA256SUMS | sort | tr '\n' ' ')
+  [ "$listed" = "$(awk '{print $2}' "$dir/SHA256SUMS" | sort | tr '\n' ' ')" ] \
+    || { log "FAIL SHA256SUMS does not list exactly the files of $dir ($listed)"; rc=1; }
+  # The Krew manifest: each platform's sha256 is its archive's, the archive holds the binary and
+  # the LICENSE the manifest names, no placeholder left.
+  python3 - "$dir" "$REPO/LICENSE" <<'PY' || rc=1
+import hashlib, json, os, sys, tarfile, yaml
+d, license_file = sys.argv[1:]
+rec = json.load(open(os.path.join(d, "release.json")))
+m = yaml.safe_load(open(os.path.join(d, rec["krew"]["manifest"])))
+bad = []
+if m["spec"]["version"] != "v" + rec["version"]:
+    bad.append(f"spec.version {m['spec']['version']}, the release is v{rec['version']}")
+for p in m["spec"]["platforms"]:
+    name = os.path.basename(p["uri"])
+    if "example.invalid" in p["uri"] or set(p["sha256"]) == {"0"}:
+        bad.append(f"placeholder left: {p['uri']} {p['sha256']}")
+    path = os.path.join(d, name)
+    if not os.path.exists(path):
+        bad.append(f"{name} (uri {p['uri']}) is not in the release"); continue
+    got = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    if got != p["sha256"]:
+        bad.append(f"{name}: manifest sha256 {p['sha256']}, archive {got}")
+    with tarfile.open(path) as t:
+        names = set(t.getnames())
+        for f in p["files"]:
+            if f["from"] not in names: bad.append(f"{name} lacks {f['from']}")
+        if p["bin"] not in names: bad.append(f"{name} lacks the bin {p['bin']}")
+        if "LICENSE" in names and t.extractfile("LICENSE").read() != open(license_file, "rb").read():
+            bad.append(f"{name}: LICENSE is not the repository's")
+    if not bad:
+        print(f"[release] ok   krew: {name} sha256 {got} = sidecarset.yaml's, holds {' '.join(sorted(names))}", file=sys.stderr)
+for b in bad: print(f"[release] FAIL krew: {b}", file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+  # The image archive: an OCI layout whose manifest digest is the one recorded, as a registry
+  # computes it (crane push + digest).
+  local image digest registry crane started=0 got
+  image=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["image"]["file"])' "$dir/release.json")
+  digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["image"]["digest"])' "$dir/release.json")
+  [ "$(cat "$dir/$image.digest")" = "$digest" ] || { log "FAIL $image.digest is not release.json's $digest"; rc=1; }
+  eval "$(hack/tools.sh crane)"
+  crane=$CRANE_BIN/crane
+  registry=${REGISTRY:-}
+  if [ -z "$registry" ]; then
+    if ! hack/registry.sh env >/dev/null 2>&1; then started=1; fi
+    eval "$(hack/registry.sh up 2>/dev/null)"
+    registry=$SSO_REGISTRY
+  fi
+  got=$(push_layout "$crane" "$dir/$image" "$registry/release-verify/sidecarset-operator:$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$dir/release.json")" --insecure)
+  if [ "${got#*@}" = "$digest" ]; then log "ok   image: $image is an OCI layout; pushed with crane, the registry computes $digest (recorded)"
+  else log "FAIL image: $image pushed with crane has digest ${got#*@}, release.json says $digest"; rc=1; fi
+  # The chart, where it was pushed (when that registry answers from here).
+  local chart_ref chart_digest remote
+  chart_ref=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["chart"]; print(c["oci"][len("oci://"):] + ":" + c["tag"])' "$dir/release.json")
+  chart_digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chart"]["digest"])' "$dir/release.json")
+  if remote=$("$crane" digest --insecure "$chart_ref" 2>/dev/null); then
+    if [ "$remote" = "$chart_digest" ]; then log "ok   chart: $chart_ref has the recorded digest $chart_digest"
+    else log "FAIL chart: $chart_ref has digest $remote, release.json says $chart_digest"; rc=1; fi
+    # The archive in the registry is the release's file.
+    local layer
+    layer=$("$crane" manifest --insecure "$chart_ref" | python3 -c '
+import json, sys
+print([l["digest"] for l in json.load(sys.stdin)["layers"] if l["mediaType"] == "application/vnd.cncf.helm.chart.content.v1.tar+gzip"][0])')
+    [ "$layer" = "sha256:$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chart"]["sha256"])' "$dir/release.json")" ] \
+      && log "ok   chart: its content layer is the release's chart archive" \
+      || { log "FAIL chart: the registry's chart layer $layer is not the release's archive"; rc=1; }
+  else
+    log "skip chart: $chart_ref does not answer from here (its digest is $chart_digest)"
+  fi
+  if [ "$started" = 1 ]; then hack/registry.sh down; fi
+  [ "$rc" = 0 ] || die "the release in $dir does not verify (see above)"
+  log "the release in $dir verifies"
+}
+
+case ${1:-release} in
+  release) cmd_release ;;
+  verify) shift; cmd_verify "$@" ;;
+  *) echo "usage: $0 [release] | verify DIR" >&2; exit 2 ;;
+esac
