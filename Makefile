@@ -112,6 +112,10 @@ bench-tracing: ## Webhook load runs, 3 rounds of: telemetry off, logs only, logs
 	for round in 1 2 3; do for mode in off logs otlp; do \
 	  SSO_BENCH_TRACING=$$mode cargo bench -q --bench webhook_load 2>/dev/null; done; done
 
+.PHONY: bench-sim
+bench-sim: ## Simulation of 100000 pods and 5000 SidecarSets in one process (no API server): memory per pod and per SidecarSet, per-event and per-reconcile cost, relist peak (knobs: SSO_SIM_PODS, SSO_SIM_SIDECARSETS, SSO_SIM_NAMESPACES)
+	cargo bench --bench simulate
+
 .PHONY: bench-controller
 bench-controller: ## Controller load run on a local kwok cluster: PODS matched pods (default 5000)
 	hack/bench-controller.sh

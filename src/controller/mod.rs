@@ -261,14 +261,7 @@ pub async fn run(
     )
     .inspect_ok(move |ev| {
         // The SidecarSets that would inject a pod, to see the pods running without them.
-        let selects = |p: &SlimPod| -> Vec<String> {
-            let ns = p.metadata.namespace.as_deref().unwrap_or("");
-            let view = cluster.index();
-            view.matching_for_injection(p.labels(), &cluster.namespace_labels(ns))
-                .iter()
-                .map(|e| e.ss.name().to_string())
-                .collect()
-        };
+        let selects = |p: &SlimPod| pods::selecting(&cluster, p);
         if let Ok(mut i) = index.lock() {
             i.step(ev, &cluster.skip_namespaces, &selects);
         }
@@ -288,38 +281,39 @@ pub async fn run(
         .filter(move |ss| std::future::ready(changes.changed(ss)))
         .map(Ok::<_, watcher::Error>);
     Controller::for_stream(trigger, sidecarsets)
-        .watches_stream(pod_stream, move |pod: SlimPod| {
-            let injected = injected_into(&pod);
-            // The SidecarSets that select the pod but are not in it also wake: in an excluded
-            // namespace they report it (`act::report_excluded`); elsewhere they count and report
-            // the pods running without their sidecars, so a change of such a pod (its deletion
-            // included) must reach them.
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-            let excluded = cluster.skip_namespaces.contains(ns);
-            let wake: Vec<String> = if excluded && !pod.is_active() {
-                Vec::new()
-            } else {
-                let index = cluster.index();
-                let (selecting, _) =
-                    index.matching_split(pod.labels(), &cluster.namespace_labels(ns));
-                selecting
-                    .iter()
-                    .map(|e| e.ss.name().to_string())
-                    .filter(|n| !injected.contains(n))
-                    .collect()
-            };
-            injected
-                .into_iter()
-                .chain(wake)
-                .map(|n| ObjectRef::<StoredSidecarSet>::new(&n))
-                .collect::<Vec<_>>()
-        })
+        .watches_stream(pod_stream, move |pod: SlimPod| wakes(&cluster, &pod))
         .reconcile_all_on(reconcile_all)
         .reconcile_on(conflicts_found)
         .shutdown_on_signal()
         .run(measured_reconcile, error_policy, Arc::new(ctx))
         .for_each(|_| async {})
         .await;
+}
+
+/// The SidecarSets a pod event wakes: those it is injected with, and those that select it
+/// without being in it. In an excluded namespace these report it (`act::report_excluded`);
+/// elsewhere they count and report the pods running without their sidecars, so a change of
+/// such a pod (its deletion included) must reach them.
+pub fn wakes(cluster: &ClusterView, pod: &SlimPod) -> Vec<ObjectRef<StoredSidecarSet>> {
+    let injected = injected_into(pod);
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    let excluded = cluster.skip_namespaces.contains(ns);
+    let wake: Vec<String> = if excluded && !pod.is_active() {
+        Vec::new()
+    } else {
+        let index = cluster.index();
+        let (selecting, _) = index.matching_split(pod.labels(), &cluster.namespace_labels(ns));
+        selecting
+            .iter()
+            .map(|e| e.ss.name().to_string())
+            .filter(|n| !injected.contains(n))
+            .collect()
+    };
+    injected
+        .into_iter()
+        .chain(wake)
+        .map(|n| ObjectRef::<StoredSidecarSet>::new(&n))
+        .collect()
 }
 
 /// The SidecarSets to reconcile because another found a conflict with them.
@@ -411,22 +405,31 @@ async fn leading_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Resu
 /// The SidecarSet's pods: injected with it and still selected by it (as OpenKruise: narrowing
 /// the selector stops counting and upgrading the pods it no longer selects).
 fn observe_pods(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
+    pods_of(&ctx.pod_index, &ctx.pods, &ctx.cluster, entry)
+}
+
+/// [`observe_pods`] from the parts of the context it reads (the simulation calls it too).
+pub fn pods_of(
+    pod_index: &Mutex<pods::PodIndex>,
+    store: &Store<SlimPod>,
+    cluster: &ClusterView,
+    entry: &Entry,
+) -> Vec<Arc<SlimPod>> {
     let name = entry.ss.name();
-    let keys = ctx
-        .pod_index
+    let keys = pod_index
         .lock()
         .map(|i| i.pods_of(name))
         .unwrap_or_default();
     // Each namespace's labels once per reconcile, not once per pod.
     let mut ns_labels: HashMap<String, BTreeMap<String, String>> = HashMap::new();
     keys.into_iter()
-        .filter_map(|k| ctx.pods.get(&k))
+        .filter_map(|k| store.get(&k))
         .filter(|p| injected_into(p.as_ref()).contains(name))
         .filter(|p| {
             let ns = p.metadata.namespace.as_deref().unwrap_or("");
             let labels = ns_labels
                 .entry(ns.to_string())
-                .or_insert_with(|| ctx.cluster.namespace_labels(ns));
+                .or_insert_with(|| cluster.namespace_labels(ns));
             entry.matches(p.labels(), labels)
         })
         .collect()
@@ -437,6 +440,27 @@ fn observe_pods(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
 fn observe_missing(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
     let name = entry.ss.name();
     let now = (entry.ss.metadata.uid.clone(), entry.ss.metadata.generation);
+    let fresh = ctx.scanned.lock().is_ok_and(|s| s.get(name) == Some(&now));
+    let pods = missing_pods(&ctx.pod_index, &ctx.pods, &ctx.cluster, entry, !fresh);
+    if !fresh && let Ok(mut s) = ctx.scanned.lock() {
+        if s.len() > 100_000 {
+            s.clear();
+        }
+        s.insert(name.to_string(), now);
+    }
+    pods
+}
+
+/// [`observe_missing`] from the parts of the context it reads (the simulation calls it too);
+/// with `rescan`, every pod is scanned first.
+pub fn missing_pods(
+    pod_index: &Mutex<pods::PodIndex>,
+    store: &Store<SlimPod>,
+    cluster: &ClusterView,
+    entry: &Entry,
+    rescan: bool,
+) -> Vec<Arc<SlimPod>> {
+    let name = entry.ss.name();
     let ns_labels: Mutex<HashMap<String, BTreeMap<String, String>>> = Default::default();
     let selected = |p: &SlimPod| {
         let ns = p.metadata.namespace.as_deref().unwrap_or("");
@@ -445,35 +469,27 @@ fn observe_missing(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
         };
         let labels = cache
             .entry(ns.to_string())
-            .or_insert_with(|| ctx.cluster.namespace_labels(ns));
+            .or_insert_with(|| cluster.namespace_labels(ns));
         !entry.ss.spec.injection_strategy.paused && entry.matches(p.labels(), labels)
     };
-    let fresh = ctx.scanned.lock().is_ok_and(|s| s.get(name) == Some(&now));
-    if !fresh {
-        let all = ctx.pods.state();
-        if let Ok(mut i) = ctx.pod_index.lock() {
+    if rescan {
+        let all = store.state();
+        if let Ok(mut i) = pod_index.lock() {
             i.rescan(
                 name,
                 all.iter().map(|p| p.as_ref()),
-                &ctx.cluster.skip_namespaces,
+                &cluster.skip_namespaces,
                 &selected,
             );
         }
-        if let Ok(mut s) = ctx.scanned.lock() {
-            if s.len() > 100_000 {
-                s.clear();
-            }
-            s.insert(name.to_string(), now);
-        }
     }
-    let keys = ctx
-        .pod_index
+    let keys = pod_index
         .lock()
         .map(|i| i.missing(name))
         .unwrap_or_default();
     let mut pods: Vec<Arc<SlimPod>> = keys
         .into_iter()
-        .filter_map(|k| ctx.pods.get(&k))
+        .filter_map(|k| store.get(&k))
         .filter(|p| p.is_active() && !injected_into(p.as_ref()).contains(name))
         .filter(|p| selected(p))
         .collect();

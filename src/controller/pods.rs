@@ -93,6 +93,17 @@ impl Maps {
 /// The SidecarSets (injection not paused) whose scope covers a pod.
 pub type Selects<'a> = &'a dyn Fn(&SlimPod) -> Vec<String>;
 
+/// The [`Selects`] of the operator: the SidecarSets of the cluster view's index that would inject
+/// the pod now.
+pub fn selecting(cluster: &crate::cluster::ClusterView, pod: &SlimPod) -> Vec<String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    let view = cluster.index();
+    view.matching_for_injection(pod.labels(), &cluster.namespace_labels(ns))
+        .iter()
+        .map(|e| e.ss.name().to_string())
+        .collect()
+}
+
 /// The index; a relist builds a new one and replaces the old one when it is complete.
 #[derive(Default, Debug)]
 pub struct PodIndex {
