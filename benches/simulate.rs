@@ -251,7 +251,7 @@ fn sidecarset(sizes: &Sizes, i: usize, generation: usize) -> StoredSidecarSet {
     let mut spec = json!({
         "selector": selector,
         "volumes": [{"name": format!("sidecar-conf-{i}"), "configMap": {"name": format!("sidecar-conf-{i}")}}],
-        "updateStrategy": {"type": "RollingUpdate", "maxUnavailable": if i % 7 == 0 { json!("10%") } else { json!(1) }},
+        "updateStrategy": {"type": "RollingUpdate", "maxUnavailable": if i.is_multiple_of(7) { json!("10%") } else { json!(1) }},
         "injectionStrategy": {"paused": i % 100 == 42}
     });
     if native {
@@ -291,7 +291,7 @@ fn template(sizes: &Sizes, cluster: &ClusterView, d: usize) -> Value {
     if d % 5 < 2 {
         labels["mesh"] = json!("enabled");
     }
-    if d % 97 == 0 {
+    if d.is_multiple_of(97) {
         labels["debug.example.com/trace"] = json!("on");
     }
     let containers: Vec<Value> = (0..1 + d % 3)
@@ -309,7 +309,7 @@ fn template(sizes: &Sizes, cluster: &ClusterView, d: usize) -> Value {
         .collect();
     let mut annotations = json!({"prometheus.io/scrape": "true", "prometheus.io/port": "9090",
         "kubectl.kubernetes.io/restartedAt": "2026-11-30T12:00:00Z"});
-    if d % 5 == 0 {
+    if d.is_multiple_of(5) {
         annotations["kubectl.kubernetes.io/last-applied-configuration"] =
             json!(last_applied("Pod", &app, 2500));
     }
@@ -352,7 +352,7 @@ fn pod_bytes(t: &Value, i: usize, round: usize) -> Vec<u8> {
             "f:containerStatuses": {}, "f:hostIP": {}, "f:phase": {}, "f:podIP": {}, "f:podIPs": {}, "f:startTime": {}}}}
     ]);
     pod["spec"]["nodeName"] = json!(format!("node-{}", i % 1000));
-    let ready = !(round % 2 == 1 && i % 10 == 0);
+    let ready = !(round % 2 == 1 && i.is_multiple_of(10));
     let statuses = |list: &Value| -> Vec<Value> {
         list.as_array()
             .map(|l| {
