@@ -1248,6 +1248,11 @@ async fn pods_without_their_sidecars_are_evicted_within_pdbs_and_the_rate() -> a
             originals.iter().all(|u| now.contains(u)),
             "a pod was evicted despite the PodDisruptionBudget"
         );
+        // The replacements must come through the webhook: a new pod of the Deployment is
+        // injected (through the API server, so the pod webhook's match conditions cover the new
+        // SidecarSet) before evictions may start; otherwise a replacement created without its
+        // sidecar rightly opens the owner's circuit and the rest is never evicted.
+        wait_injectable(&c, &app, &pod("probe", json!({"e2e-app": label})), "mesh", true).await?;
         // Without the PDB: evicted at 2 a minute (a burst of 2, then one every 30 s), recreated
         // with their sidecars.
         pdbs.delete("web", &DeleteParams::default()).await?;
