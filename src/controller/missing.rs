@@ -439,7 +439,16 @@ pub async fn evict(
         if let Some((owner, what)) = came_back_missing(p, &state)
             && !state.open_circuits.contains_key(&owner)
         {
-            warn!(sidecarset = %name, owner = %what, pod = %key(p), "a pod evicted for missing sidecars came back without them: no more evictions of this owner until the SidecarSet changes");
+            warn!(
+                sidecarset = %name,
+                owner = %what,
+                pod = %key(p),
+                created = ?p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                resource_version = ?p.metadata.resource_version,
+                injected = ?crate::api::injected_list(p.annotations()),
+                evictions = ?state.evictions.iter().map(|e| (e.pod.as_str(), e.at)).collect::<Vec<_>>(),
+                "a pod evicted for missing sidecars came back without them: no more evictions of this owner until the SidecarSet changes"
+            );
             if state.open_circuits.len() >= MAX_CIRCUITS
                 && let Some(first) = state.open_circuits.keys().next().cloned()
             {
