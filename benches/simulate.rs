@@ -436,18 +436,12 @@ impl PodStages {
             matches.set(matches.get() + 1);
             pods::selecting(cluster, p)
         };
-        self.index.run(|| {
-            if let Ok(mut i) = index.lock() {
-                i.step(ev, &cluster.skip_namespaces, &selects);
-            }
-        });
-        // The controller's wake-up: the mapper of the pod stream, for every touched pod.
-        let woken = self.wake.run(|| match ev {
-            Event::Apply(p) | Event::InitApply(p) | Event::Delete(p) => {
-                matches.set(matches.get() + 1);
-                controller::wakes(cluster, p).len()
-            }
-            Event::Init | Event::InitDone => 0,
+        // The pod stream's one step: the index, and the SidecarSets to wake.
+        let woken = self.index.run(|| {
+            index
+                .lock()
+                .map(|mut i| i.step(ev, &cluster.skip_namespaces, &selects).len())
+                .unwrap_or(0)
         });
         self.woken += woken;
         self.matches += matches.get();

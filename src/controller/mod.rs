@@ -23,7 +23,7 @@ use crate::cluster::ClusterView;
 use crate::events::SidecarSetEvents;
 use crate::index::Entry;
 use crate::rollout::{self, Classifier};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -250,7 +250,9 @@ pub async fn run(
     ctx.pods = pods;
     let index = ctx.pod_index.clone();
     let cluster = ctx.cluster.clone();
-    let pod_stream = reflector::reflector(
+    // One SidecarSet matching per pod event, shared by the pod index (the pods running without
+    // the sidecars of a SidecarSet that selects them) and the wake-ups of the SidecarSets.
+    let pod_wakes = reflector::reflector(
         writer,
         watcher::watcher(
             Api::<SlimPod>::all(client.clone()),
@@ -259,16 +261,25 @@ pub async fn run(
         .default_backoff()
         .modify(SlimPod::trim),
     )
-    .inspect_ok(move |ev| {
-        // The SidecarSets that would inject a pod, to see the pods running without them.
-        let selects = |p: &SlimPod| pods::selecting(&cluster, p);
-        if let Ok(mut i) = index.lock() {
-            i.step(ev, &cluster.skip_namespaces, &selects);
+    .filter_map(|ev| {
+        // The watcher retries with backoff; an error wakes nothing.
+        if let Err(e) = &ev {
+            tracing::debug!(error = %e, "pod watch");
         }
+        std::future::ready(ev.ok())
     })
-    .touched_objects();
+    .flat_map(move |ev| {
+        let selects = |p: &SlimPod| pods::selecting(&cluster, p);
+        let wake = index
+            .lock()
+            .map(|mut i| i.step(&ev, &cluster.skip_namespaces, &selects))
+            .unwrap_or_default();
+        futures::stream::iter(
+            wake.into_iter()
+                .map(|n| ObjectRef::<StoredSidecarSet>::new(&n)),
+        )
+    });
 
-    let cluster = ctx.cluster.clone();
     let becoming_leader = on_becoming_leader(ctx.leadership.clone());
     // Every `resync` while leading, everything again: a status that disagrees with the plan (a
     // late write of a former leader, a write lost) is repaired even when nothing changes.
@@ -281,39 +292,13 @@ pub async fn run(
         .filter(move |ss| std::future::ready(changes.changed(ss)))
         .map(Ok::<_, watcher::Error>);
     Controller::for_stream(trigger, sidecarsets)
-        .watches_stream(pod_stream, move |pod: SlimPod| wakes(&cluster, &pod))
+        .reconcile_on(pod_wakes)
         .reconcile_all_on(reconcile_all)
         .reconcile_on(conflicts_found)
         .shutdown_on_signal()
         .run(measured_reconcile, error_policy, Arc::new(ctx))
         .for_each(|_| async {})
         .await;
-}
-
-/// The SidecarSets a pod event wakes: those it is injected with, and those that select it
-/// without being in it. In an excluded namespace these report it (`act::report_excluded`);
-/// elsewhere they count and report the pods running without their sidecars, so a change of
-/// such a pod (its deletion included) must reach them.
-pub fn wakes(cluster: &ClusterView, pod: &SlimPod) -> Vec<ObjectRef<StoredSidecarSet>> {
-    let injected = injected_into(pod);
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-    let excluded = cluster.skip_namespaces.contains(ns);
-    let wake: Vec<String> = if excluded && !pod.is_active() {
-        Vec::new()
-    } else {
-        let index = cluster.index();
-        let (selecting, _) = index.matching_split(pod.labels(), &cluster.namespace_labels(ns));
-        selecting
-            .iter()
-            .map(|e| e.ss.name().to_string())
-            .filter(|n| !injected.contains(n))
-            .collect()
-    };
-    injected
-        .into_iter()
-        .chain(wake)
-        .map(|n| ObjectRef::<StoredSidecarSet>::new(&n))
-        .collect()
 }
 
 /// The SidecarSets to reconcile because another found a conflict with them.

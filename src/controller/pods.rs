@@ -58,35 +58,78 @@ impl Maps {
         }
     }
 
-    fn insert(&mut self, pod: &SlimPod, excluded_ns: &BTreeSet<String>, selects: Selects) {
+    fn insert(&mut self, pod: &SlimPod, seen: &Seen) {
         let key = ObjectRef::from_obj(pod);
         self.remove(&key);
-        let injected: Vec<String> = crate::api::injected_list(pod.annotations())
-            .into_iter()
-            .collect();
-        for ss in &injected {
+        for ss in &seen.injected {
             self.by_sidecarset
                 .entry(ss.clone())
                 .or_default()
                 .insert(key.clone());
         }
-        if !injected.is_empty() {
-            self.of_pod.insert(key.clone(), injected.clone());
+        if !seen.injected.is_empty() {
+            self.of_pod
+                .insert(key.clone(), seen.injected.iter().cloned().collect());
         }
-        if pod
-            .metadata
-            .namespace
-            .as_deref()
-            .is_some_and(|ns| excluded_ns.contains(ns))
-        {
+        if seen.excluded {
             self.excluded.insert(key);
-        } else if pod.is_active() {
-            for ss in selects(pod) {
-                if !injected.contains(&ss) {
-                    self.mark_missing(&key, &ss);
+        } else if seen.active {
+            for ss in &seen.selecting {
+                if !seen.injected.contains(ss) {
+                    self.mark_missing(&key, ss);
                 }
             }
         }
+    }
+}
+
+/// What one pod event tells the index and the controller: read once, matched once.
+struct Seen {
+    /// `kruise.io/sidecarset-injected-list`.
+    injected: BTreeSet<String>,
+    /// In an excluded namespace.
+    excluded: bool,
+    active: bool,
+    /// The SidecarSets that would inject it now (not computed for an inactive pod in an excluded
+    /// namespace: nothing reads it).
+    selecting: Vec<String>,
+}
+
+impl Seen {
+    fn of(pod: &SlimPod, excluded_ns: &BTreeSet<String>, selects: Selects) -> Self {
+        let excluded = pod
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| excluded_ns.contains(ns));
+        let active = pod.is_active();
+        Seen {
+            injected: crate::api::injected_list(pod.annotations()),
+            excluded,
+            active,
+            selecting: if excluded && !active {
+                Vec::new()
+            } else {
+                selects(pod)
+            },
+        }
+    }
+
+    /// The SidecarSets to wake: those the pod is injected with, then those that select it
+    /// without being in it. In an excluded namespace these report it (`act::report_excluded`);
+    /// elsewhere they count and report the pods running without their sidecars, so a change of
+    /// such a pod (its deletion included) must reach them.
+    fn wakes(self) -> Vec<String> {
+        let Seen {
+            injected,
+            selecting,
+            ..
+        } = self;
+        let others: Vec<String> = selecting
+            .into_iter()
+            .filter(|n| !injected.contains(n))
+            .collect();
+        injected.into_iter().chain(others).collect()
     }
 }
 
@@ -112,23 +155,38 @@ pub struct PodIndex {
 }
 
 impl PodIndex {
-    /// Applies one watch event.
-    pub fn step(&mut self, ev: &Event<SlimPod>, excluded_ns: &BTreeSet<String>, selects: Selects) {
-        match ev {
-            Event::Init => self.relist = Some(Maps::default()),
-            Event::InitApply(p) => {
-                self.relist
-                    .get_or_insert_with(Maps::default)
-                    .insert(p, excluded_ns, selects)
+    /// Applies one watch event, and returns the SidecarSets it wakes (see [`Seen::wakes`]).
+    /// One SidecarSet matching per event (`selects` runs at most once), shared by the index and
+    /// the controller's wake-up.
+    pub fn step(
+        &mut self,
+        ev: &Event<SlimPod>,
+        excluded_ns: &BTreeSet<String>,
+        selects: Selects,
+    ) -> Vec<String> {
+        let pod = match ev {
+            Event::Init => {
+                self.relist = Some(Maps::default());
+                return Vec::new();
             }
             Event::InitDone => {
                 if let Some(m) = self.relist.take() {
                     self.current = m;
                 }
+                return Vec::new();
             }
-            Event::Apply(p) => self.current.insert(p, excluded_ns, selects),
-            Event::Delete(p) => self.current.remove(&ObjectRef::from_obj(p)),
+            Event::InitApply(p) | Event::Apply(p) | Event::Delete(p) => p,
+        };
+        let seen = Seen::of(pod, excluded_ns, selects);
+        match ev {
+            Event::InitApply(_) => self
+                .relist
+                .get_or_insert_with(Maps::default)
+                .insert(pod, &seen),
+            Event::Apply(_) => self.current.insert(pod, &seen),
+            _ => self.current.remove(&ObjectRef::from_obj(pod)),
         }
+        seen.wakes()
     }
 
     /// The pods injected with this SidecarSet.
@@ -335,5 +393,71 @@ mod tests {
         i.rescan("new", pods.iter(), &excluded, &|_: &SlimPod| false);
         assert!(i.missing("new").is_empty());
         assert!(i.missing_of(&ObjectRef::from_obj(&pods[1])).is_empty());
+    }
+
+    #[test]
+    fn each_pod_event_matches_once_and_wakes_the_sidecarsets_in_and_selecting_it() {
+        let excluded: BTreeSet<String> = ["kube-system".to_string()].into();
+        let done = |mut p: SlimPod| {
+            p.status =
+                Some(serde_json::from_value(serde_json::json!({"phase": "Failed"})).unwrap());
+            p
+        };
+        // (event, what the matching finds, SidecarSets woken, matchings run)
+        let cases: Vec<(Event<SlimPod>, Vec<&str>, Vec<&str>, usize)> = vec![
+            (Event::Init, vec!["mesh"], vec![], 0),
+            (Event::InitDone, vec!["mesh"], vec![], 0),
+            (
+                Event::InitApply(pod("a", "p", Some("mesh"))),
+                vec!["log", "mesh"],
+                vec!["mesh", "log"],
+                1,
+            ),
+            (
+                Event::Apply(pod("a", "p", Some("log,mesh"))),
+                vec!["log", "mesh"],
+                vec!["log", "mesh"],
+                1,
+            ),
+            (Event::Apply(pod("a", "p", None)), vec![], vec![], 1),
+            (
+                Event::Delete(pod("a", "p", None)),
+                vec!["log"],
+                vec!["log"],
+                1,
+            ),
+            // Excluded and active: reported by the SidecarSets that select it.
+            (
+                Event::Apply(pod("kube-system", "s", None)),
+                vec!["log"],
+                vec!["log"],
+                1,
+            ),
+            // Excluded and finished: only its own SidecarSets, and no matching at all.
+            (
+                Event::Apply(done(pod("kube-system", "s", Some("mesh")))),
+                vec!["log"],
+                vec!["mesh"],
+                0,
+            ),
+            // Finished elsewhere: still wakes those that select it (they count it).
+            (
+                Event::Apply(done(pod("a", "q", None))),
+                vec!["log"],
+                vec!["log"],
+                1,
+            ),
+        ];
+        for (ev, found, want, calls) in cases {
+            let n = std::cell::Cell::new(0);
+            let selects = |_: &SlimPod| {
+                n.set(n.get() + 1);
+                found.iter().map(|s| s.to_string()).collect()
+            };
+            let mut i = PodIndex::default();
+            let got = i.step(&ev, &excluded, &selects);
+            assert_eq!(got, want, "{ev:?}");
+            assert_eq!(n.get(), calls, "matchings for {ev:?}");
+        }
     }
 }
