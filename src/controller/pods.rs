@@ -10,17 +10,29 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::Event;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 type Key = ObjectRef<SlimPod>;
+/// One allocation per pod, shared by every map that holds it.
+type Shared = Arc<Key>;
+
+/// A pod's key in the index: namespace and name only. (`ObjectRef::from_obj` also copies the
+/// resourceVersion and uid, which equality and hashing ignore; the index holds a key per
+/// SidecarSet a pod is in, so those copies are most of its bytes.)
+fn key_of(pod: &SlimPod) -> Key {
+    let mut key = ObjectRef::new(pod.metadata.name.as_deref().unwrap_or(""));
+    key.namespace = pod.metadata.namespace.clone();
+    key
+}
 
 #[derive(Default, Debug)]
 struct Maps {
-    by_sidecarset: HashMap<String, HashSet<Key>>,
-    of_pod: HashMap<Key, Vec<String>>,
-    excluded: HashSet<Key>,
+    by_sidecarset: HashMap<String, HashSet<Shared>>,
+    of_pod: HashMap<Shared, Vec<String>>,
+    excluded: HashSet<Shared>,
     /// SidecarSet → active pods it selects that were not injected with it.
-    missing: HashMap<String, HashSet<Key>>,
-    missing_of: HashMap<Key, Vec<String>>,
+    missing: HashMap<String, HashSet<Shared>>,
+    missing_of: HashMap<Shared, Vec<String>>,
 }
 
 impl Maps {
@@ -48,7 +60,7 @@ impl Maps {
         }
     }
 
-    fn mark_missing(&mut self, key: &Key, ss: &str) {
+    fn mark_missing(&mut self, key: &Shared, ss: &str) {
         let set = self.missing.entry(ss.to_string()).or_default();
         if set.insert(key.clone()) {
             self.missing_of
@@ -59,7 +71,7 @@ impl Maps {
     }
 
     fn insert(&mut self, pod: &SlimPod, seen: &Seen) {
-        let key = ObjectRef::from_obj(pod);
+        let key = Arc::new(key_of(pod));
         self.remove(&key);
         for ss in &seen.injected {
             self.by_sidecarset
@@ -184,7 +196,7 @@ impl PodIndex {
                 .get_or_insert_with(Maps::default)
                 .insert(pod, &seen),
             Event::Apply(_) => self.current.insert(pod, &seen),
-            _ => self.current.remove(&ObjectRef::from_obj(pod)),
+            _ => self.current.remove(&key_of(pod)),
         }
         seen.wakes()
     }
@@ -194,13 +206,17 @@ impl PodIndex {
         self.current
             .by_sidecarset
             .get(sidecarset)
-            .map(|s| s.iter().cloned().collect())
+            .map(|s| s.iter().map(|k| (**k).clone()).collect())
             .unwrap_or_default()
     }
 
     /// The pods in excluded namespaces.
     pub fn excluded(&self) -> Vec<Key> {
-        self.current.excluded.iter().cloned().collect()
+        self.current
+            .excluded
+            .iter()
+            .map(|k| (**k).clone())
+            .collect()
     }
 
     /// Active pods the SidecarSet selects that were not injected with it, as last seen.
@@ -208,7 +224,7 @@ impl PodIndex {
         self.current
             .missing
             .get(sidecarset)
-            .map(|s| s.iter().cloned().collect())
+            .map(|s| s.iter().map(|k| (**k).clone()).collect())
             .unwrap_or_default()
     }
 
@@ -252,7 +268,7 @@ impl PodIndex {
                 && selected(pod)
             {
                 self.current
-                    .mark_missing(&ObjectRef::from_obj(pod), sidecarset);
+                    .mark_missing(&Arc::new(key_of(pod)), sidecarset);
             }
         }
     }
@@ -459,5 +475,29 @@ mod tests {
             assert_eq!(got, want, "{ev:?}");
             assert_eq!(n.get(), calls, "matchings for {ev:?}");
         }
+    }
+
+    #[test]
+    fn keys_are_namespace_and_name_only() {
+        let mut p = pod("a", "web-1", Some("mesh"));
+        p.metadata.uid = Some("u1".into());
+        p.metadata.resource_version = Some("7".into());
+        let k = key_of(&p);
+        assert_eq!(
+            (k.namespace.as_deref(), k.name.as_str()),
+            (Some("a"), "web-1")
+        );
+        assert!(k.extra.uid.is_none() && k.extra.resource_version.is_none());
+        // The store's keys (with uid and resourceVersion) find the same entries.
+        assert_eq!(k, ObjectRef::from_obj(&p));
+        let mut i = PodIndex::default();
+        i.step(
+            &Event::Apply(p.clone()),
+            &BTreeSet::new(),
+            &|_: &SlimPod| Vec::new(),
+        );
+        assert_eq!(i.pods_of("mesh"), [ObjectRef::from_obj(&p)]);
+        let kept = &i.pods_of("mesh")[0];
+        assert!(kept.extra.uid.is_none(), "the index keeps no uid");
     }
 }

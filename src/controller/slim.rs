@@ -108,11 +108,19 @@ impl k8s_openapi::Metadata for SlimPod {
 }
 
 impl SlimPod {
-    /// Drops what the decoder kept but the controller never reads: managed fields, annotations
-    /// other than the injection and hot-upgrade ones, conditions other than Ready and SidecarSetUpgradable.
+    /// Drops what the decoder kept but the controller never reads: managed fields, generateName,
+    /// finalizers, owners other than the controller, annotations other than the injection and
+    /// hot-upgrade ones, conditions other than Ready and SidecarSetUpgradable.
     pub fn trim(&mut self) {
         let m = &mut self.metadata;
         m.managed_fields = None;
+        m.generate_name = None;
+        m.finalizers = None;
+        m.self_link = None;
+        // Of the owners, the controller (the missing-sidecar check reads its kind and uid).
+        if let Some(o) = m.owner_references.as_mut() {
+            o.retain(|o| o.controller == Some(true));
+        }
         if let Some(a) = m.annotations.as_mut() {
             a.retain(|k, _| {
                 k == crate::api::ANNOTATION_HASH
@@ -217,7 +225,9 @@ mod tests {
             "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
                 "creationTimestamp": "2026-11-30T10:00:00Z", "labels": {"app": "web"},
                 "annotations": {"kruise.io/sidecarset-injected-list": "mesh", "other": "x"},
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "r", "controller": true}],
+                "generateName": "web-", "finalizers": ["example.com/keep"], "selfLink": "/api/v1/namespaces/shop/pods/web-1",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "r", "controller": true},
+                                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "c"}],
                 "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
             "spec": {"nodeName": "n1", "serviceAccountName": "default",
                 "initContainers": [{"name": "sidecar", "image": "s:1", "restartPolicy": "Always", "env": [{"name": "A", "value": "1"}]}],
@@ -242,6 +252,10 @@ mod tests {
         // What a full Pod trimmed to the same fields looks like.
         let mut want: Pod = serde_json::from_value(full()).unwrap();
         want.metadata.managed_fields = None;
+        want.metadata.generate_name = None;
+        want.metadata.finalizers = None;
+        want.metadata.self_link = None;
+        want.metadata.owner_references.as_mut().unwrap().truncate(1);
         want.metadata.annotations.as_mut().unwrap().remove("other");
         let keep = |c: &Container| Container {
             name: c.name.clone(),
