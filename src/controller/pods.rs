@@ -420,7 +420,8 @@ mod tests {
             p
         };
         // (event, what the matching finds, SidecarSets woken, matchings run)
-        let cases: Vec<(Event<SlimPod>, Vec<&str>, Vec<&str>, usize)> = vec![
+        type Case = (Event<SlimPod>, Vec<&'static str>, Vec<&'static str>, usize);
+        let cases: Vec<Case> = vec![
             (Event::Init, vec!["mesh"], vec![], 0),
             (Event::InitDone, vec!["mesh"], vec![], 0),
             (
