@@ -256,7 +256,11 @@ pub async fn run(
         writer,
         watcher::watcher(
             Api::<SlimPod>::all(client.clone()),
-            watcher::Config::default().any_semantic(),
+            // Paged LISTs (500 pods a page, the most recent state): an unpaged LIST
+            // (resourceVersion=0) is answered whole from the watch cache, and its body (about
+            // 9 KB a pod) is held and decoded at once beside the store, the memory peak of a
+            // start or relist.
+            watcher::Config::default().page_size(500),
         )
         .default_backoff()
         .modify(SlimPod::trim),
