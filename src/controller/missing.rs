@@ -135,6 +135,11 @@ pub struct Evicted {
     pub pod: String,
     #[serde(default)]
     pub owner: String,
+    /// The owner's pods (uids) already running without the sidecars in the second of the
+    /// eviction: creation times have one-second resolution, so a pod created in that second is
+    /// the replacement only when it is not one of these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub same_second: Vec<String>,
 }
 
 /// The state of one SidecarSet (a key of the ConfigMap).
@@ -245,7 +250,8 @@ pub fn precheck(
 }
 
 /// Whether `pod`, missing its sidecars, is the replacement of a pod evicted for this SidecarSet:
-/// its owner had a pod evicted, and it was created at or after that eviction. Returns the
+/// its owner had a pod evicted, and it was created after that eviction (in its second: not one of
+/// the pods that were already there, [`Evicted::same_second`]). Returns the
 /// owner's uid and `namespace/Kind/name`.
 pub fn came_back_missing(pod: &SlimPod, state: &SidecarSetState) -> Option<(String, String)> {
     let owner = pod
@@ -255,10 +261,12 @@ pub fn came_back_missing(pod: &SlimPod, state: &SidecarSetState) -> Option<(Stri
         .flatten()
         .find(|o| o.controller == Some(true))?;
     let created = pod.metadata.creation_timestamp.as_ref()?.0.as_second();
-    let evicted_before = state
-        .evictions
-        .iter()
-        .any(|e| e.owner == owner.uid && e.at <= created && e.pod != key(pod));
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let evicted_before = state.evictions.iter().any(|e| {
+        e.owner == owner.uid
+            && e.pod != key(pod)
+            && (e.at < created || (e.at == created && !e.same_second.iter().any(|u| u == uid)))
+    });
     evicted_before.then(|| {
         (
             owner.uid.clone(),
@@ -270,6 +278,26 @@ pub fn came_back_missing(pod: &SlimPod, state: &SidecarSetState) -> Option<(Stri
             ),
         )
     })
+}
+
+/// The uids of `pods` (running without the sidecars) controlled by `owner` and created in the
+/// second `at`.
+fn same_second(pods: &[&SlimPod], owner: &str, at: i64) -> Vec<String> {
+    pods.iter()
+        .filter(|p| {
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == owner)
+                && p.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_second())
+                    == Some(at)
+        })
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect()
 }
 
 fn key(pod: &SlimPod) -> String {
@@ -496,11 +524,15 @@ pub async fn evict(
             withhold(&name, &pod_key, Withheld::NotInjectable);
             continue;
         }
-        // Spend the token first, in the API: a leader that takes over sees it.
+        // Spend the token first, in the API: a leader that takes over sees it. The time is the
+        // eviction's, not the pass's start: the pass may have waited on the API for seconds, and
+        // a sibling created in between is no replacement.
+        let at = jiff::Timestamp::now().as_second();
         state.evictions.push(Evicted {
-            at: now,
+            at,
             pod: pod_key.clone(),
             owner: owner.clone(),
+            same_second: same_second(pods, &owner, at),
         });
         stored.states.insert(name.clone(), state.clone());
         if let Err(e) = store(&api, &mut stored).await {
@@ -685,6 +717,7 @@ mod tests {
                     at: since,
                     pod: format!("a/x{i}"),
                     owner: "other".into(),
+                    ..Default::default()
                 })
                 .collect(),
             open_circuits: if open {
@@ -768,11 +801,13 @@ mod tests {
                     at: 100,
                     pod: "a/old".into(),
                     owner: "o".into(),
+                    ..Default::default()
                 },
                 Evicted {
                     at: 4000,
                     pod: "a/new".into(),
                     owner: "o".into(),
+                    ..Default::default()
                 },
             ],
             open_circuits: [("o".to_string(), "a/ReplicaSet/o".to_string())].into(),
@@ -803,29 +838,77 @@ mod tests {
     #[test]
     fn a_replacement_that_comes_back_missing_is_recognised() {
         let rs = Some(("apps/v1", "ReplicaSet", true));
-        let state = SidecarSetState {
-            evictions: vec![Evicted {
-                at: t(T0),
-                pod: "a/evicted".into(),
-                owner: "owner-uid".into(),
-            }],
-            ..Default::default()
+        let evicted = |at: &str, same_second: &[&str]| Evicted {
+            at: t(at),
+            pod: "a/evicted".into(),
+            owner: "owner-uid".into(),
+            same_second: same_second.iter().map(|u| u.to_string()).collect(),
         };
-        let replacement = pod(rs, false, "2026-12-01T10:00:03Z");
-        assert_eq!(
-            came_back_missing(&replacement, &state),
-            Some(("owner-uid".into(), "a/ReplicaSet/o".into()))
-        );
-        let older = pod(rs, false, "2026-12-01T09:00:00Z");
-        assert_eq!(
-            came_back_missing(&older, &state),
-            None,
-            "created before the eviction"
-        );
-        let other_owner = pod(Some(("apps/v1", "ReplicaSet", true)), false, T0);
-        let mut s2 = state.clone();
-        s2.evictions[0].owner = "someone-else".into();
-        assert_eq!(came_back_missing(&other_owner, &s2), None);
+        // (eviction, pod's owner uid, pod created, replacement?)
+        for (e, owner, created, want) in [
+            (evicted(T0, &[]), "owner-uid", "2026-12-01T10:00:03Z", true),
+            (evicted(T0, &[]), "owner-uid", "2026-12-01T09:00:00Z", false),
+            // Created in the eviction's second: a replacement unless it was already there.
+            (evicted(T0, &[]), "owner-uid", T0, true),
+            (evicted(T0, &["other-pod"]), "owner-uid", T0, true),
+            (evicted(T0, &["pod-uid"]), "owner-uid", T0, false),
+            // A sibling created when the pass began, evicted seconds later: no replacement (the
+            // eviction's own time counts, not the pass's).
+            (evicted("2026-12-01T10:00:06Z", &[]), "owner-uid", T0, false),
+            (
+                evicted(T0, &[]),
+                "someone-else",
+                "2026-12-01T10:00:03Z",
+                false,
+            ),
+        ] {
+            let mut e = e;
+            if owner != "owner-uid" {
+                e.owner = owner.into();
+            }
+            let state = SidecarSetState {
+                evictions: vec![e.clone()],
+                ..Default::default()
+            };
+            let got = came_back_missing(&pod(rs, false, created), &state);
+            assert_eq!(
+                got.is_some(),
+                want,
+                "eviction at {} (same second {:?}) by {}, pod created {created}",
+                e.at,
+                e.same_second,
+                e.owner
+            );
+            if want {
+                assert_eq!(got, Some(("owner-uid".into(), "a/ReplicaSet/o".into())));
+            }
+        }
+    }
+
+    #[test]
+    fn the_pods_already_there_in_the_second_of_an_eviction() {
+        let mk = |uid: &str, owner: &str, created: &str| -> SlimPod {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": uid, "namespace": "a",
+                "uid": uid, "creationTimestamp": created, "ownerReferences": [{"apiVersion": "apps/v1",
+                "kind": "ReplicaSet", "name": "o", "uid": owner, "controller": true}]}}))
+            .unwrap()
+        };
+        let pods = [
+            mk("same", "rs", T0),
+            mk("earlier", "rs", "2026-12-01T09:59:59Z"),
+            mk("other-owner", "rs2", T0),
+            mk("same-too", "rs", T0),
+        ];
+        let refs: Vec<&SlimPod> = pods.iter().collect();
+        assert_eq!(same_second(&refs, "rs", t(T0)), ["same", "same-too"]);
+        assert!(same_second(&refs, "rs", t(T0) + 1).is_empty());
+    }
+
+    #[test]
+    fn an_eviction_recorded_before_same_second_existed_still_reads() {
+        let e: Evicted = serde_json::from_str(r#"{"at": 5, "pod": "a/p", "owner": "o"}"#).unwrap();
+        assert!(e.same_second.is_empty());
+        assert!(!serde_json::to_string(&e).unwrap().contains("same_second"));
     }
 
     #[test]
@@ -834,6 +917,7 @@ mod tests {
             at,
             pod: "a/p".into(),
             owner: "o".into(),
+            ..Default::default()
         };
         let states: BTreeMap<String, SidecarSetState> = [
             (
