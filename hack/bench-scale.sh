@@ -14,8 +14,8 @@
 # Knobs (env, defaults in brackets):
 #   PODS [20000]  NODES [100]  SIDECARSETS [1000]  HELD [100]  ROLLOUT_PODS [2000] (pods of the
 #   SidecarSet whose image changes)  CREATE_CONCURRENCY [64]  PATCH_CONCURRENCY [16] (bare client;
-#   the operator upgrades 16 pods at a time)  IDLE_SECONDS [330] (steady-state window;
-#   longer than the controller's 300 s resync)
+#   the operator upgrades 16 pods at a time)  IDLE_SECONDS [600] (steady-state window:
+#   ten minutes with nothing changing)
 #   SETTLE_SECONDS [15]  CONVERGE_SAMPLES [5]  POD_DELAY [0s] (kwok's per-pod container restart
 #   and ready delays; hack/kwok-stages.yaml's defaults are 100ms and 1.5s)
 #   WRK_SECONDS [20]  WRK_CONNECTIONS [8]  WRK_THREADS [2]  HARNESS_REQUESTS [5000] (per

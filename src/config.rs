@@ -166,10 +166,10 @@ pub struct RunArgs {
     /// --evict-pods-without-sidecars): the kinds that recreate a pod from a template.
     #[arg(long, env = "SSO_EVICT_OWNER_KINDS", default_value = crate::controller::missing::DEFAULT_OWNER_KINDS)]
     pub evict_owner_kinds: String,
-    /// How often the leader reconciles every SidecarSet even when nothing changed, repairing a
-    /// status that disagrees with its plan (a late write of a former leader, a write lost); 0
-    /// turns it off.
-    #[arg(long, env = "SSO_RESYNC_PERIOD", default_value = "10m", value_parser = parse_duration_or_zero)]
+    /// How often the leader reconciles every SidecarSet even when nothing changed: a safety net
+    /// only (a status it did not write, such as a former leader's late write, wakes its
+    /// SidecarSet by itself, and a failed write is retried); 0 turns it off.
+    #[arg(long, env = "SSO_RESYNC_PERIOD", default_value = "10h", value_parser = parse_duration_or_zero)]
     pub resync_period: Duration,
     /// A watch of the cluster view (SidecarSets, Namespaces, ControllerRevisions) failing for
     /// longer than this is reported as degraded (metric sidecarset_operator_degraded, /readyz's

@@ -25,8 +25,8 @@
 //! the benchmark itself could not run.
 //!
 //! Env (defaults in brackets): PODS [20000], SIDECARSETS [1000], HELD [100], ROLLOUT_PODS [2000],
-//! CREATE_CONCURRENCY [64], PATCH_CONCURRENCY [16], IDLE_SECONDS [330] (covers the
-//! controller's 300 s resync), SETTLE_SECONDS [15],
+//! CREATE_CONCURRENCY [64], PATCH_CONCURRENCY [16], IDLE_SECONDS [600] (ten minutes
+//! with nothing changing), SETTLE_SECONDS [15],
 //! CONVERGE_SAMPLES [5], POD_DELAY [0s] (kwok's per-pod restart/ready delays), OPERATOR_PID,
 //! METRICS_ADDR [127.0.0.1:9090], WEBHOOK_URL [https://127.0.0.1:9443], WRK (path; unset: no
 //! wrk figures), WRK_SECONDS [20], WRK_CONNECTIONS [8], WRK_THREADS [2], BENCH_WORK [/tmp]
@@ -144,7 +144,7 @@ impl Cfg {
             rollout_pods,
             create_concurrency: env_num("CREATE_CONCURRENCY", 64)?.max(1) as usize,
             patch_concurrency: env_num("PATCH_CONCURRENCY", 16)?.max(1) as usize,
-            idle: Duration::from_secs(env_num("IDLE_SECONDS", 330)?.max(1)),
+            idle: Duration::from_secs(env_num("IDLE_SECONDS", 600)?.max(1)),
             settle: Duration::from_secs(env_num("SETTLE_SECONDS", 15)?),
             converge_samples: env_num("CONVERGE_SAMPLES", 5)? as usize,
             pod_delay,

@@ -68,7 +68,7 @@ pub struct Ctx {
     scanned: Mutex<HashMap<String, Scanned>>,
     /// SidecarSet → digest of the status this process last wrote (to tell a repair from a
     /// change: see [`Ctx::status_repair`]).
-    written: Mutex<HashMap<String, u64>>,
+    written: Arc<Mutex<HashMap<String, u64>>>,
     /// SidecarSets to reconcile because one they conflict with found the conflict (so both
     /// show the `Conflict` condition), and the receiving end [`run`] takes.
     conflict_wake: (
@@ -100,7 +100,7 @@ impl Ctx {
             reported_excluded: Default::default(),
             rules,
             evictions: None,
-            resync: Duration::from_secs(600),
+            resync: Duration::from_secs(36_000),
             scanned: Default::default(),
             written: Default::default(),
             conflict_wake: {
@@ -124,14 +124,7 @@ impl Ctx {
     /// stored status differs from the last one it wrote (a late write of a former leader, a
     /// write by someone else, or one of ours lost). False when this process never wrote it.
     pub fn status_repair(&self, name: &str, stored: Option<&crate::api::SidecarSetStatus>) -> bool {
-        let Ok(w) = self.written.lock() else {
-            return false;
-        };
-        match (w.get(name), stored) {
-            (Some(mine), Some(st)) => *mine != status_digest(st),
-            (Some(_), None) => true,
-            (None, _) => false,
-        }
+        foreign_status(&self.written, name, stored)
     }
 
     /// Evicts pods running without the sidecars of a SidecarSet that selects them, as `policy`
@@ -182,18 +175,46 @@ pub fn relevant(ss: &StoredSidecarSet) -> (Option<i64>, u64) {
     (ss.metadata.generation, h.finish())
 }
 
-/// Passes a SidecarSet on only when [`relevant`] changed since it last passed.
+/// Whether the stored status of `name` is not the one this process last wrote (false when it
+/// never wrote one: a replica that has not led has nothing to repair).
+fn foreign_status(
+    written: &Mutex<HashMap<String, u64>>,
+    name: &str,
+    stored: Option<&crate::api::SidecarSetStatus>,
+) -> bool {
+    let Ok(w) = written.lock() else {
+        return false;
+    };
+    match (w.get(name), stored) {
+        (Some(mine), Some(st)) => *mine != status_digest(st),
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+/// Passes a SidecarSet on only when [`relevant`] changed since it last passed, or when its
+/// status is not the one this process last wrote (a former leader's late write, anyone else's:
+/// repaired on the event itself, without a periodic resync).
 #[derive(Default)]
 pub struct RelevantChanges {
     seen: HashMap<String, (Option<i64>, u64)>,
+    written: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl RelevantChanges {
+    /// Also passes SidecarSets whose status differs from what `ctx` last wrote.
+    pub fn repairing(ctx: &Ctx) -> Self {
+        RelevantChanges {
+            seen: HashMap::new(),
+            written: ctx.written.clone(),
+        }
+    }
+
     pub fn changed(&mut self, ss: &StoredSidecarSet) -> bool {
         let now = relevant(ss);
         let name = ss.name_any();
         if self.seen.get(&name) == Some(&now) {
-            return false;
+            return foreign_status(&self.written, &name, ss.status.as_ref());
         }
         if self.seen.len() > 100_000 {
             self.seen.clear();
@@ -285,12 +306,14 @@ pub async fn run(
     });
 
     let becoming_leader = on_becoming_leader(ctx.leadership.clone());
-    // Every `resync` while leading, everything again: a status that disagrees with the plan (a
-    // late write of a former leader, a write lost) is repaired even when nothing changes.
+    // Every `resync` while leading (off unless asked for), everything again: a safety net. A
+    // status that is not the one last written (a late write of a former leader) wakes its
+    // SidecarSet by itself (RelevantChanges), and a write that failed is retried by the error
+    // policy.
     let resyncs = resync_ticks(ctx.leadership.clone(), ctx.resync);
     let reconcile_all = futures::stream::select(becoming_leader, resyncs);
     let conflicts_found = conflict_wakes(&ctx);
-    let mut changes = RelevantChanges::default();
+    let mut changes = RelevantChanges::repairing(&ctx);
     let trigger = trigger
         .stream(sidecarsets.clone())
         .filter(move |ss| std::future::ready(changes.changed(ss)))
@@ -741,5 +764,49 @@ mod tests {
         let mut other = ss.clone();
         other.metadata.name = Some("other".into());
         assert!(f.changed(&other), "another SidecarSet");
+    }
+
+    #[tokio::test]
+    async fn a_status_this_process_did_not_write_wakes_a_reconcile() {
+        let mut ss: StoredSidecarSet = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+            "metadata": {"name": "mesh", "generation": 1, "resourceVersion": "10"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "containers": []},
+            "status": {"matchedPods": 2, "updatedPods": 2, "readyPods": 2}
+        }))
+        .unwrap();
+        let (client, _handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let readiness = crate::health::Readiness::default();
+        let ctx = Ctx::new(
+            Client::new(client, "default"),
+            "ops".into(),
+            leader::Leadership::always(),
+            "test".into(),
+            Arc::new(ClusterView::new(Vec::<String>::new(), &readiness)),
+            crate::events::queue().0,
+            rollout::Rules::OpenKruise,
+        );
+        let mut f = RelevantChanges::repairing(&ctx);
+        assert!(f.changed(&ss), "first sight");
+        ss.metadata.resource_version = Some("11".into());
+        assert!(
+            !f.changed(&ss),
+            "a status change while this process never wrote one (not the leader yet)"
+        );
+        let ours = ss.status.clone().unwrap();
+        ctx.remember_status("mesh", &ours);
+        assert!(!f.changed(&ss), "the status it wrote, seen again");
+        // A former leader's late write.
+        ss.status.as_mut().unwrap().matched_pods = 7;
+        ss.metadata.resource_version = Some("12".into());
+        assert!(f.changed(&ss), "a status it did not write");
+        assert!(ctx.status_repair("mesh", ss.status.as_ref()));
+        ss.status = None;
+        assert!(f.changed(&ss), "its status removed");
+        ss.status = Some(ours);
+        assert!(!f.changed(&ss), "repaired: its own again");
     }
 }
