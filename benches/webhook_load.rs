@@ -6,6 +6,10 @@
 //! `logs` (the operator's log subscriber, JSON at info, to stderr) or `otlp` (logs plus a span per
 //! admission exported over OTLP/HTTP to a receiver in this process, which counts what arrives).
 //! Run it with stderr sent to /dev/null for `logs` and `otlp` (see `make bench-tracing`).
+//!
+//! Then, when wrk is installed (on `PATH` or `$WRK`; `NO_WRK=1` skips it), the same review
+//! against the same server from wrk (an external client, keep-alive TLS, on the same cores) for
+//! `WRK_SECONDS` (10) at 8 connections and at 1, as the OpenKruise comparison was measured.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +17,7 @@ use std::time::{Duration, Instant};
 #[path = "../tests/all/common/mod.rs"]
 mod common;
 mod fixture;
+mod wrk;
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -100,6 +105,13 @@ fn main() {
             pct(0.99),
             all[all.len() - 1]
         );
+
+        if std::env::var_os("NO_WRK").is_none() {
+            match wrk::find() {
+                Some(w) => run_wrk(&w, addr, &body).await,
+                None => println!("wrk: not installed (apt-get install wrk); its figures are skipped"),
+            }
+        }
     });
     if let Some(t) = telemetry {
         let _in_runtime = rt.enter();
@@ -110,6 +122,51 @@ fn main() {
         println!("otlp receiver: {requests} export requests, {spans} spans, {bytes} bytes");
         assert!(spans > 0, "no span was exported");
     }
+}
+
+/// wrk at 8 connections (2 threads) and at 1 against the server at `addr`.
+async fn run_wrk(wrk: &str, addr: std::net::SocketAddr, body: &[u8]) {
+    let secs = env("WRK_SECONDS", 10) as u64;
+    let dir = std::env::temp_dir().join(format!("sso-bench-wrk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lua = wrk::write_review_script(&dir.display().to_string(), body).unwrap();
+    let url = format!("https://{addr}/mutate-pod");
+    for connections in [8, 1] {
+        let mut cmd = wrk::command(wrk, 2, connections, secs, &lua, &url);
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .unwrap();
+        match out {
+            Ok(out) if out.status.success() => {
+                let r = wrk::parse_wrk(&String::from_utf8_lossy(&out.stdout));
+                let ms = |d: Option<Duration>| {
+                    d.map_or("-".into(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
+                };
+                println!(
+                    "webhook load, wrk: {connections} keep-alive TLS connections for {secs} s: {:.0} admissions/s \
+                     ({:.0} requests, {} non-2xx{}); latency p50 {} p90 {} p99 {}",
+                    r.rate,
+                    r.requests,
+                    r.non_2xx,
+                    if r.socket_errors.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {}", r.socket_errors)
+                    },
+                    ms(r.p50),
+                    ms(r.p90),
+                    ms(r.p99)
+                );
+            }
+            Ok(out) => println!(
+                "wrk failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => println!("wrk could not run: {e}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 type Received = Arc<std::sync::Mutex<(usize, usize, usize)>>;

@@ -35,6 +35,8 @@
 
 #[path = "../../benches/fixture.rs"]
 mod fixture;
+#[path = "../../benches/wrk.rs"]
+mod wrk;
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
@@ -740,61 +742,7 @@ async fn wait_mesh(
 
 // ---- wrk -------------------------------------------------------------------------------------
 
-#[derive(Debug, Default)]
-struct WrkResult {
-    requests: f64,
-    rate: f64,
-    p50: Option<Duration>,
-    p90: Option<Duration>,
-    p99: Option<Duration>,
-    non_2xx: u64,
-    socket_errors: String,
-    server_p50: Option<f64>,
-    server_p99: Option<f64>,
-}
-
-fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic())?);
-    let v: f64 = num.parse().ok()?;
-    let secs = match unit {
-        "us" => v / 1e6,
-        "ms" => v / 1e3,
-        "s" => v,
-        "m" => v * 60.0,
-        _ => return None,
-    };
-    Some(Duration::from_secs_f64(secs))
-}
-
-fn parse_wrk(out: &str) -> WrkResult {
-    let mut r = WrkResult::default();
-    for line in out.lines() {
-        let l = line.trim();
-        let mut w = l.split_whitespace();
-        match (w.next(), w.next()) {
-            (Some("50%"), Some(v)) => r.p50 = parse_duration(v),
-            (Some("90%"), Some(v)) => r.p90 = parse_duration(v),
-            (Some("99%"), Some(v)) => r.p99 = parse_duration(v),
-            (Some("Requests/sec:"), Some(v)) => r.rate = v.parse().unwrap_or(0.0),
-            _ => {}
-        }
-        if let Some(rest) = l.strip_prefix("Non-2xx or 3xx responses:") {
-            r.non_2xx = rest.trim().parse().unwrap_or(0);
-        }
-        if l.starts_with("Socket errors:") {
-            r.socket_errors = l.to_string();
-        }
-        if l.contains(" requests in ") {
-            r.requests = l
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0);
-        }
-    }
-    r
-}
+use wrk::{WrkResult, parse_wrk};
 
 /// The AdmissionReview wrk sends and its Lua script; returns the script's path.
 fn write_wrk_files(cfg: &Cfg, ns: &str) -> anyhow::Result<String> {
@@ -813,23 +761,8 @@ fn write_wrk_files(cfg: &Cfg, ns: &str) -> anyhow::Result<String> {
         "userInfo": {"username": "system:admin", "groups": ["system:masters"]},
         "object": pod, "oldObject": null, "dryRun": false,
         "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}});
-    let body = format!("{}/admission-review.json", cfg.work);
-    std::fs::write(&body, serde_json::to_vec(&review)?)
-        .with_context(|| format!("writing {body}"))?;
-    let lua = format!("{}/admission.lua", cfg.work);
-    std::fs::write(
-        &lua,
-        format!(
-            "-- POSTs the AdmissionReview of a 10-container pod (3 SidecarSets match) to the pod webhook.\n\
-             local f = assert(io.open(\"{body}\", \"rb\"))\n\
-             wrk.method = \"POST\"\n\
-             wrk.headers[\"Content-Type\"] = \"application/json\"\n\
-             wrk.body = f:read(\"*a\")\n\
-             f:close()\n"
-        ),
-    )
-    .with_context(|| format!("writing {lua}"))?;
-    Ok(lua)
+    wrk::write_review_script(&cfg.work, &serde_json::to_vec(&review)?)
+        .with_context(|| format!("writing the wrk script into {}", cfg.work))
 }
 
 /// Checks that the live webhook answers the review with an injection of 3 SidecarSets.
@@ -878,16 +811,16 @@ async fn check_review(cfg: &Cfg) -> anyhow::Result<usize> {
 async fn run_wrk(cfg: &Cfg, lua: &str, secs: u64) -> anyhow::Result<WrkResult> {
     let wrk = cfg.wrk.as_deref().context("no wrk")?;
     let before = scrape(cfg).await;
-    let child = std::process::Command::new(wrk)
-        .arg(format!("-t{}", cfg.wrk_threads))
-        .arg(format!("-c{}", cfg.wrk_connections))
-        .arg(format!("-d{secs}s"))
-        .args(["--latency", "--timeout", "5s", "-s", lua])
-        .arg(format!("{}/mutate-pod", cfg.webhook_url))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running {wrk}"))?;
+    let child = wrk::command(
+        wrk,
+        cfg.wrk_threads,
+        cfg.wrk_connections,
+        secs,
+        lua,
+        &format!("{}/mutate-pod", cfg.webhook_url),
+    )
+    .spawn()
+    .with_context(|| format!("running {wrk}"))?;
     // hack/bench-scale.sh stops it from this file if the benchmark is interrupted.
     let pid_file = format!("{}/wrk.pid", cfg.work);
     let _ = std::fs::write(&pid_file, child.id().to_string());
@@ -1414,6 +1347,7 @@ fn print(cfg: &Cfg, rep: &Report, total: Duration) {
 
 #[cfg(test)]
 mod tests {
+    use super::wrk::parse_duration;
     use super::*;
 
     const WRK_OUT: &str = "Running 20s test @ https://127.0.0.1:9643/mutate-pod
