@@ -102,7 +102,7 @@ tools: ## Build the test tools (kube-apiserver, etcd, kwok, helm, kubelet) into 
 	hack/tools.sh all kubelet
 
 .PHONY: bench
-bench: ## Benchmarks: injection core (criterion) and a webhook load run over TLS
+bench: ## Benchmarks: injection core (criterion) and a webhook load run over TLS (in-process client, then wrk at 8 and 1 connections when installed)
 	cargo bench --bench inject
 	cargo bench --bench webhook_load
 
