@@ -143,16 +143,9 @@ async fn run_wrk(wrk: &str, addr: std::net::SocketAddr, body: &[u8]) {
                     d.map_or("-".into(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
                 };
                 println!(
-                    "webhook load, wrk: {connections} keep-alive TLS connections for {secs} s: {:.0} admissions/s \
-                     ({:.0} requests, {} non-2xx{}); latency p50 {} p90 {} p99 {}",
-                    r.rate,
-                    r.requests,
-                    r.non_2xx,
-                    if r.socket_errors.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", {}", r.socket_errors)
-                    },
+                    "webhook load, wrk: {connections} keep-alive TLS connections for {secs} s: {}; \
+                     latency p50 {} p90 {} p99 {}",
+                    r.summary(),
                     ms(r.p50),
                     ms(r.p90),
                     ms(r.p99)

@@ -20,6 +20,23 @@ pub struct WrkResult {
     pub server_p99: Option<f64>,
 }
 
+impl WrkResult {
+    /// `15512 /s (155238 requests, 0 non-2xx)`, with wrk's socket errors if any.
+    pub fn summary(&self) -> String {
+        format!(
+            "{:.0} /s ({:.0} requests, {} non-2xx{})",
+            self.rate,
+            self.requests,
+            self.non_2xx,
+            if self.socket_errors.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", self.socket_errors)
+            }
+        )
+    }
+}
+
 /// wrk's durations: `812.00us`, `1.25ms`, `2.00s`, `1.00m`.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();

@@ -115,7 +115,7 @@ HARNESS_LINE=
 if [ "$HARNESS_REQUESTS" -gt 0 ]; then
   cargo bench --no-run --bench webhook_load
   phase "in-process harness: 8 keep-alive TLS connections x $HARNESS_REQUESTS admissions (machine still idle of the cluster)"
-  HARNESS_LINE=$(REQUESTS=$HARNESS_REQUESTS cargo bench -q --bench webhook_load 2>/dev/null | grep '^webhook load' || true)
+  HARNESS_LINE=$(NO_WRK=1 REQUESTS=$HARNESS_REQUESTS cargo bench -q --bench webhook_load 2>/dev/null | grep '^webhook load (telemetry' || true)
   log "$HARNESS_LINE"
 fi
 
