@@ -34,7 +34,15 @@ die() { printf '[tools] error: %s\n' "$*" >&2; exit 1; }
 command -v go >/dev/null || die "go is not on PATH; Go is needed to build the test tools"
 
 # tool_ok BINARY PATTERN: the binary exists and its --version output contains PATTERN
-tool_ok() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -qF -- "$2"; }
+# (The output is read whole before grep: `grep -q` stops at the first match, and a tool that
+# writes its version in several writes, like etcd, then dies of SIGPIPE, which pipefail reports
+# as a failed check: a cold CI run failed on "etcd was built but does not report v3.6.16".)
+tool_ok() {
+  [ -x "$1" ] || return 1
+  local v
+  v=$("$1" --version 2>/dev/null) || return 1
+  grep -qF -- "$2" <<<"$v"
+}
 
 # find_existing NAME PATTERN: a binary of that name at the pinned version in KUBEBUILDER_ASSETS/PATH
 find_existing() {
