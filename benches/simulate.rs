@@ -358,7 +358,7 @@ fn pod_bytes(t: &Value, i: usize, round: usize) -> Vec<u8> {
             .map(|l| {
                 l.iter()
                     .map(|c| {
-                        json!({"name": c["name"], "image": c["image"], "imageID": format!("registry.example/x@sha256:{:064x}", i),
+                        json!({"name": c["name"], "image": c["image"], "imageID": image_id(c["image"].as_str().unwrap_or_default()),
                         "containerID": format!("containerd://{:064x}", i), "ready": ready, "started": true,
                         "restartCount": round, "state": {"running": {"startedAt": "2026-11-30T10:00:03Z"}}})
                     })
@@ -378,6 +378,16 @@ fn pod_bytes(t: &Value, i: usize, round: usize) -> Vec<u8> {
                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-30T10:00:00Z"}],
         "containerStatuses": containers, "initContainerStatuses": inits});
     serde_json::to_vec(&pod).expect("encodes")
+}
+
+/// The digest a node resolves an image to: the same for every pod that runs the image (a
+/// container status's imageID names the image, not the pod).
+fn image_id(image: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    image.hash(&mut h);
+    let name = image.split(':').next().unwrap_or(image);
+    format!("{name}@sha256:{:064x}", h.finish())
 }
 
 /// Generates the pods' JSON in deployment order (one template at a time).

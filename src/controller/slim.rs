@@ -3,13 +3,25 @@
 //! 12 KB in memory even with its lists trimmed, as its structs are large (a `Container` alone is
 //! 2.3 KB); a slim pod is a fraction of that (see `make bench-controller`). The pure rollout code
 //! takes a `Pod`: [`SlimPod::to_pod`] builds one for a pod when it is looked at.
+//!
+//! The strings that pods repeat (container names, images, image IDs, restart policies, phases,
+//! node names, waiting reasons) are interned: every pod that runs an image shares one copy of its
+//! name and digest (`internment::ArcIntern`, freed with the last pod that holds it).
 
+use internment::ArcIntern;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodSpec,
     PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
+
+/// An interned string (see the module's documentation).
+pub type IStr = ArcIntern<str>;
+
+fn owned(s: &IStr) -> String {
+    String::from(&**s)
+}
 
 /// A pod as the controller keeps it.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -30,24 +42,24 @@ pub struct SlimSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init_containers: Option<Vec<SlimContainer>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_name: Option<String>,
+    pub node_name: Option<IStr>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SlimContainer {
-    pub name: String,
+    pub name: IStr,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
+    pub image: Option<IStr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restart_policy: Option<String>,
+    pub restart_policy: Option<IStr>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SlimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<IStr>,
     /// Only `Ready` and `SidecarSetUpgradable` are kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<PodCondition>>,
@@ -60,11 +72,11 @@ pub struct SlimStatus {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct SlimContainerStatus {
-    pub name: String,
+    pub name: IStr,
     #[serde(default)]
-    pub image: String,
+    pub image: IStr,
     #[serde(default, rename = "imageID")]
-    pub image_id: String,
+    pub image_id: IStr,
     #[serde(default)]
     pub ready: bool,
     #[serde(default)]
@@ -85,7 +97,7 @@ pub struct SlimContainerState {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct SlimWaiting {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<IStr>,
 }
 
 impl k8s_openapi::Resource for SlimPod {
@@ -153,15 +165,15 @@ impl SlimPod {
     /// The pod as the rollout code reads it (only the fields kept here are set).
     pub fn to_pod(&self) -> Pod {
         let container = |c: &SlimContainer| Container {
-            name: c.name.clone(),
-            image: c.image.clone(),
-            restart_policy: c.restart_policy.clone(),
+            name: owned(&c.name),
+            image: c.image.as_ref().map(owned),
+            restart_policy: c.restart_policy.as_ref().map(owned),
             ..Default::default()
         };
         let status = |c: &SlimContainerStatus| ContainerStatus {
-            name: c.name.clone(),
-            image: c.image.clone(),
-            image_id: c.image_id.clone(),
+            name: owned(&c.name),
+            image: owned(&c.image),
+            image_id: owned(&c.image_id),
             ready: c.ready,
             restart_count: c.restart_count,
             started: c.started,
@@ -171,7 +183,7 @@ impl SlimPod {
                 .and_then(|s| s.waiting.as_ref())
                 .map(|w| ContainerState {
                     waiting: Some(ContainerStateWaiting {
-                        reason: w.reason.clone(),
+                        reason: w.reason.as_ref().map(owned),
                         ..Default::default()
                     }),
                     ..Default::default()
@@ -186,11 +198,11 @@ impl SlimPod {
                     .init_containers
                     .as_ref()
                     .map(|l| l.iter().map(container).collect()),
-                node_name: s.node_name.clone(),
+                node_name: s.node_name.as_ref().map(owned),
                 ..Default::default()
             }),
             status: self.status.as_ref().map(|s| PodStatus {
-                phase: s.phase.clone(),
+                phase: s.phase.as_ref().map(owned),
                 conditions: s.conditions.clone(),
                 container_statuses: s
                     .container_statuses
@@ -307,6 +319,40 @@ mod tests {
         };
         assert_eq!(slim.to_pod(), want);
         assert!(slim.is_active());
+    }
+
+    #[test]
+    fn pods_share_one_copy_of_the_strings_they_repeat() {
+        let a: SlimPod = serde_json::from_value(full()).unwrap();
+        let mut other = full();
+        other["metadata"]["name"] = json!("web-2");
+        let b: SlimPod = serde_json::from_value(other).unwrap();
+        let (sa, sb) = (a.status.as_ref().unwrap(), b.status.as_ref().unwrap());
+        let (ca, cb) = (
+            &sa.container_statuses.as_ref().unwrap()[0],
+            &sb.container_statuses.as_ref().unwrap()[0],
+        );
+        // One allocation for the image ID, the image and the name of both pods' containers.
+        for (x, y) in [
+            (&ca.image_id, &cb.image_id),
+            (&ca.image, &cb.image),
+            (&ca.name, &cb.name),
+        ] {
+            assert_eq!(x, y);
+            assert!(std::ptr::eq::<str>(&**x, &**y), "{x} is held twice");
+        }
+        let (specs_a, specs_b) = (a.spec.as_ref().unwrap(), b.spec.as_ref().unwrap());
+        let (ia, ib) = (
+            specs_a.containers[0].image.as_ref().unwrap(),
+            specs_b.containers[0].image.as_ref().unwrap(),
+        );
+        assert!(std::ptr::eq::<str>(&**ia, &**ib));
+        // A value that differs is its own string, and reads back as it came.
+        assert_eq!(&*sa.phase.clone().unwrap(), "Running");
+        assert_eq!(
+            serde_json::to_value(&a).unwrap()["status"]["containerStatuses"][0]["imageID"],
+            json!("sha256:1")
+        );
     }
 
     #[test]
