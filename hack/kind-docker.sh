@@ -60,17 +60,20 @@ write_files() {
   cat >"$RUN/bin/sso-runc" <<EOF
 #!/bin/sh
 # runc without CAP_SYS_RESOURCE (the machine's bounding set lacks it); written by hack/kind-docker.sh
+# create/run: the bundle's config.json; exec: the --process file
+strip() { # FILE JQ-PATH
+  jq -c "(\$2 // {}) |= with_entries(.value |= map(select(. != \\"CAP_SYS_RESOURCE\\")))" "\$1" >"\$1.sso" && mv "\$1.sso" "\$1"
+}
 bundle=
+process=
 prev=
 for a in "\$@"; do
-  case \$prev in --bundle|-b) bundle=\$a ;; esac
-  case \$a in --bundle=*) bundle=\${a#--bundle=} ;; esac
+  case \$prev in --bundle|-b) bundle=\$a ;; --process|-p) process=\$a ;; esac
+  case \$a in --bundle=*) bundle=\${a#--bundle=} ;; --process=*) process=\${a#--process=} ;; esac
   prev=\$a
 done
-if [ -n "\$bundle" ] && [ -f "\$bundle/config.json" ]; then
-  jq -c '(.process.capabilities // {}) |= with_entries(.value |= map(select(. != "CAP_SYS_RESOURCE")))' \\
-    "\$bundle/config.json" >"\$bundle/config.json.sso" && mv "\$bundle/config.json.sso" "\$bundle/config.json"
-fi
+if [ -n "\$bundle" ] && [ -f "\$bundle/config.json" ]; then strip "\$bundle/config.json" .process.capabilities; fi
+if [ -n "\$process" ] && [ -f "\$process" ]; then strip "\$process" .capabilities; fi
 exec $runc "\$@"
 EOF
   chmod 0755 "$RUN/bin/sso-runc"
