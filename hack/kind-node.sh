@@ -85,7 +85,14 @@ rootfs() {
   echo "$out"
 }
 
-dbuild() { DOCKER_BUILDKIT=0 docker build -q "$@" >/dev/null; }
+# the classic builder (offline; BuildKit is not in Debian's docker.io), without its deprecation notice
+dbuild() {
+  local rc=0
+  DOCKER_BUILDKIT=0 docker build -q "$@" >/dev/null 2>"$CACHE/.dbuild.err" || rc=$?
+  grep -vE 'DEPRECATED: The legacy builder|BuildKit is currently disabled|environment-variable\.|^$' "$CACHE/.dbuild.err" >&2 || true
+  rm -f "$CACHE/.dbuild.err"
+  return "$rc"
+}
 
 cmd_build() {
   [ "$(id -u)" = 0 ] || die "needs root"
@@ -172,9 +179,9 @@ cmd_build() {
   mkdir -p "$w/n/manifests"
   python3 - "$kmod/pkg/build/nodeimage/const_cni.go" "$kindnetd_img" >"$w/n/manifests/default-cni.yaml" <<'EOF'
 import re, sys
-src = open(sys.argv[1]).read()
+src = open(sys.argv[1]).read().replace('` + kindnetdImage + `', sys.argv[2])
 m = re.search(r'const defaultCNIManifest = `(.*?)`\n', src, re.S)
-print(m.group(1).replace('` + kindnetdImage + `', sys.argv[2]), end='')
+print(m.group(1), end='')
 EOF
   grep -q "image: $kindnetd_img" "$w/n/manifests/default-cni.yaml" || die "could not take kind's kindnet manifest from const_cni.go"
   cat >"$w/n/sso-entrypoint" <<EOF
@@ -227,7 +234,7 @@ RUN chmod 755 /kind /kind/bin /kind/bin/* /usr/local/bin/* \
 STOPSIGNAL SIGRTMIN+3
 ENTRYPOINT ["/usr/local/bin/sso-entrypoint", "/usr/local/bin/entrypoint", "/sbin/init"]
 EOF
-  DOCKER_BUILDKIT=0 docker build -q -t sso-kind-base:build "$w/n" >/dev/null
+  dbuild -t sso-kind-base:build "$w/n"
 
   # ---- preload the images, as kind's builder does --------------------------------------------
   log "importing the images into the node's containerd"

@@ -184,7 +184,7 @@ _build_kind_k8s() {
     done < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$upmod")
     # modules the proxy does not serve and no binary imports: local stubs
     for m in k8s.io/sample-cli-plugin k8s.io/sample-controller k8s.io/sample-apiserver; do
-      if grep -q "^[[:space:]]*$m[[:space:]]" <(go mod edit -json | python3 -c 'import json,sys;[print(r["Old"]["Path"]+" ") for r in json.load(sys.stdin).get("Replace") or []]'); then
+      if go mod edit -json | grep -qF "\"Path\": \"$m\""; then
         mkdir -p "stub/$m" && echo "module $m" >"stub/$m/go.mod" && go mod edit -replace="$m=./stub/$m"
       fi
     done
