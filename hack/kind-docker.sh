@@ -148,11 +148,15 @@ cmd_down() {
     rm -f "$RUN/$n.pid"
   done
   # shims of our containerd, by the socket in their command line
-  while read -r p; do
-    [ -n "$p" ] || continue
-    [ "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -d' ' -f1)" != dockerd ] || continue
-    log "stopping shim $p"; kill -9 "$p" 2>/dev/null || true
-  done < <(grep -l -a -F -- "$RUN/containerd.sock" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3)
+  local d cmd
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    if [ "$p" = "$$" ] || [ "$p" = "$BASHPID" ]; then continue; fi
+    cmd=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+    case $cmd in
+      containerd-shim*"$RUN/containerd.sock"*) log "stopping shim $p"; kill -9 "$p" 2>/dev/null || true ;;
+    esac
+  done
   p=$(pid_of holder) || true
   if [ -n "${p:-}" ] && kill -0 "$p" 2>/dev/null; then kill "$p"; log "stopped the namespace holder ($p)"; fi
   rm -f "$RUN/holder.pid"
