@@ -56,6 +56,10 @@ node-down: ## Stop the real node: hack/node.sh down
 e2e: ## The e2e suite on kind with the operator image installed by Helm (needs Docker and kind)
 	hack/e2e-kind.sh
 
+.PHONY: e2e-kind-local
+e2e-kind-local: ## make e2e on this machine without a registry: Debian's dockerd in a private network namespace, kind and its node image built here (hack/kind-docker.sh, hack/kind-node.sh; needs root; not part of make test)
+	SSO_KIND_LOCAL=1 hack/e2e-kind.sh
+
 .PHONY: lint
 lint: ## cargo fmt --check, one feature set for every build (hack/features.sh), clippy -D warnings
 	cargo fmt --all -- --check

@@ -5,7 +5,7 @@
 # version. Prints the directory of each tool on stdout as NAME=PATH lines (for `eval`), and its
 # progress on stderr.
 #
-#   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet|helm-docs|crane|olm]...
+#   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet|helm-docs|crane|olm|kind|kind-k8s|crictl|coredns]...
 # (`helm-docs` is asked for by hack/chart-docs.sh only; `crane` (go-containerregistry: an OCI
 # registry server and a client for OCI archives) by hack/registry.sh and the release scripts;
 # `olm` (OLM v0's olm-operator, catalog-operator, cpb, copy-content, and a static opm for the
@@ -24,6 +24,10 @@ HELM_VERSION=${HELM_VERSION:-v3.22.0}
 HELM_DOCS_VERSION=${HELM_DOCS_VERSION:-v1.14.2}
 CRANE_VERSION=${CRANE_VERSION:-v0.22.1}
 OLM_VERSION=${OLM_VERSION:-v0.46.0}
+# kind on a machine without a registry (hack/kind-node.sh, make e2e-kind-local)
+KIND_VERSION=${KIND_VERSION:-v0.33.0}
+CRICTL_VERSION=${CRICTL_VERSION:-v1.37.0}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.3}
 
 CACHE=${SSO_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sidecarset-operator/bin}
 mkdir -p "$CACHE"
@@ -148,6 +152,66 @@ _build_kubelet() {
   rm -rf "$w"
   tool_ok "$out/kubelet" "Kubernetes $K8S_VERSION" || die "kubelet was built but does not report $K8S_VERSION"
   log "kubelet $K8S_VERSION built in $((SECONDS - start)) s"
+}
+
+# The Kubernetes binaries of a kind node image (hack/kind-node.sh): kubeadm, kubelet, kubectl,
+# kube-proxy and the control plane, with the recipe above (wrapper module, staging replaces,
+# version ldflags: without them kubeadm reports a placeholder version and picks wrong image tags).
+# Built into a temporary directory, then renamed into place.
+KIND_K8S_CMDS="kubeadm kubelet kubectl kube-proxy kube-apiserver kube-controller-manager kube-scheduler"
+kind_k8s_ok() {
+  local out=$1 c
+  for c in $KIND_K8S_CMDS; do
+    case $c in
+      kubeadm) [ -x "$out/$c" ] && "$out/$c" version -o short 2>/dev/null | grep -qxF "$K8S_VERSION" || return 1 ;;
+      kubectl) [ -x "$out/$c" ] && "$out/$c" version --client 2>/dev/null | grep -qF "$K8S_VERSION" || return 1 ;;
+      *) tool_ok "$out/$c" "Kubernetes $K8S_VERSION" || return 1 ;;
+    esac
+  done
+}
+
+build_kind_k8s() {
+  local out=$CACHE/kind-k8s-$K8S_VERSION
+  kind_k8s_ok "$out" || with_lock "$out.lock.d" _build_kind_k8s "$out"
+  echo "KIND_K8S_BIN=$out"
+}
+
+_build_kind_k8s() {
+  local out=$1 start=$SECONDS
+  kind_k8s_ok "$out" && return 0
+  log "building $KIND_K8S_CMDS $K8S_VERSION (cold: 30-60 min on 2 busy cores)"
+  local sv="v0.${K8S_VERSION#v1.}" minor w upmod m c pkgs=()
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  w=$(mktemp -d)
+  for c in $KIND_K8S_CMDS; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  ( cd "$w"
+    go mod init local/k8sbuild >/dev/null 2>&1
+    upmod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+    while read -r m; do
+      go mod edit -replace="$m=$m@$sv"
+    done < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$upmod")
+    # modules the proxy does not serve and no binary imports: local stubs
+    for m in k8s.io/sample-cli-plugin k8s.io/sample-controller k8s.io/sample-apiserver; do
+      if go mod edit -json | grep -qF "\"Path\": \"$m\""; then
+        mkdir -p "stub/$m" && echo "module $m" >"stub/$m/go.mod" && go mod edit -replace="$m=./stub/$m"
+      fi
+    done
+    grep -E '^godebug ' "$upmod" >>go.mod || true
+    go get "${pkgs[@]/%/@$K8S_VERSION}" >&2
+    local ldf="-s -w" p
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldf+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+      ldf+=" -X $p.gitCommit=0000000000000000000000000000000000000000 -X $p.buildDate=1970-01-01T00:00:00Z"
+    done
+    mkdir -p "$w/bin"
+    for c in $KIND_K8S_CMDS; do
+      log "  go build $c"
+      CGO_ENABLED=0 go build -mod=mod -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$ldf" -o "$w/bin/$c" "k8s.io/kubernetes/cmd/$c"
+    done )
+  kind_k8s_ok "$w/bin" || die "the kind node's Kubernetes binaries were built but do not report $K8S_VERSION"
+  rm -rf "$out.old"; [ ! -e "$out" ] || mv "$out" "$out.old"
+  mv "$w/bin" "$out"; rm -rf "$w" "$out.old"
+  log "kind node binaries $K8S_VERSION built in $((SECONDS - start)) s"
 }
 
 build_etcd() {
@@ -275,6 +339,10 @@ _build_olm() {
   log "OLM $OLM_VERSION built in $((SECONDS - start)) s"
 }
 
+build_kind() { go_tool KIND_BIN kind "$KIND_VERSION" sigs.k8s.io/kind; }
+build_crictl() { go_tool CRICTL_BIN crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl; }
+build_coredns() { go_tool COREDNS_BIN coredns "$COREDNS_VERSION" github.com/coredns/coredns; }
+
 targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do
   case $t in
@@ -287,6 +355,10 @@ for t in "${targets[@]}"; do
     helm-docs) build_helm_docs ;;
     crane) build_crane ;;
     olm) build_olm ;;
-    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet, helm-docs, crane or olm)" ;;
+    kind) build_kind ;;
+    kind-k8s) build_kind_k8s ;;
+    crictl) build_crictl ;;
+    coredns) build_coredns ;;
+    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet, helm-docs, crane, olm, kind, kind-k8s, crictl or coredns)" ;;
   esac
 done
