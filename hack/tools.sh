@@ -67,6 +67,46 @@ with_lock() {
   exec 9>&-
 }
 
+# go_build_k8s OUT CMD...: k8s.io/kubernetes/cmd/CMD at K8S_VERSION into OUT, each binary
+# written beside its place and renamed into it. k8s.io/kubernetes cannot be `go install`ed (its
+# go.mod replaces the staging modules with ./staging paths), so it is required from a wrapper
+# module that replaces them with their published versions; the version ldflags are mandatory
+# (without them the binaries report a placeholder version and kubeadm picks wrong image tags).
+go_build_k8s() {
+  local out=$1; shift
+  local sv="v0.${K8S_VERSION#v1.}" minor w c
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  w=$(mktemp -d)
+  mkdir -p "$out"
+  ( cd "$w"
+    go mod init local/k8sbuild >/dev/null 2>&1
+    local upmod m p ldf="-s -w"
+    upmod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
+    while read -r m; do
+      go mod edit -replace="$m=$m@$sv"
+    done < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$upmod")
+    # modules the proxy does not serve and no binary imports: local stubs
+    for m in k8s.io/sample-cli-plugin k8s.io/sample-controller k8s.io/sample-apiserver; do
+      if go mod edit -json | grep -F "\"Path\": \"$m\"" >/dev/null; then
+        mkdir -p "stub/$m" && echo "module $m" >"stub/$m/go.mod" && go mod edit -replace="$m=./stub/$m"
+      fi
+    done
+    grep -E '^godebug ' "$upmod" >>go.mod || true
+    local pkgs=()
+    for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c@$K8S_VERSION"); done
+    go get "${pkgs[@]}" >&2
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldf+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+      ldf+=" -X $p.gitCommit=0000000000000000000000000000000000000000 -X $p.buildDate=1970-01-01T00:00:00Z"
+    done
+    for c in "$@"; do
+      log "  go build $c"
+      CGO_ENABLED=0 go build -mod=mod -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$ldf" -o "$out/$c.tmp" "k8s.io/kubernetes/cmd/$c"
+      mv "$out/$c.tmp" "$out/$c"
+    done )
+  rm -rf "$w"
+}
+
 build_k8s() {
   local out=$CACHE/kubernetes-$K8S_VERSION
   if tool_ok "$out/kube-apiserver" "Kubernetes $K8S_VERSION" && tool_ok "$out/kube-controller-manager" "Kubernetes $K8S_VERSION" \
@@ -87,29 +127,7 @@ _build_k8s() {
   local out=$1 start=$SECONDS
   tool_ok "$out/kube-apiserver" "Kubernetes $K8S_VERSION" && tool_ok "$out/kube-scheduler" "Kubernetes $K8S_VERSION" && return 0
   log "building kube-apiserver, kube-controller-manager, kube-scheduler $K8S_VERSION (cold: about 20-30 min on 2 cores)"
-  local sv="v0.${K8S_VERSION#v1.}" minor w upmod m
-  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
-  w=$(mktemp -d)
-  ( cd "$w"
-    go mod init local/k8sbuild >/dev/null 2>&1
-    upmod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-    while read -r m; do
-      go mod edit -replace="$m=$m@$sv"
-    done < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$upmod")
-    grep -E '^godebug ' "$upmod" >>go.mod || true
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
-      "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION" >&2
-    local ldf="-s -w" p
-    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldf+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
-      ldf+=" -X $p.buildDate=1970-01-01T00:00:00Z"
-    done
-    for c in kube-apiserver kube-controller-manager kube-scheduler; do
-      log "  go build $c"
-      CGO_ENABLED=0 go build -mod=mod -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$ldf" -o "$out/$c.tmp" "k8s.io/kubernetes/cmd/$c"
-      mv "$out/$c.tmp" "$out/$c"
-    done )
-  rm -rf "$w"
+  go_build_k8s "$out" kube-apiserver kube-controller-manager kube-scheduler
   tool_ok "$out/kube-apiserver" "Kubernetes $K8S_VERSION" || die "kube-apiserver was built but does not report $K8S_VERSION"
   log "kubernetes $K8S_VERSION built in $((SECONDS - start)) s"
 }
@@ -130,26 +148,7 @@ _build_kubelet() {
   local out=$1 start=$SECONDS
   tool_ok "$out/kubelet" "Kubernetes $K8S_VERSION" && return 0
   log "building kubelet $K8S_VERSION (cold Go build cache: 3 min on 2 idle cores, up to 15 min on busy ones; warm: under a minute)"
-  local sv="v0.${K8S_VERSION#v1.}" minor w upmod m
-  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
-  w=$(mktemp -d)
-  ( cd "$w"
-    go mod init local/k8sbuild >/dev/null 2>&1
-    upmod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-    while read -r m; do
-      go mod edit -replace="$m=$m@$sv"
-    done < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$upmod")
-    grep -E '^godebug ' "$upmod" >>go.mod || true
-    go get "k8s.io/kubernetes/cmd/kubelet@$K8S_VERSION" >&2
-    local ldf="-s -w" p
-    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldf+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
-      ldf+=" -X $p.buildDate=1970-01-01T00:00:00Z"
-    done
-    log "  go build kubelet"
-    CGO_ENABLED=0 go build -mod=mod -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$ldf" -o "$out/kubelet.tmp" "k8s.io/kubernetes/cmd/kubelet"
-    mv "$out/kubelet.tmp" "$out/kubelet" )
-  rm -rf "$w"
+  go_build_k8s "$out" kubelet
   tool_ok "$out/kubelet" "Kubernetes $K8S_VERSION" || die "kubelet was built but does not report $K8S_VERSION"
   log "kubelet $K8S_VERSION built in $((SECONDS - start)) s"
 }
@@ -163,8 +162,8 @@ kind_k8s_ok() {
   local out=$1 c
   for c in $KIND_K8S_CMDS; do
     case $c in
-      kubeadm) [ -x "$out/$c" ] && "$out/$c" version -o short 2>/dev/null | grep -qxF "$K8S_VERSION" || return 1 ;;
-      kubectl) [ -x "$out/$c" ] && "$out/$c" version --client 2>/dev/null | grep -qF "$K8S_VERSION" || return 1 ;;
+      kubeadm) [ -x "$out/$c" ] && [ "$("$out/$c" version -o short 2>/dev/null)" = "$K8S_VERSION" ] || return 1 ;;
+      kubectl) [ -x "$out/$c" ] && [[ $("$out/$c" version --client 2>/dev/null) == *"$K8S_VERSION"* ]] || return 1 ;;
       *) tool_ok "$out/$c" "Kubernetes $K8S_VERSION" || return 1 ;;
     esac
   done
@@ -180,34 +179,10 @@ _build_kind_k8s() {
   local out=$1 start=$SECONDS
   kind_k8s_ok "$out" && return 0
   log "building $KIND_K8S_CMDS $K8S_VERSION (cold: 30-60 min on 2 busy cores)"
-  local sv="v0.${K8S_VERSION#v1.}" minor w upmod m c pkgs=()
-  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  local w
   w=$(mktemp -d)
-  for c in $KIND_K8S_CMDS; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  ( cd "$w"
-    go mod init local/k8sbuild >/dev/null 2>&1
-    upmod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-    while read -r m; do
-      go mod edit -replace="$m=$m@$sv"
-    done < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$upmod")
-    # modules the proxy does not serve and no binary imports: local stubs
-    for m in k8s.io/sample-cli-plugin k8s.io/sample-controller k8s.io/sample-apiserver; do
-      if go mod edit -json | grep -qF "\"Path\": \"$m\""; then
-        mkdir -p "stub/$m" && echo "module $m" >"stub/$m/go.mod" && go mod edit -replace="$m=./stub/$m"
-      fi
-    done
-    grep -E '^godebug ' "$upmod" >>go.mod || true
-    go get "${pkgs[@]/%/@$K8S_VERSION}" >&2
-    local ldf="-s -w" p
-    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldf+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
-      ldf+=" -X $p.gitCommit=0000000000000000000000000000000000000000 -X $p.buildDate=1970-01-01T00:00:00Z"
-    done
-    mkdir -p "$w/bin"
-    for c in $KIND_K8S_CMDS; do
-      log "  go build $c"
-      CGO_ENABLED=0 go build -mod=mod -trimpath -tags=selinux,notest,grpcnotrace -ldflags "$ldf" -o "$w/bin/$c" "k8s.io/kubernetes/cmd/$c"
-    done )
+  # shellcheck disable=SC2086 # a list of commands on purpose
+  go_build_k8s "$w/bin" $KIND_K8S_CMDS
   kind_k8s_ok "$w/bin" || die "the kind node's Kubernetes binaries were built but do not report $K8S_VERSION"
   rm -rf "$out.old"; [ ! -e "$out" ] || mv "$out" "$out.old"
   mv "$w/bin" "$out"; rm -rf "$w" "$out.old"
