@@ -238,16 +238,16 @@ if [ "${SSO_KIND_TEST_IMAGES:-0}" != 1 ]; then
   "$REPO/hack/images.sh" test "$IMG_DIR"
   "$REPO/hack/images.sh" ids "$IMG_DIR"
 fi
-for t in v1 v2 v3; do
-  kind load image-archive "$IMG_DIR/busybox-$t.tar" --name "$CLUSTER"
-done
-# kind load imports with --digests: containerd then also names each image
-# import-<date>@sha256:<manifest digest>, and its CRI reports that name as the containers' imageID.
-# The suite expects the image IDs of a node whose images were imported by tag only (the config
-# digest, hack/images.sh ids), as on the real node of hack/node.sh: those names are dropped.
+# Imported by tag only (`ctr images import` without --digests), as on the real node of
+# hack/node.sh: `kind load image-archive` imports with --digests, containerd then also names each
+# image import-<date>@sha256:<manifest digest>, and its CRI reports that name as the containers'
+# imageID, not the config digest the suite expects (hack/images.sh ids). Every test image: the
+# busybox versions and the hot-upgrade sidecar's.
 for n in $(kind get nodes --name "$CLUSTER"); do
+  for f in "$IMG_DIR"/busybox-v[0-9].tar "$IMG_DIR"/hot-*.tar; do
+    docker exec -i "$n" ctr -n k8s.io images import --all-platforms - <"$f" >/dev/null
+  done
   docker exec "$n" ctr -n k8s.io images tag --force localhost/sso-e2e/busybox:v2 localhost/sso-e2e/busybox:v2-alias >/dev/null
-  docker exec "$n" sh -c 'ctr -n k8s.io images ls -q | grep -E "^(docker.io/library/)?import-[0-9-]+@sha256:" | xargs -r ctr -n k8s.io images rm' >/dev/null
 done
 REAL_NODE=$(kc get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath='{.items[0].metadata.name}')
 [ -n "$REAL_NODE" ] || die "no kind worker to run the real-node suite on"
