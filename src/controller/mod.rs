@@ -159,7 +159,7 @@ pub enum Error {
     Conflict(String),
 }
 
-fn injected_into<K: ResourceExt + ?Sized>(p: &K) -> std::collections::BTreeSet<String> {
+fn injected_into(p: &SlimPod) -> std::collections::BTreeSet<String> {
     crate::api::injected_list(p.annotations())
 }
 
@@ -636,7 +636,7 @@ pub fn excluded_but_selected<'a>(
             };
             excluded.contains(ns)
                 && crate::inject::pod_is_active(p)
-                && !injected_into(*p).contains(entry.ss.name())
+                && !crate::api::injected_list(p.annotations()).contains(entry.ss.name())
                 && match (since, p.metadata.creation_timestamp.as_ref()) {
                     (Some(since), Some(created)) => created.0 >= since,
                     _ => false,

@@ -104,10 +104,8 @@ fn recorded_upgradable(pod: &SlimPod) -> Option<BTreeMap<String, bool>> {
 /// The pod's `kruise.io/sidecarset-inplace-update-state` has an entry for SidecarSet `ss`: it
 /// was upgraded in place by it.
 fn upgraded_in_place(pod: &SlimPod, ss: &str) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(rollout::ANNOTATION_INPLACE_UPDATE_STATE))
+    pod.annotations()
+        .get(rollout::ANNOTATION_INPLACE_UPDATE_STATE)
         .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
         .is_some_and(|v| v.get(ss).is_some())
 }

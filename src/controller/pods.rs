@@ -6,7 +6,6 @@
 //! `failurePolicy: Ignore`, or before the operator or the SidecarSet existed) are kept too.
 
 use super::slim::SlimPod;
-use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::Event;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -286,6 +285,7 @@ impl PodIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
 
     fn pod(ns: &str, name: &str, injected: Option<&str>) -> SlimPod {
         let mut v = serde_json::json!({"metadata": {"name": name, "namespace": ns}});

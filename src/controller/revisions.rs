@@ -13,7 +13,6 @@ use crate::api::{
 use crate::cluster::KnownRevision;
 use crate::index::Entry;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -277,7 +276,7 @@ pub fn to_delete(
         let Some(recorded) = p
             .annotations()
             .get(ANNOTATION_HASH)
-            .and_then(|v| parse_hash_annotation(v))
+            .and_then(parse_hash_annotation)
             .and_then(|m| m.get(ss).cloned())
         else {
             continue;

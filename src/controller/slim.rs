@@ -7,7 +7,16 @@
 //! The strings that pods repeat (container names, images, image IDs, restart policies, phases,
 //! node names, waiting reasons) are interned: every pod that runs an image shares one copy of its
 //! name and digest (`internment::ArcIntern`, freed with the last pod that holds it).
+//!
+//! Labels and the kept annotations are held out of the pod's `ObjectMeta`, as [`Pairs`]: a
+//! sorted boxed slice of interned keys and values (a `BTreeMap<String, String>` allocates a node
+//! of about 540 bytes even for one entry, and a string for every key and value). The pods of one
+//! workload repeat their labels, and the pods injected by the same SidecarSets repeat their hash
+//! annotations, so most of their strings are shared. A `SlimPod` always has
+//! `metadata.labels` and `metadata.annotations` unset: read them with [`SlimPod::labels`] and
+//! [`SlimPod::annotations`] (which shadow `ResourceExt`'s of the same names).
 
+use crate::api::StrMap;
 use internment::ArcIntern;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodSpec,
@@ -15,6 +24,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// An interned string (see the module's documentation).
 pub type IStr = ArcIntern<str>;
@@ -23,15 +33,130 @@ fn owned(s: &IStr) -> String {
     String::from(&**s)
 }
 
-/// A pod as the controller keeps it.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+/// Labels or annotations of a cached pod: pairs sorted by key, without duplicates, keys and
+/// values interned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pairs(Box<[(IStr, IStr)]>);
+
+impl Pairs {
+    /// From a map (already sorted and without duplicates).
+    pub fn from_map(m: BTreeMap<String, String>) -> Self {
+        Pairs(
+            m.into_iter()
+                .map(|(k, v)| (IStr::from(k.as_str()), IStr::from(v.as_str())))
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()
+            .map(|i| &*self.0[i].1)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// Keeps the pairs whose key `keep` accepts.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        if self.0.iter().all(|(k, _)| keep(k)) {
+            return;
+        }
+        let kept: Vec<(IStr, IStr)> = std::mem::take(&mut self.0)
+            .into_vec()
+            .into_iter()
+            .filter(|(k, _)| keep(k))
+            .collect();
+        self.0 = kept.into_boxed_slice();
+    }
+
+    /// As a map, `None` when empty (how `ObjectMeta` writes an absent field).
+    pub fn to_map(&self) -> Option<BTreeMap<String, String>> {
+        (!self.is_empty()).then(|| self.iter().map(|(k, v)| (k.into(), v.into())).collect())
+    }
+}
+
+impl StrMap for Pairs {
+    fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+    fn pairs(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.iter()
+    }
+}
+
+/// A pod as the controller keeps it. It reads and writes a pod's JSON, with the labels and
+/// annotations in `metadata` as usual; in memory they are held in [`Pairs`] (see the module's
+/// documentation).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct SlimPod {
-    #[serde(default)]
+    /// Without labels and annotations.
     pub metadata: ObjectMeta,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    labels: Pairs,
+    annotations: Pairs,
     pub spec: Option<SlimSpec>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<SlimStatus>,
+}
+
+/// A pod's JSON as the decoder reads it.
+#[derive(Deserialize)]
+struct Wire {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<SlimSpec>,
+    #[serde(default)]
+    status: Option<SlimStatus>,
+}
+
+/// A pod's JSON as it is written back.
+#[derive(Serialize)]
+struct WireOut<'a> {
+    metadata: ObjectMeta,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec: Option<&'a SlimSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'a SlimStatus>,
+}
+
+impl<'de> Deserialize<'de> for SlimPod {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let Wire {
+            mut metadata,
+            spec,
+            status,
+        } = Wire::deserialize(d)?;
+        let labels = Pairs::from_map(metadata.labels.take().unwrap_or_default());
+        let annotations = Pairs::from_map(metadata.annotations.take().unwrap_or_default());
+        Ok(SlimPod {
+            metadata,
+            labels,
+            annotations,
+            spec,
+            status,
+        })
+    }
+}
+
+impl Serialize for SlimPod {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        WireOut {
+            metadata: self.full_metadata(),
+            spec: self.spec.as_ref(),
+            status: self.status.as_ref(),
+        }
+        .serialize(s)
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -133,15 +258,13 @@ impl SlimPod {
         if let Some(o) = m.owner_references.as_mut() {
             o.retain(|o| o.controller == Some(true));
         }
-        if let Some(a) = m.annotations.as_mut() {
-            a.retain(|k, _| {
-                k == crate::api::ANNOTATION_HASH
-                    || k == crate::api::ANNOTATION_HASH_WITHOUT_IMAGE
-                    || k == crate::api::ANNOTATION_INJECTED_LIST
-                    || k == crate::rollout::ANNOTATION_INPLACE_UPDATE_STATE
-                    || crate::api::is_hot_upgrade_annotation(k)
-            });
-        }
+        self.annotations.retain(|k| {
+            k == crate::api::ANNOTATION_HASH
+                || k == crate::api::ANNOTATION_HASH_WITHOUT_IMAGE
+                || k == crate::api::ANNOTATION_INJECTED_LIST
+                || k == crate::rollout::ANNOTATION_INPLACE_UPDATE_STATE
+                || crate::api::is_hot_upgrade_annotation(k)
+        });
         if let Some(s) = self.status.as_mut() {
             for c in s
                 .container_statuses
@@ -159,6 +282,30 @@ impl SlimPod {
             for c in c.iter_mut() {
                 c.last_probe_time = None;
             }
+        }
+    }
+
+    /// The pod's labels (`metadata.labels` is always unset).
+    pub fn labels(&self) -> &Pairs {
+        &self.labels
+    }
+
+    /// The pod's kept annotations (`metadata.annotations` is always unset).
+    pub fn annotations(&self) -> &Pairs {
+        &self.annotations
+    }
+
+    /// Replaces the pod's annotations (`metadata.annotations` is not read).
+    pub fn set_annotations(&mut self, annotations: BTreeMap<String, String>) {
+        self.annotations = Pairs::from_map(annotations);
+    }
+
+    /// The metadata with the labels and annotations put back.
+    fn full_metadata(&self) -> ObjectMeta {
+        ObjectMeta {
+            labels: self.labels.to_map(),
+            annotations: self.annotations.to_map(),
+            ..self.metadata.clone()
         }
     }
 
@@ -191,7 +338,7 @@ impl SlimPod {
             ..Default::default()
         };
         Pod {
-            metadata: self.metadata.clone(),
+            metadata: self.full_metadata(),
             spec: self.spec.as_ref().map(|s| PodSpec {
                 containers: s.containers.iter().map(container).collect(),
                 init_containers: s
@@ -347,12 +494,78 @@ mod tests {
             specs_b.containers[0].image.as_ref().unwrap(),
         );
         assert!(std::ptr::eq::<str>(&**ia, &**ib));
+        // Labels and kept annotations too, keys and values, out of `metadata`.
+        let (la, lb) = (a.labels().0.first().unwrap(), b.labels().0.first().unwrap());
+        assert!(std::ptr::eq::<str>(&*la.0, &*lb.0) && std::ptr::eq::<str>(&*la.1, &*lb.1));
+        let (aa, ab) = (&a.annotations().0[0], &b.annotations().0[0]);
+        assert!(std::ptr::eq::<str>(&*aa.1, &*ab.1));
+        assert_eq!(a.metadata.labels, None);
+        assert_eq!(a.metadata.annotations, None);
         // A value that differs is its own string, and reads back as it came.
         assert_eq!(&*sa.phase.clone().unwrap(), "Running");
         assert_eq!(
             serde_json::to_value(&a).unwrap()["status"]["containerStatuses"][0]["imageID"],
             json!("sha256:1")
         );
+    }
+
+    #[test]
+    fn labels_and_annotations_read_as_a_map_would() {
+        let map: BTreeMap<String, String> = [
+            ("b", "2"),
+            ("a", "1"),
+            ("app.kubernetes.io/name", "web"),
+            ("c", ""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut pairs = Pairs::from_map(map.clone());
+        for key in ["a", "b", "c", "app.kubernetes.io/name", "", "d", "A", "app"] {
+            assert_eq!(pairs.get(key), map.get(key).map(String::as_str), "{key}");
+            assert_eq!(pairs.get_str(key), map.get_str(key), "{key}");
+        }
+        assert_eq!(
+            pairs.pairs().collect::<Vec<_>>(),
+            map.pairs().collect::<Vec<_>>()
+        );
+        assert_eq!(pairs.to_map(), Some(map.clone()));
+        pairs.retain(|k| k != "b");
+        assert_eq!(
+            pairs.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            ["a", "app.kubernetes.io/name", "c"]
+        );
+        pairs.retain(|_| false);
+        assert!(pairs.is_empty() && pairs.to_map().is_none());
+        // A selector reads them the same way as the map.
+        let sel: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+            serde_json::from_value(json!({"matchLabels": {"a": "1"},
+                "matchExpressions": [{"key": "b", "operator": "In", "values": ["2"]},
+                                     {"key": "d", "operator": "DoesNotExist"}]}))
+            .unwrap();
+        let sel = crate::api::CompiledSelector::compile(&sel).unwrap();
+        let pairs = Pairs::from_map(map.clone());
+        assert!(sel.matches(&map) && sel.matches(&pairs));
+        let mut other = map.clone();
+        other.insert("d".into(), "x".into());
+        assert!(!sel.matches(&other) && !sel.matches(&Pairs::from_map(other)));
+    }
+
+    #[test]
+    fn a_shared_pod_reads_its_own_labels() {
+        // `labels()` and `annotations()` on the cache's `Arc<SlimPod>` are the pod's, not the
+        // empty `metadata` ones `ResourceExt` would read.
+        let p = std::sync::Arc::new(serde_json::from_value::<SlimPod>(full()).unwrap());
+        let labels: &Pairs = p.labels();
+        assert_eq!(labels.get("app"), Some("web"));
+        assert_eq!(
+            crate::api::injected_list(p.annotations()),
+            ["mesh".to_string()].into()
+        );
+        // And written back where a pod has them.
+        let v = serde_json::to_value(p.as_ref()).unwrap();
+        assert_eq!(v["metadata"]["labels"], json!({"app": "web"}));
+        assert_eq!(v["metadata"]["annotations"]["other"], json!("x"));
     }
 
     #[test]

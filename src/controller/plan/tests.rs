@@ -178,7 +178,7 @@ fn a_pod_upgraded_in_place_whose_condition_write_was_lost_gets_one() {
     // No condition at all on any of them: the write after the upgrade lost a pods/status race.
     let in_place = |key: &str, ss: &str| {
         let mut p = (*slim(key, None)).clone();
-        p.metadata.annotations = Some(
+        p.set_annotations(
             [(
                 rollout::ANNOTATION_INPLACE_UPDATE_STATE.to_string(),
                 json!({ss: {"revision": "r2", "updateTimestamp": "t"}}).to_string(),

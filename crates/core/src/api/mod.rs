@@ -43,7 +43,7 @@ pub use resources_policy::{
     TargetContainersMode,
 };
 pub use selector::{
-    CompiledSelector, Op, Scope, SelectorError, is_qualified_name, selectors_overlap,
+    CompiledSelector, Op, Scope, SelectorError, StrMap, is_qualified_name, selectors_overlap,
 };
 pub use update_priority::{
     UpdatePriorityOrderTerm, UpdatePriorityStrategy, UpdatePriorityWeightTerm, UpdateScatterTerm,
@@ -493,9 +493,9 @@ pub struct SidecarSetUpgradeSpec {
 }
 
 /// The SidecarSets named in a pod's `kruise.io/sidecarset-injected-list` annotation.
-pub fn injected_list(annotations: &BTreeMap<String, String>) -> std::collections::BTreeSet<String> {
+pub fn injected_list(annotations: &(impl StrMap + ?Sized)) -> std::collections::BTreeSet<String> {
     annotations
-        .get(ANNOTATION_INJECTED_LIST)
+        .get_str(ANNOTATION_INJECTED_LIST)
         .map(|l| {
             l.split(',')
                 .map(str::trim)

@@ -4,6 +4,23 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Labels (or annotations) as they are read: a value by key and the pairs in key order. Objects
+/// from the API hold them in a `BTreeMap`; the controller's pod cache holds a compact sorted list
+/// of interned strings, read through this too.
+pub trait StrMap {
+    fn get_str(&self, key: &str) -> Option<&str>;
+    fn pairs(&self) -> impl Iterator<Item = (&str, &str)> + '_;
+}
+
+impl StrMap for BTreeMap<String, String> {
+    fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+    fn pairs(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     In(BTreeSet<String>),
@@ -19,8 +36,8 @@ pub struct Requirement {
 }
 
 impl Requirement {
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let v = labels.get(&self.key);
+    pub fn matches(&self, labels: &(impl StrMap + ?Sized)) -> bool {
+        let v = labels.get_str(&self.key);
         match &self.op {
             Op::In(vals) => v.is_some_and(|v| vals.contains(v)),
             Op::NotIn(vals) => v.is_none_or(|v| !vals.contains(v)),
@@ -127,12 +144,12 @@ impl CompiledSelector {
         self.reqs.is_empty()
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &(impl StrMap + ?Sized)) -> bool {
         self.reqs.iter().all(|r| r.matches(labels))
     }
 
     /// The requirements these labels do not meet (empty when the selector matches).
-    pub fn misses<'a>(&'a self, labels: &BTreeMap<String, String>) -> Vec<&'a Requirement> {
+    pub fn misses<'a>(&'a self, labels: &(impl StrMap + ?Sized)) -> Vec<&'a Requirement> {
         self.reqs.iter().filter(|r| !r.matches(labels)).collect()
     }
 
@@ -508,8 +525,8 @@ impl Scope {
     /// True when a pod with these labels, in a namespace with these labels, is in scope.
     pub fn matches(
         &self,
-        pod_labels: &BTreeMap<String, String>,
-        ns_labels: &BTreeMap<String, String>,
+        pod_labels: &(impl StrMap + ?Sized),
+        ns_labels: &(impl StrMap + ?Sized),
     ) -> bool {
         self.namespaces
             .as_ref()

@@ -4,7 +4,7 @@
 pub mod cel;
 
 use crate::api::{
-    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, Scope, SelectorError, SidecarSet,
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, Scope, SelectorError, SidecarSet, StrMap,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -62,8 +62,8 @@ impl Entry {
     /// with these labels in a namespace with these labels.
     pub fn matches(
         &self,
-        pod_labels: &BTreeMap<String, String>,
-        ns_labels: &BTreeMap<String, String>,
+        pod_labels: &(impl StrMap + ?Sized),
+        ns_labels: &(impl StrMap + ?Sized),
     ) -> bool {
         self.scope.matches(pod_labels, ns_labels)
     }
@@ -191,12 +191,9 @@ impl Index {
 
     /// The entries that could select a pod with these labels, in name order: those anchored on
     /// one of its labels and the unanchored ones. A superset of the matching ones.
-    fn candidates<'a>(
-        &'a self,
-        pod_labels: &BTreeMap<String, String>,
-    ) -> impl Iterator<Item = &'a Entry> + 'a {
-        let mut names: Vec<&'a String> = self.unanchored.iter().collect();
-        for (k, v) in pod_labels {
+    fn candidate_names(&self, pod_labels: &(impl StrMap + ?Sized)) -> Vec<&String> {
+        let mut names: Vec<&String> = self.unanchored.iter().collect();
+        for (k, v) in pod_labels.pairs() {
             if let Some(set) = self.postings.get(k).and_then(|values| values.get(v)) {
                 names.extend(set.iter());
             }
@@ -204,18 +201,22 @@ impl Index {
         names.sort_unstable();
         names.dedup();
         names
+    }
+
+    fn named<'a>(&'a self, names: Vec<&'a String>) -> impl Iterator<Item = &'a Entry> + 'a {
+        names
             .into_iter()
             .filter_map(|n| self.entries.get(n).map(|e| e.as_ref()))
     }
 
     /// SidecarSets (in name order) whose scope covers a pod with `pod_labels` in a namespace
     /// with `ns_labels`, including those with injection paused.
-    pub fn matching_all<'a>(
+    pub fn matching_all<'a, L: StrMap + ?Sized, N: StrMap + ?Sized>(
         &'a self,
-        pod_labels: &'a BTreeMap<String, String>,
-        ns_labels: &'a BTreeMap<String, String>,
+        pod_labels: &'a L,
+        ns_labels: &'a N,
     ) -> impl Iterator<Item = &'a Arc<SidecarSet>> + 'a {
-        self.candidates(pod_labels)
+        self.named(self.candidate_names(pod_labels))
             .filter(|e| e.scope.matches(pod_labels, ns_labels))
             .map(|e| &e.ss)
     }
@@ -223,10 +224,10 @@ impl Index {
     /// SidecarSets to inject into such a pod: matching, with injection not paused, in name order.
     pub fn matching_for_injection<'a>(
         &'a self,
-        pod_labels: &BTreeMap<String, String>,
-        ns_labels: &BTreeMap<String, String>,
+        pod_labels: &(impl StrMap + ?Sized),
+        ns_labels: &(impl StrMap + ?Sized),
     ) -> Vec<&'a Entry> {
-        self.candidates(pod_labels)
+        self.named(self.candidate_names(pod_labels))
             .filter(|e| {
                 !e.ss.spec.injection_strategy.paused && e.scope.matches(pod_labels, ns_labels)
             })
@@ -237,10 +238,10 @@ impl Index {
     /// paused; one pass over the candidates.
     pub fn matching_split<'a>(
         &'a self,
-        pod_labels: &BTreeMap<String, String>,
-        ns_labels: &BTreeMap<String, String>,
+        pod_labels: &(impl StrMap + ?Sized),
+        ns_labels: &(impl StrMap + ?Sized),
     ) -> (Vec<&'a Entry>, Vec<&'a Entry>) {
-        self.candidates(pod_labels)
+        self.named(self.candidate_names(pod_labels))
             .filter(|e| e.scope.matches(pod_labels, ns_labels))
             .partition(|e| !e.ss.spec.injection_strategy.paused)
     }
@@ -249,8 +250,8 @@ impl Index {
     /// is tested against.
     pub fn matching_split_by_scan<'a>(
         &'a self,
-        pod_labels: &BTreeMap<String, String>,
-        ns_labels: &BTreeMap<String, String>,
+        pod_labels: &(impl StrMap + ?Sized),
+        ns_labels: &(impl StrMap + ?Sized),
     ) -> (Vec<&'a Entry>, Vec<&'a Entry>) {
         self.entries
             .values()
