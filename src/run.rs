@@ -275,6 +275,7 @@ pub fn controller(
         false => None,
     };
     let resync = args.resync_period;
+    let concurrency = args.max_concurrent_reconciles;
     std::thread::Builder::new()
         .name("controller".into())
         .spawn(move || {
@@ -322,6 +323,7 @@ pub fn controller(
                     ctx = ctx.evicting(policy);
                 }
                 ctx = ctx.resyncing(resync);
+                ctx.concurrency = concurrency;
                 crate::controller::run(ctx, watches, store, trigger).await
             })
         })

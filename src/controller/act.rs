@@ -58,8 +58,8 @@ pub async fn write_status(ctx: &Ctx, ss: &SidecarSet, plan: &ReconcilePlan) -> R
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
         .await
     {
-        Ok(_) => {
-            ctx.remember_status(&name, &plan.status);
+        Ok(written) => {
+            ctx.remember_status(&name, &plan.status, written.metadata.resource_version);
             Ok(())
         }
         Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Conflict(format!(

@@ -64,11 +64,13 @@ pub struct Ctx {
     /// How often a leader reconciles everything even without a change (`--resync-period`; zero:
     /// never).
     pub resync: Duration,
+    /// How many SidecarSets are reconciled at once (`--max-concurrent-reconciles`).
+    pub concurrency: u16,
     /// SidecarSet → (uid, generation) its pods were last scanned for missing sidecars at.
     scanned: Mutex<HashMap<String, Scanned>>,
-    /// SidecarSet → digest of the status this process last wrote (to tell a repair from a
-    /// change: see [`Ctx::status_repair`]).
-    written: Arc<Mutex<HashMap<String, u64>>>,
+    /// SidecarSet → the status this process last wrote and the resourceVersions its recent
+    /// writes produced (to tell a repair from a change: see [`Ctx::status_repair`]).
+    written: Arc<Mutex<HashMap<String, Written>>>,
     /// SidecarSets to reconcile because one they conflict with found the conflict (so both
     /// show the `Conflict` condition), and the receiving end [`run`] takes.
     conflict_wake: (
@@ -101,6 +103,7 @@ impl Ctx {
             rules,
             evictions: None,
             resync: Duration::from_secs(36_000),
+            concurrency: 8,
             scanned: Default::default(),
             written: Default::default(),
             conflict_wake: {
@@ -110,21 +113,39 @@ impl Ctx {
         }
     }
 
-    /// Remembers the status just written for `name`.
-    pub fn remember_status(&self, name: &str, status: &crate::api::SidecarSetStatus) {
+    /// Remembers the status just written for `name`, and the resourceVersion the write produced.
+    pub fn remember_status(
+        &self,
+        name: &str,
+        status: &crate::api::SidecarSetStatus,
+        resource_version: Option<String>,
+    ) {
         if let Ok(mut w) = self.written.lock() {
             if w.len() > 100_000 {
                 w.clear();
             }
-            w.insert(name.to_string(), status_digest(status));
+            let e = w.entry(name.to_string()).or_default();
+            e.digest = status_digest(status);
+            if let Some(rv) = resource_version {
+                if e.versions.len() == Written::VERSIONS {
+                    e.versions.pop_front();
+                }
+                e.versions.push_back(rv);
+            }
         }
     }
 
     /// Whether writing a new status for `name` repairs one this process did not write: the
-    /// stored status differs from the last one it wrote (a late write of a former leader, a
-    /// write by someone else, or one of ours lost). False when this process never wrote it.
-    pub fn status_repair(&self, name: &str, stored: Option<&crate::api::SidecarSetStatus>) -> bool {
-        foreign_status(&self.written, name, stored)
+    /// stored SidecarSet is not one of this process's recent writes and its status differs from
+    /// the last one it wrote (a late write of a former leader, a write by someone else, or one of
+    /// ours lost). False when this process never wrote it.
+    pub fn status_repair(
+        &self,
+        name: &str,
+        resource_version: Option<&str>,
+        stored: Option<&crate::api::SidecarSetStatus>,
+    ) -> bool {
+        foreign_status(&self.written, name, resource_version, stored)
     }
 
     /// Evicts pods running without the sidecars of a SidecarSet that selects them, as `policy`
@@ -175,20 +196,42 @@ pub fn relevant(ss: &StoredSidecarSet) -> (Option<i64>, u64) {
     (ss.metadata.generation, h.finish())
 }
 
-/// Whether the stored status of `name` is not the one this process last wrote (false when it
-/// never wrote one: a replica that has not led has nothing to repair).
+/// What this process last wrote to a SidecarSet's status.
+#[derive(Debug, Default)]
+struct Written {
+    /// Digest of the status last written.
+    digest: u64,
+    /// The resourceVersions of the last [`Written::VERSIONS`] writes: the watch delivers the
+    /// event of an earlier write of ours after a later one was made, and that older status is
+    /// not someone else's (under load, taking it for one turned every write into two reconciles).
+    versions: std::collections::VecDeque<String>,
+}
+
+impl Written {
+    const VERSIONS: usize = 8;
+}
+
+/// Whether the stored status of `name` is not the one this process last wrote, nor one of its
+/// recent writes seen late (false when it never wrote one: a replica that has not led has
+/// nothing to repair).
 fn foreign_status(
-    written: &Mutex<HashMap<String, u64>>,
+    written: &Mutex<HashMap<String, Written>>,
     name: &str,
+    resource_version: Option<&str>,
     stored: Option<&crate::api::SidecarSetStatus>,
 ) -> bool {
     let Ok(w) = written.lock() else {
         return false;
     };
-    match (w.get(name), stored) {
-        (Some(mine), Some(st)) => *mine != status_digest(st),
-        (Some(_), None) => true,
-        (None, _) => false,
+    let Some(mine) = w.get(name) else {
+        return false;
+    };
+    if resource_version.is_some_and(|rv| mine.versions.iter().any(|v| v == rv)) {
+        return false;
+    }
+    match stored {
+        Some(st) => mine.digest != status_digest(st),
+        None => true,
     }
 }
 
@@ -198,7 +241,7 @@ fn foreign_status(
 #[derive(Default)]
 pub struct RelevantChanges {
     seen: HashMap<String, (Option<i64>, u64)>,
-    written: Arc<Mutex<HashMap<String, u64>>>,
+    written: Arc<Mutex<HashMap<String, Written>>>,
 }
 
 impl RelevantChanges {
@@ -214,7 +257,12 @@ impl RelevantChanges {
         let now = relevant(ss);
         let name = ss.name_any();
         if self.seen.get(&name) == Some(&now) {
-            return foreign_status(&self.written, &name, ss.status.as_ref());
+            return foreign_status(
+                &self.written,
+                &name,
+                ss.metadata.resource_version.as_deref(),
+                ss.status.as_ref(),
+            );
         }
         if self.seen.len() > 100_000 {
             self.seen.clear();
@@ -318,7 +366,9 @@ pub async fn run(
         .stream(sidecarsets.clone())
         .filter(move |ss| std::future::ready(changes.changed(ss)))
         .map(Ok::<_, watcher::Error>);
+    let config = kube::runtime::controller::Config::default().concurrency(ctx.concurrency);
     Controller::for_stream(trigger, sidecarsets)
+        .with_config(config)
         .reconcile_on(pod_wakes)
         .reconcile_all_on(reconcile_all)
         .reconcile_on(conflicts_found)
@@ -550,7 +600,13 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     record_metrics(&name, &planned);
 
     // Act.
-    if planned.write_status && ctx.status_repair(&name, ss.status.as_ref()) {
+    if planned.write_status
+        && ctx.status_repair(
+            &name,
+            ss.metadata.resource_version.as_deref(),
+            ss.status.as_ref(),
+        )
+    {
         crate::metrics::metrics().status_repairs.inc();
         tracing::info!(sidecarset = %name, "status repaired: the stored status was not the last one this leader wrote (a late write of a former leader, or a write by someone else)");
     }
@@ -797,16 +853,31 @@ mod tests {
             "a status change while this process never wrote one (not the leader yet)"
         );
         let ours = ss.status.clone().unwrap();
-        ctx.remember_status("mesh", &ours);
+        ctx.remember_status("mesh", &ours, Some("11".into()));
         assert!(!f.changed(&ss), "the status it wrote, seen again");
-        // A former leader's late write.
+        // Two writes in a row (RVs 13, then 14), the event of the first seen after the second:
+        // its own, not a repair.
+        let mut first = ours.clone();
+        first.matched_pods = 5;
+        ctx.remember_status("mesh", &first, Some("13".into()));
+        let mut second = ours.clone();
+        second.matched_pods = 6;
+        ctx.remember_status("mesh", &second, Some("14".into()));
+        ss.status = Some(first.clone());
+        ss.metadata.resource_version = Some("13".into());
+        assert!(!f.changed(&ss), "an earlier write of its own, seen late");
+        assert!(!ctx.status_repair("mesh", Some("13"), Some(&first)));
+        // A former leader's late write (a resourceVersion this process did not produce).
+        ss.status = Some(ours.clone());
         ss.status.as_mut().unwrap().matched_pods = 7;
-        ss.metadata.resource_version = Some("12".into());
+        ss.metadata.resource_version = Some("15".into());
         assert!(f.changed(&ss), "a status it did not write");
-        assert!(ctx.status_repair("mesh", ss.status.as_ref()));
+        assert!(ctx.status_repair("mesh", Some("15"), ss.status.as_ref()));
         ss.status = None;
+        ss.metadata.resource_version = Some("16".into());
         assert!(f.changed(&ss), "its status removed");
-        ss.status = Some(ours);
+        ss.status = Some(second);
+        ss.metadata.resource_version = Some("17".into());
         assert!(!f.changed(&ss), "repaired: its own again");
     }
 }
