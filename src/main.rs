@@ -50,7 +50,30 @@ enum Command {
     Tool(Box<ToolCommand>),
 }
 
+/// jemalloc's figures for `/metrics` (what of the RSS is live objects, what is the allocator's:
+/// pages not yet returned, fragmentation, metadata).
+fn allocator_stats() -> Vec<(&'static str, u64)> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    // The figures are a snapshot taken when the epoch advances.
+    if epoch::advance().is_err() {
+        return Vec::new();
+    }
+    let read = |kind, r: tikv_jemalloc_ctl::Result<usize>| r.ok().map(|b| (kind, b as u64));
+    [
+        read("allocated", stats::allocated::read()),
+        read("active", stats::active::read()),
+        read("resident", stats::resident::read()),
+        read("metadata", stats::metadata::read()),
+        read("mapped", stats::mapped::read()),
+        read("retained", stats::retained::read()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
 fn main() -> ExitCode {
+    sidecarset_operator::metrics::read_allocator_with(allocator_stats);
     let plugin = invoked_as_plugin();
     let mut app = Cli::command();
     if plugin {

@@ -56,6 +56,11 @@ pub struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
 }
@@ -90,6 +95,7 @@ pub struct Metrics {
     pub validation_denials: Family<ReasonLabel, Counter>,
     pub reconciles: Family<ResultLabel, Counter>,
     pub reconcile_seconds: Histogram,
+    pub reconcile_wait_seconds: Histogram,
     pub pods: Family<PodsLabels, Gauge>,
     pub rollout_in_progress: Family<SidecarSetLabel, Gauge>,
     pub rollout_stalled: Family<SidecarSetLabel, Gauge>,
@@ -108,6 +114,21 @@ pub struct Metrics {
     pub status_repairs: Counter,
     pub writes_fenced: Counter,
     pub spans_exported: Family<ResultLabel, Counter>,
+    /// The memory allocator's own figures, read at each scrape (see [`read_allocator_with`]).
+    pub allocator_bytes: Family<KindLabel, Gauge>,
+}
+
+/// What reads the allocator's figures: `(kind, bytes)` pairs. The binary sets it (its global
+/// allocator is jemalloc); libraries and tests, which run on the system allocator, leave it unset
+/// and the gauges stay absent.
+static ALLOCATOR: OnceLock<AllocatorReader> = OnceLock::new();
+
+/// Reads the allocator's figures: `(kind, bytes)` pairs.
+pub type AllocatorReader = fn() -> Vec<(&'static str, u64)>;
+
+/// Makes each scrape of `/metrics` export `sidecarset_operator_allocator_bytes{kind}` from `read`.
+pub fn read_allocator_with(read: AllocatorReader) {
+    let _ = ALLOCATOR.set(read);
 }
 
 fn build() -> Metrics {
@@ -126,6 +147,7 @@ fn build() -> Metrics {
         validation_denials: Family::default(),
         reconciles: Family::default(),
         reconcile_seconds,
+        reconcile_wait_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
         pods: Family::default(),
         rollout_in_progress: Family::default(),
         rollout_stalled: Family::default(),
@@ -144,6 +166,7 @@ fn build() -> Metrics {
         status_repairs: Counter::default(),
         writes_fenced: Counter::default(),
         spans_exported: Family::default(),
+        allocator_bytes: Family::default(),
     };
     registry.register(
         "admission_requests",
@@ -184,6 +207,11 @@ fn build() -> Metrics {
         "reconcile_duration_seconds",
         "Time of one SidecarSet reconcile",
         m.reconcile_seconds.clone(),
+    );
+    registry.register(
+        "reconcile_wait_seconds",
+        "Time a SidecarSet woken by its pods waited in turn for a reconcile slot (--max-concurrent-reconciles)",
+        m.reconcile_wait_seconds.clone(),
     );
     registry.register(
         "pods",
@@ -275,6 +303,11 @@ fn build() -> Metrics {
         "Spans sent to the OTLP collector, by result (exported, failed)",
         m.spans_exported.clone(),
     );
+    registry.register(
+        "allocator_bytes",
+        "The memory allocator's figures at the last scrape, by kind (allocated: in live objects; active: in pages holding them; resident: in memory, allocator metadata included; metadata; retained: address space kept but returned to the system)",
+        m.allocator_bytes.clone(),
+    );
     Metrics { registry, ..m }
 }
 
@@ -305,6 +338,14 @@ pub async fn serve(listener: tokio::net::TcpListener) {
 
 /// The metrics in the Prometheus text format.
 pub fn encode() -> String {
+    if let Some(read) = ALLOCATOR.get() {
+        let m = metrics();
+        for (kind, bytes) in read() {
+            m.allocator_bytes
+                .get_or_create(&KindLabel { kind: kind.into() })
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
+    }
     let mut out = String::new();
     let _ = prometheus_client::encoding::text::encode(&mut out, &metrics().registry);
     out
