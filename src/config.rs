@@ -171,14 +171,13 @@ pub struct RunArgs {
     /// SidecarSet by itself, and a failed write is retried); 0 turns it off.
     #[arg(long, env = "SSO_RESYNC_PERIOD", default_value = "10h", value_parser = parse_duration_or_zero)]
     pub resync_period: Duration,
-    /// How many SidecarSets the leader reconciles at once (1 or more). Unbounded, a new leader of
-    /// 1,000 SidecarSets sends its status writes all together, and an API server that answers
-    /// slowly under them also delays the leader's Lease renewals (measured: 28 losses of
-    /// leadership in 7 minutes at 20,000 pods on 2 cores). At 8, no loss in a 21-minute run; fewer
-    /// slots coalesce more pod events of a SidecarSet waiting in the queue (`make bench-scale`,
-    /// 20,000 pods: 19,034 reconciles at 4, 33,584 at 8, 59,070 at 16) but slowed a 2,000-pod
-    /// rollout (202 s at 4, 92 s at 8): the rolling SidecarSet waits behind the others its pods
-    /// wake.
+    /// How many SidecarSets the leader reconciles at once (1 or more) of those woken by their pods
+    /// or by a recheck, taken in the order they were woken (a rollout in progress first); spec
+    /// changes, a new leader's pass and retries after an error may take max(1, N/4) more slots.
+    /// Unbounded, a new leader of 1,000 SidecarSets sends its status writes all together, and an
+    /// API server that answers slowly under them also delays the leader's Lease renewals
+    /// (measured: 28 losses of leadership in 7 minutes at 20,000 pods on 2 cores). A SidecarSet
+    /// waiting for its turn keeps collecting its pods' changes, so one reconcile covers them all.
     #[arg(long, env = "SSO_MAX_CONCURRENT_RECONCILES", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_reconciles: u16,
     /// A watch of the cluster view (SidecarSets, Namespaces, ControllerRevisions) failing for

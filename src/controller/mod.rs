@@ -1,7 +1,8 @@
 //! The controller: keeps each SidecarSet's status and revisions current and rolls sidecar
 //! upgrades out in place. Event-driven: a reconcile runs when the SidecarSet changes (not its
 //! status: see [`relevant`]), when one of its pods changes, or when this replica becomes the
-//! leader; it is requeued soon only while pods are in flight.
+//! leader; while pods are in flight it is looked at again in 5 s (through [`slots::Gate`], in
+//! turn with the SidecarSets woken by their pods).
 //!
 //! One reconcile is three steps: observe (the SidecarSet's own pods from [`pods::PodIndex`],
 //! its latest revision from the cluster view), [`plan`] (a pure function of what was observed)
@@ -16,6 +17,7 @@ pub mod plan;
 pub mod pods;
 pub mod revisions;
 pub mod slim;
+pub mod slots;
 
 use crate::api::v1beta1::SidecarSet as StoredSidecarSet;
 use crate::api::{SidecarSet, default_sidecarset};
@@ -66,6 +68,9 @@ pub struct Ctx {
     pub resync: Duration,
     /// How many SidecarSets are reconciled at once (`--max-concurrent-reconciles`).
     pub concurrency: u16,
+    /// The queue of SidecarSets woken by their pods, in turn ([`slots`]); made for
+    /// `concurrency` by [`run`].
+    gate: Arc<slots::Gate>,
     /// SidecarSet → (uid, generation) its pods were last scanned for missing sidecars at.
     scanned: Mutex<HashMap<String, Scanned>>,
     /// SidecarSet → the status this process last wrote and the resourceVersions its recent
@@ -104,6 +109,7 @@ impl Ctx {
             evictions: None,
             resync: Duration::from_secs(36_000),
             concurrency: 8,
+            gate: slots::Gate::new(8),
             scanned: Default::default(),
             written: Default::default(),
             conflict_wake: {
@@ -317,6 +323,8 @@ pub async fn run(
     let client = watches;
     let (pods, writer) = reflector::store();
     ctx.pods = pods;
+    ctx.gate = slots::Gate::new(ctx.concurrency);
+    let gate = ctx.gate.clone();
     let index = ctx.pod_index.clone();
     let cluster = ctx.cluster.clone();
     // One SidecarSet matching per pod event, shared by the pod index (the pods running without
@@ -341,17 +349,27 @@ pub async fn run(
         }
         std::future::ready(ev.ok())
     })
-    .flat_map(move |ev| {
+    .for_each(move |ev| {
         let selects = |p: &SlimPod| pods::selecting(&cluster, p);
         let wake = index
             .lock()
             .map(|mut i| i.step(&ev, &cluster.skip_namespaces, &selects))
             .unwrap_or_default();
-        futures::stream::iter(
-            wake.into_iter()
-                .map(|n| ObjectRef::<StoredSidecarSet>::new(&n)),
-        )
+        for name in wake {
+            gate.wake(&name);
+        }
+        std::future::ready(())
     });
+    // The pod watch runs on its own and queues the SidecarSets it wakes in the gate, which hands
+    // them to the controller in turn.
+    // Stopped with the controller, also when `run` itself is dropped.
+    struct AbortOnDrop(tokio::task::JoinHandle<()>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let _pod_watch = AbortOnDrop(tokio::spawn(pod_wakes));
 
     let becoming_leader = on_becoming_leader(ctx.leadership.clone());
     // Every `resync` while leading (off unless asked for), everything again: a safety net. A
@@ -366,10 +384,16 @@ pub async fn run(
         .stream(sidecarsets.clone())
         .filter(move |ss| std::future::ready(changes.changed(ss)))
         .map(Ok::<_, watcher::Error>);
-    let config = kube::runtime::controller::Config::default().concurrency(ctx.concurrency);
+    // The gate's limit, and a reserve for what does not go through it (see [`slots`]).
+    let config =
+        kube::runtime::controller::Config::default().concurrency(ctx.gate.controller_limit());
+    let woken = {
+        let store = sidecarsets.clone();
+        ctx.gate.clone().stream(move |r| store.get(r).is_some())
+    };
     Controller::for_stream(trigger, sidecarsets)
         .with_config(config)
-        .reconcile_on(pod_wakes)
+        .reconcile_on(woken)
         .reconcile_all_on(reconcile_all)
         .reconcile_on(conflicts_found)
         .shutdown_on_signal()
@@ -421,6 +445,7 @@ fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Actio
 async fn measured_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // Followers keep their caches warm and wait: becoming the leader reconciles everything.
     // A leader's reconcile is dropped, with any write in flight, the moment it stops leading.
+    let _running = ctx.gate.started(&stored.name_any());
     let leadership = ctx.leadership.clone();
     match leadership.run(leading_reconcile(stored, ctx)).await {
         Some(res) => res,
@@ -598,6 +623,12 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     span.record("updated", planned.counts.updated);
     span.record("ready", planned.counts.ready);
     record_metrics(&name, &planned);
+    // A rollout in progress: pods still to move to the current sidecars, some of them in flight.
+    ctx.gate.set_rolling(
+        &name,
+        planned.counts.updated < planned.counts.matched
+            && matches!(planned.next, plan::Next::After(_)),
+    );
 
     // Act.
     if planned.write_status
@@ -618,10 +649,14 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         let step = step.as_ref().map_err(|e| Error::Invalid(e.clone()))?;
         act::rollout_step(&ctx, &ss, &entry, &pods, &planned, step, &latest_revision).await?;
     }
-    Ok(match planned.next {
-        plan::Next::OnChange => Action::await_change(),
-        plan::Next::After(d) => Action::requeue(d),
-    })
+    // The recheck goes through the gate, in turn with the pods' wake-ups, and is dropped when
+    // one of them reconciles this first: under load, requeues straight into the controller took
+    // every slot (a SidecarSet with pods in flight asks for one every 5 s) while the wake-ups
+    // that carry news waited.
+    if let plan::Next::After(d) = planned.next {
+        ctx.gate.wake_after(&name, d);
+    }
+    Ok(Action::await_change())
 }
 
 fn record_metrics(name: &str, planned: &plan::ReconcilePlan) {
