@@ -11,28 +11,28 @@ ARG RUST_VERSION=1.95
 FROM rust:${RUST_VERSION}-bookworm AS builder
 WORKDIR /src
 
-# 1. Dependencies only, cached until Cargo.toml or Cargo.lock change. Every workspace member and
-#    declared target needs a file for cargo to load the workspace, so stubs stand in for them.
+# 1. Dependencies only, cached until a Cargo.toml or Cargo.lock changes. Every workspace member
+#    and declared target needs a file for cargo to load the workspace, so stubs stand in for them.
 COPY Cargo.toml Cargo.lock ./
-COPY e2e/Cargo.toml e2e/Cargo.toml
 COPY crates/core/Cargo.toml crates/core/Cargo.toml
+COPY crates/operator/Cargo.toml crates/operator/Cargo.toml
 COPY crates/cli/Cargo.toml crates/cli/Cargo.toml
-RUN mkdir -p src benches e2e/src crates/core/src crates/cli/src \
- && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs e2e/src/lib.rs crates/core/src/lib.rs crates/cli/src/lib.rs \
- && echo 'fn main() {}' > benches/inject.rs \
- && echo 'fn main() {}' > benches/webhook_load.rs \
+COPY crates/e2e/Cargo.toml crates/e2e/Cargo.toml
+RUN for c in core operator cli e2e; do mkdir -p crates/$c/src && touch crates/$c/src/lib.rs; done \
+ && mkdir -p crates/operator/benches \
+ && echo 'fn main() {}' > crates/operator/src/main.rs \
+ && for b in inject webhook_load simulate; do echo 'fn main() {}' > crates/operator/benches/$b.rs; done \
  && cargo build --release --locked --bin sidecarset-operator \
- && rm -rf src benches e2e/src crates/core/src crates/cli/src
+ && rm -rf crates/*/src crates/operator/benches
 
 # 2. The real sources. Touch the crate roots: COPY keeps the files' old mtimes, and cargo would
 #    otherwise take the stub build of step 1 as up to date.
-COPY src src
-COPY benches benches
-COPY e2e/src e2e/src
 COPY crates/core/src crates/core/src
+COPY crates/operator/src crates/operator/src
+COPY crates/operator/benches crates/operator/benches
 COPY crates/cli/src crates/cli/src
-RUN touch src/main.rs src/lib.rs crates/core/src/lib.rs crates/cli/src/lib.rs \
+COPY crates/e2e/src crates/e2e/src
+RUN touch crates/operator/src/main.rs crates/operator/src/lib.rs crates/core/src/lib.rs crates/cli/src/lib.rs \
  && cargo build --release --locked --bin sidecarset-operator \
  && install -D -m 0755 target/release/sidecarset-operator /out/sidecarset-operator
 

@@ -4,8 +4,8 @@
 # (never asserts) operator RSS, steady-state CPU and reconciles per minute, status convergence
 # after a pod becomes ready, the rollout rate of an image change at maxUnavailable 10% against a
 # bare client's pod-patch rate, and admission rate/p50/p99 with wrk over keep-alive TLS (idle and
-# with a rollout running) and with the in-process harness (benches/webhook_load.rs). The phases
-# are in e2e/examples/scale_bench.rs. Prints a table with the goal next to each figure, keeps it in
+# with a rollout running) and with the in-process harness (crates/operator/benches/webhook_load.rs). The phases
+# are in crates/e2e/examples/scale_bench.rs. Prints a table with the goal next to each figure, keeps it in
 # $SSO_WORK/bench-scale-report.txt, and removes the cluster, the operator and wrk on exit.
 #
 #   make bench-scale                                   # the figures (20000 pods, ...)
@@ -134,7 +134,7 @@ if [ "${PERF:-0}" = 1 ]; then
   fi
 fi
 
-phase "running the benchmark (e2e/examples/scale_bench.rs)"
+phase "running the benchmark (crates/e2e/examples/scale_bench.rs)"
 OPERATOR_PID=$OPERATOR_PID METRICS_ADDR=127.0.0.1:$SSO_METRICS_PORT WEBHOOK_URL=https://127.0.0.1:$SSO_PORT \
   WRK=$WRK BENCH_WORK=$SSO_WORK CLK_TCK=$(getconf CLK_TCK) HARNESS_LINE=$HARNESS_LINE \
   "$REPO/target/release/examples/scale_bench" >"$REPORT.tmp" &

@@ -903,7 +903,7 @@ cannot() {
   [ "$r" = no ] || die "the ServiceAccount may '$*' (answer: $r $(cat "$OUT/can-i.err")), more than the operator needs"
   pass "may not $*"
 }
-# What the operator does (src/run.rs, src/certs): watch SidecarSets and namespaces, patch pods,
+# What the operator does (crates/operator/src/run.rs, crates/operator/src/certs): watch SidecarSets and namespaces, patch pods,
 # write status, events, its Secret, caBundle of its two configurations, Leases, revisions.
 for v in get list watch patch update; do can "$v" sidecarsets.apps.kruise.io; done
 for v in get patch update; do can "$v" sidecarsets.apps.kruise.io --subresource=status; done

@@ -13,7 +13,7 @@
 #   hack/cluster.sh restart COMPONENT [DOWN_SECONDS]
 #                           stop one process of the running cluster (etcd, kube-apiserver, ...),
 #                           keep it down DOWN_SECONDS (default 0), start it again with the same
-#                           command line and environment (the fault tests of e2e/tests/faults.rs)
+#                           command line and environment (the fault tests of crates/e2e/tests/faults.rs)
 #   hack/cluster.sh revive  start again, as they were, the components that exited since a
 #                           'restart' (kube-controller-manager and kube-scheduler exit when they
 #                           lose their leader lease during an outage)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end tests against a real cluster, on a machine with Docker and kind:
-#   1. create the kind cluster "sidecarset-e2e" from e2e/kind-config.yaml,
+#   1. create the kind cluster "sidecarset-e2e" from crates/e2e/kind-config.yaml,
 #   2. build the operator image and load it into the cluster,
 #   3. install the Helm chart (the operator runs in the cluster),
 #   4. build the test images (hack/images.sh), load them, label and taint one worker as the
-#      real node, and run the real-node suite (e2e/tests/real_node.rs); E2E_ALL=1 also runs
+#      real node, and run the real-node suite (crates/e2e/tests/real_node.rs); E2E_ALL=1 also runs
 #      the other suites (they model image pulls with kwok and mostly need the local cluster),
 #   5. print the operator's logs if anything failed, and delete the cluster.
 #
@@ -189,7 +189,7 @@ if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
 fi
 log "creating kind cluster '$CLUSTER'"
 CREATED=1
-create_args=(create cluster --name "$CLUSTER" --config e2e/kind-config.yaml --kubeconfig "$KCFG" --wait 180s)
+create_args=(create cluster --name "$CLUSTER" --config crates/e2e/kind-config.yaml --kubeconfig "$KCFG" --wait 180s)
 # The node image hack/kind-node.sh built on this machine (no registry), when the daemon has it;
 # elsewhere kind's default image.
 if [ -z "${KIND_NODE_IMAGE:-}" ] && local_node=$("$REPO/hack/kind-node.sh" image 2>/dev/null); then
@@ -231,7 +231,7 @@ export SSO_E2E_METRICS_URL=http://127.0.0.1:19090/metrics
 # ---- real-node suite: local images, one worker as the "real node" ------------------------------
 # The same images and suite as hack/e2e-node.sh: busybox v1/v2/v3 (and v2-alias) built by
 # hack/images.sh without a registry, loaded into every kind node; one worker labelled and
-# tainted as the real node; e2e/tests/real_node.rs against the operator installed above.
+# tainted as the real node; crates/e2e/tests/real_node.rs against the operator installed above.
 IMG_DIR=$REPO/.local/kind-images
 if [ "${SSO_KIND_TEST_IMAGES:-0}" != 1 ]; then
   log "building the test images into $IMG_DIR (hack/images.sh: umoci, skopeo, busybox-static)"
@@ -253,7 +253,7 @@ REAL_NODE=$(kc get nodes -l '!node-role.kubernetes.io/control-plane' -o jsonpath
 [ -n "$REAL_NODE" ] || die "no kind worker to run the real-node suite on"
 kc label node "$REAL_NODE" sidecarset-operator.io/real-node=true --overwrite >/dev/null
 kc taint node "$REAL_NODE" sidecarset-operator.io/real-node=true:NoSchedule --overwrite >/dev/null
-log "running the real-node suite on $REAL_NODE (e2e/tests/real_node.rs)"
+log "running the real-node suite on $REAL_NODE (crates/e2e/tests/real_node.rs)"
 t=$SECONDS
 KUBECONFIG=$KCFG SSO_E2E_OPERATOR=external SSO_E2E_REAL_NODE=$REAL_NODE \
   SSO_E2E_IMAGE_IDS=$IMG_DIR/image-ids \

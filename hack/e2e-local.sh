@@ -11,7 +11,7 @@ export SSO_FAILURE_POLICY=${SSO_FAILURE_POLICY:-Fail}
 export SSO_E2E_FAILURE_POLICY=$SSO_FAILURE_POLICY
 export SSO_METRICS_PORT=${SSO_METRICS_PORT:-9090}
 export SSO_E2E_METRICS_URL=http://127.0.0.1:$SSO_METRICS_PORT/metrics
-# The fault tests (e2e/tests/faults.rs) read who wrote what from the API server's audit log.
+# The fault tests (crates/e2e/tests/faults.rs) read who wrote what from the API server's audit log.
 export SSO_AUDIT_POLICY=${SSO_AUDIT_POLICY:-$REPO/hack/audit-policy.yaml}
 
 log() { printf '[e2e-local] %s\n' "$*" >&2; }

@@ -11,7 +11,7 @@
 #               node; the API server calls the webhooks and the CRD conversion through the Service
 #               (endpoint routing: the Service's ClusterIP is not reachable here); a pod created
 #               after install is injected and its sidecar really runs
-#   3. rollout  e2e/tests/real_node.rs against that install: in-place upgrades of container and
+#   3. rollout  crates/e2e/tests/real_node.rs against that install: in-place upgrades of container and
 #               native sidecars, unpullable images, rollback, tag alias, a hot upgrade (HotUpgrade:
 #               the hot images of hack/images.sh hand over through a shared volume)
 #   4. upgrade  pod admissions from several clients at once (hack/admissions.py: 4 clients, 80/s
@@ -263,7 +263,7 @@ check_injected_pod hello-1
 hack/node.sh status 2>&1 | grep 'RSS:' | sed 's/^\[node\]   /[e2e-node] memory with the operator installed: /' >&2 || true
 
 # ---------------------------------------------------------------------------------------------
-section "rollout: in-place upgrades on the real kubelet (e2e/tests/real_node.rs)"
+section "rollout: in-place upgrades on the real kubelet (crates/e2e/tests/real_node.rs)"
 filter=()
 [ -z "${SSO_E2E_NODE_FILTER:-}" ] || filter=("$SSO_E2E_NODE_FILTER")
 if [ "${SSO_E2E_SKIP_ROLLOUT:-0}" = 1 ]; then

@@ -21,7 +21,7 @@
 #                                    EXPOSE 9443, the Dockerfile's labels
 #   hack/images.sh ids OUT           the image IDs a containerd kubelet reports for the busybox
 #                                    tags in OUT (the config digest), one "image id" per line, to
-#                                    OUT/image-ids (e2e/tests/real_node.rs reads them)
+#                                    OUT/image-ids (crates/e2e/tests/real_node.rs reads them)
 #   hack/images.sh olm OLM_BIN OUT   OLM's toolbox image (OUT/olm-toolbox.tar, ref in
 #                                    SSO_OLM_TOOLBOX_IMAGE): busybox (sh, cat, gzip, cp), OLM's
 #                                    /bin/cpb and /bin/copy-content and a static /bin/opm from

@@ -64,7 +64,7 @@ if [ "${SSO_MANAGE_WEBHOOKS:-true}" = true ]; then
 fi
 OPERATOR_KUBECONFIG=${SSO_OPERATOR_KUBECONFIG:-${KUBECONFIG:-$HOME/.kube/config}}
 # A local process has no Service endpoint whose removal must reach the API server: stop at once
-# on SIGTERM (the in-cluster default keeps serving 5 s, src/shutdown.rs).
+# on SIGTERM (the in-cluster default keeps serving 5 s, crates/operator/src/shutdown.rs).
 export SSO_SHUTDOWN_DELAY=${SSO_SHUTDOWN_DELAY:-0}
 
 if [ "${1:-}" != "--background" ]; then

@@ -477,7 +477,7 @@ mod tests {
     /// the same after `RoundUp(resource.Milli)` (or `ERROR` when Go refuses the input).
     #[test]
     fn matches_the_go_implementation() {
-        let table = include_str!("../../../../tests/fixtures/quantity/golden.tsv");
+        let table = include_str!("../../tests/fixtures/quantity/golden.tsv");
         let mut n = 0;
         for line in table
             .lines()

@@ -59,7 +59,7 @@ fn load(path: &Path) -> Case {
 }
 
 fn cases() -> Vec<Case> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/inject");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inject");
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())

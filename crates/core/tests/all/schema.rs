@@ -30,7 +30,7 @@ fn every_openkruise_field_is_in_our_schema_in_the_same_version() {
     let crd = serde_json::to_value(sidecarset_core::api::crd()).unwrap();
     let listed = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/kruise-1.9/sidecarset-fields.txt"
+        "/tests/fixtures/kruise-1.9/sidecarset-fields.txt"
     ))
     .unwrap();
     let mut missing = Vec::new();

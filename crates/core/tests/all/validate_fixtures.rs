@@ -5,7 +5,7 @@ use sidecarset_core::api::{SidecarSet, conflicts, default_sidecarset, validate};
 
 fn load(name: &str) -> Vec<Value> {
     let path = format!(
-        "{}/../../tests/fixtures/validate/{name}",
+        "{}/tests/fixtures/validate/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()

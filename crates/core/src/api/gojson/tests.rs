@@ -153,7 +153,7 @@ fn sorted_sorts_every_level() {
 /// decoded into the Go structs; both from the input as given and from our serde types.
 #[test]
 fn matches_go_encoding_json() {
-    let table = include_str!("../../../../../tests/fixtures/gojson/golden.tsv");
+    let table = include_str!("../../../tests/fixtures/gojson/golden.tsv");
     let (mut n, mut through_types) = (0, 0);
     for line in table
         .lines()

@@ -506,7 +506,7 @@ mod tests {
     #[test]
     fn expressions_evaluate_as_openkruise_evaluates_them() {
         let cases: Vec<Golden> = serde_saphyr::from_str(include_str!(
-            "../../../../../tests/fixtures/resources-policy/calculator.yaml"
+            "../../../tests/fixtures/resources-policy/calculator.yaml"
         ))
         .unwrap();
         assert!(cases.len() > 500);

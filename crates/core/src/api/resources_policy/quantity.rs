@@ -731,7 +731,7 @@ mod tests {
     #[test]
     fn parse_arithmetic_and_printing_match_apimachinery() {
         let cases: Vec<Golden> = serde_saphyr::from_str(include_str!(
-            "../../../../../tests/fixtures/resources-policy/quantity.yaml"
+            "../../../tests/fixtures/resources-policy/quantity.yaml"
         ))
         .unwrap();
         assert!(cases.len() > 150);

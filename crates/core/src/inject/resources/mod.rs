@@ -246,7 +246,7 @@ mod tests {
 
     fn golden() -> Vec<Golden> {
         serde_saphyr::from_str(include_str!(
-            "../../../../../tests/fixtures/resources-policy/policy.yaml"
+            "../../../tests/fixtures/resources-policy/policy.yaml"
         ))
         .unwrap()
     }

@@ -1,0 +1,650 @@
+//! The shell of the self-managed certificates: keeps the Secret, the served certificate and the
+//! `caBundle` of the webhook configurations in step. Every replica runs it; Secret writes carry
+//! the resourceVersion, so among replicas exactly one write of a step wins and the others adopt
+//! it. Triggered by watches on the Secret and the webhook configurations, and by a resync timer.
+
+use super::{Action, CertConfig, Material, act, bundle_contains, check, decide, ts};
+use crate::health::Gate;
+use crate::tls::{self as server, ServingCert};
+use axum_server::tls_rustls::RustlsConfig;
+use futures::TryStreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+/// Settings of the certificate manager.
+#[derive(Clone, Debug)]
+pub struct ManagerSettings {
+    pub certs: CertConfig,
+    pub namespace: String,
+    pub secret_name: String,
+    /// Name of the Mutating and Validating webhook configurations whose caBundle is kept.
+    pub webhook_config_name: String,
+    pub field_manager: String,
+    pub resync: Duration,
+    /// Where the SidecarSet CRD's conversion webhook points; its caBundle is kept with the
+    /// webhook configurations'. None: the CRD's conversion settings are left alone (OLM).
+    pub conversion: Option<sidecarset_core::api::ConversionTarget>,
+}
+
+/// Full webhook configurations to apply (when the operator owns them, e.g. URL mode), else only
+/// the caBundle of the existing ones is written.
+pub type OwnedConfigs = Option<(MutatingWebhookConfiguration, ValidatingWebhookConfiguration)>;
+
+/// What the manager reports: the certificate served, whether the webhook configurations trust
+/// its CA, and (when it keeps them) whether the CRD's conversion settings point here with it.
+#[derive(Clone, Debug)]
+pub struct Reports {
+    pub cert: ServingCert,
+    pub ca_trusted: Gate,
+    pub conversion: Option<Gate>,
+}
+
+/// This replica's clock, in Unix seconds (injectable: tests run a replica whose clock is off).
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+pub struct Manager {
+    /// For reads and writes (every request bounded in time).
+    client: Client,
+    /// For the watches.
+    watches: Client,
+    clock: Clock,
+    settings: ManagerSettings,
+    owned: OwnedConfigs,
+    reports: Reports,
+    /// The material in use: served, and used to recreate a deleted Secret as it was.
+    current: Mutex<Option<Material>>,
+    tls: Mutex<Option<RustlsConfig>>,
+    wake: Notify,
+}
+
+fn now() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(now)
+}
+
+fn to_material(s: &Secret) -> Result<Material, String> {
+    let data = s
+        .data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let since = s
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::ANNOTATION_STEP_SINCE))
+        .and_then(|v| v.parse().ok());
+    Material::from_data(&data, since)
+}
+
+impl Manager {
+    /// A manager using one client for everything and the system clock (tests).
+    pub fn new(
+        client: Client,
+        settings: ManagerSettings,
+        owned: OwnedConfigs,
+        reports: Reports,
+    ) -> Arc<Self> {
+        Self::with(
+            client.clone(),
+            client,
+            system_clock(),
+            settings,
+            owned,
+            reports,
+        )
+    }
+
+    /// A manager whose reads and writes go through `calls`, its watches through `watches`, and
+    /// that reads the time from `clock`.
+    pub fn with(
+        calls: Client,
+        watches: Client,
+        clock: Clock,
+        settings: ManagerSettings,
+        owned: OwnedConfigs,
+        reports: Reports,
+    ) -> Arc<Self> {
+        Arc::new(Manager {
+            client: calls,
+            watches,
+            clock,
+            settings,
+            owned,
+            reports,
+            current: Mutex::new(None),
+            tls: Mutex::new(None),
+            wake: Notify::new(),
+        })
+    }
+
+    fn mark_conversion(&self, ok: bool) {
+        if let Some(g) = &self.reports.conversion {
+            g.set(ok);
+        }
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    /// Reconciles until a certificate is in use, retrying with backoff, and returns the TLS
+    /// config to serve (hot-swapped in place afterwards).
+    pub async fn initial(self: &Arc<Self>) -> RustlsConfig {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match self.reconcile().await {
+                Ok(()) => {
+                    if let Some(cfg) = self.tls.lock().ok().and_then(|g| g.clone()) {
+                        return cfg;
+                    }
+                }
+                Err(e) => warn!(error = %e, retry_in = ?delay, "certificates not ready yet"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// Runs forever: watches, resync timer, reconcile with backoff on errors.
+    pub async fn run(self: Arc<Self>) {
+        self.clone().spawn_watches();
+        let mut delay = Duration::from_millis(200);
+        loop {
+            let wait = match self.reconcile().await {
+                Ok(()) => {
+                    delay = Duration::from_millis(200);
+                    self.settings.resync
+                }
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?delay, "certificate reconcile failed");
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                    delay
+                }
+            };
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    fn spawn_watches(self: Arc<Self>) {
+        let by_name = |n: &str| watcher::Config::default().fields(&format!("metadata.name={n}"));
+        let s = self.clone();
+        let secret_cfg = by_name(&self.settings.secret_name);
+        tokio::spawn(async move {
+            let secrets: Api<Secret> = Api::namespaced(s.watches.clone(), &s.settings.namespace);
+            let stream = watcher::watcher(secrets, secret_cfg).default_backoff();
+            s.trigger_on(stream).await
+        });
+        let s = self.clone();
+        let cfg = by_name(&self.settings.webhook_config_name);
+        tokio::spawn(async move {
+            let api: Api<MutatingWebhookConfiguration> = Api::all(s.watches.clone());
+            s.trigger_on(watcher::watcher(api, cfg).default_backoff())
+                .await
+        });
+        if self.settings.conversion.is_some() {
+            let s = self.clone();
+            let cfg = by_name(sidecarset_core::api::CRD_NAME);
+            tokio::spawn(async move {
+                let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+                    Api::all(s.watches.clone());
+                s.trigger_on(watcher::watcher(api, cfg).default_backoff())
+                    .await
+            });
+        }
+        let s = self.clone();
+        let cfg = by_name(&self.settings.webhook_config_name);
+        tokio::spawn(async move {
+            let api: Api<ValidatingWebhookConfiguration> = Api::all(s.watches.clone());
+            s.trigger_on(watcher::watcher(api, cfg).default_backoff())
+                .await
+        });
+    }
+
+    async fn trigger_on<K>(
+        &self,
+        stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    ) {
+        futures::pin_mut!(stream);
+        loop {
+            match stream.try_next().await {
+                Ok(Some(_)) => self.wake.notify_one(),
+                Ok(None) => return,
+                Err(e) => debug!(error = %e, "certificate watch interrupted; retrying"),
+            }
+        }
+    }
+
+    /// One pass: make the Secret right, serve its leaf, make the caBundles trust it.
+    pub async fn reconcile(&self) -> anyhow::Result<()> {
+        let cfg = &self.settings.certs;
+        let t = (self.clock)();
+        let secret = self.secrets().get_opt(&self.settings.secret_name).await?;
+        let stored = match &secret {
+            None => None,
+            Some(s) => match to_material(s) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    warn!(secret = %self.key(), problem = %e, "the certificate Secret is unusable; replacing it");
+                    None
+                }
+            },
+        };
+        let in_memory = self.current.lock().ok().and_then(|g| g.clone());
+        let applied = match &stored {
+            Some(m) => self.bundle_applied(&m.ca_bundle()).await?,
+            None => false,
+        };
+
+        let material = match (&secret, stored) {
+            // Deleted while we hold valid material: put it back as it was, nothing changes for
+            // the API server or the other replicas.
+            (None, _) if in_memory.as_ref().is_some_and(|m| check(m, cfg, t).is_ok()) => {
+                let m = in_memory.clone().unwrap_or_else(|| unreachable!());
+                info!(secret = %self.key(), "the certificate Secret was deleted; recreating it from the certificates in use");
+                self.write(None, &m).await?
+            }
+            (existing, stored) => {
+                let action = decide(stored.as_ref(), cfg, t, applied);
+                if let Action::Wait(why) = &action {
+                    warn!(secret = %self.key(), reason = %why, "the certificate Secret is left as it is");
+                }
+                if matches!(action, Action::Keep | Action::Wait(_)) {
+                    stored.unwrap_or_else(|| unreachable!("decide keeps only existing material"))
+                } else {
+                    let next = act(&action, stored.as_ref(), cfg, t).map_err(anyhow::Error::msg)?;
+                    match self.write(existing.as_ref(), &next).await {
+                        Ok(m) => {
+                            self.log_action(&action, &m);
+                            m
+                        }
+                        Err(e) if is_conflict(&e) => {
+                            debug!(
+                                "another replica wrote the certificate Secret first; adopting it"
+                            );
+                            self.wake.notify_one();
+                            return Ok(());
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        };
+
+        // Every caBundle trusts a new CA before any replica serves a certificate it signed:
+        // the bundle first, then the certificate. One of another CA that is still valid stays
+        // served until the bundles trust the new one (a fresh install has nothing else).
+        let published = self.publish_bundle(&material).await;
+        let trusted = matches!(published, Ok(true));
+        if trusted || !self.serving_another_valid_ca(&material, t) {
+            self.serve(&material)?;
+        } else {
+            warn!(secret = %self.key(), "not serving the new CA's certificate yet: not every caBundle trusts that CA; retrying");
+            self.wake.notify_one();
+        }
+        published.map(|_| ())
+    }
+
+    /// True while the certificate served is of another CA than `next`'s and still valid at
+    /// `now`.
+    fn serving_another_valid_ca(&self, next: &Material, now: i64) -> bool {
+        let Some(current) = self.current.lock().ok().and_then(|g| g.clone()) else {
+            return false;
+        };
+        current.ca_cert != next.ca_cert
+            && super::cert_info(&current.tls_cert, "tls.crt").is_ok_and(|i| now < i.not_after)
+    }
+
+    fn key(&self) -> String {
+        format!("{}/{}", self.settings.namespace, self.settings.secret_name)
+    }
+
+    fn log_action(&self, action: &Action, m: &Material) {
+        let expiry = super::cert_info(&m.tls_cert, "tls.crt")
+            .map(|i| ts(i.not_after))
+            .unwrap_or_default();
+        let secret = self.key();
+        let kind = match action {
+            Action::Keep | Action::Wait(_) => "keep",
+            Action::Generate(_) => "generated",
+            Action::RenewLeaf(_) => "leaf_renewed",
+            Action::StartCaRotation => "ca_rotation_started",
+            Action::PromoteCa => "ca_promoted",
+            Action::FinishCaRotation => "ca_rotation_finished",
+        };
+        crate::metrics::metrics()
+            .cert_changes
+            .get_or_create(&crate::metrics::reason(kind))
+            .inc();
+        match action {
+            Action::Keep | Action::Wait(_) => {}
+            Action::Generate(why) => {
+                info!(%secret, reason = %why, leaf_expires = %expiry, "generated a new CA and serving certificate")
+            }
+            Action::RenewLeaf(why) => {
+                info!(%secret, reason = %why, leaf_expires = %expiry, "renewed the serving certificate")
+            }
+            Action::StartCaRotation => {
+                info!(%secret, "CA rotation step 1/3: the next CA is published next to the current one")
+            }
+            Action::PromoteCa => {
+                info!(%secret, leaf_expires = %expiry, "CA rotation step 2/3: serving a certificate of the new CA; the old CA stays trusted")
+            }
+            Action::FinishCaRotation => {
+                info!(%secret, "CA rotation step 3/3: the old CA is no longer trusted")
+            }
+        }
+    }
+
+    /// Creates the Secret, or replaces it under its resourceVersion; returns what was stored.
+    async fn write(&self, existing: Option<&Secret>, m: &Material) -> anyhow::Result<Material> {
+        let mut meta = ObjectMeta {
+            name: Some(self.settings.secret_name.clone()),
+            namespace: Some(self.settings.namespace.clone()),
+            labels: Some(
+                [(
+                    "app.kubernetes.io/managed-by".to_string(),
+                    self.settings.field_manager.clone(),
+                )]
+                .into(),
+            ),
+            annotations: m
+                .step_since
+                .map(|s| [(super::ANNOTATION_STEP_SINCE.to_string(), s.to_string())].into()),
+            ..Default::default()
+        };
+        let secret = |meta: ObjectMeta| Secret {
+            metadata: meta,
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(
+                m.to_data()
+                    .into_iter()
+                    .map(|(k, v)| (k, ByteString(v)))
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let stored = match existing {
+            None => match self
+                .secrets()
+                .create(&PostParams::default(), &secret(meta))
+                .await
+            {
+                Ok(s) => s,
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    return Err(anyhow::anyhow!(Conflict(
+                        "created by another replica first".into()
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            },
+            Some(old) => {
+                meta.resource_version = old.metadata.resource_version.clone();
+                // Keep what others set on the Secret (labels, annotations, owner references).
+                let mut labels = old.metadata.labels.clone().unwrap_or_default();
+                labels.extend(meta.labels.take().unwrap_or_default());
+                meta.labels = Some(labels);
+                let mut ann = old.metadata.annotations.clone().unwrap_or_default();
+                ann.extend(meta.annotations.take().unwrap_or_default());
+                meta.annotations = Some(ann);
+                meta.owner_references = old.metadata.owner_references.clone();
+                match self
+                    .secrets()
+                    .replace(
+                        &self.settings.secret_name,
+                        &PostParams::default(),
+                        &secret(meta),
+                    )
+                    .await
+                {
+                    Ok(s) => s,
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        return Err(anyhow::anyhow!(Conflict(
+                            "changed by another replica first".into()
+                        )));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        to_material(&stored).map_err(anyhow::Error::msg)
+    }
+
+    /// Hot-swaps the served certificate when it changed.
+    fn serve(&self, m: &Material) -> anyhow::Result<()> {
+        let same = self
+            .current
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(|c| c.tls_cert == m.tls_cert))
+            .unwrap_or(false);
+        if let Ok(mut g) = self.current.lock() {
+            *g = Some(m.clone());
+        }
+        let expires = super::cert_info(&m.tls_cert, "tls.crt")
+            .map(|i| i.not_after)
+            .unwrap_or(0);
+        crate::metrics::metrics().cert_expiry.set(expires);
+        if same {
+            self.reports.cert.loaded(expires);
+            return Ok(());
+        }
+        let cfg = server::server_config_from_pem(m.tls_cert.as_bytes(), m.tls_key.as_bytes())?;
+        let mut tls = self
+            .tls
+            .lock()
+            .map_err(|_| anyhow::anyhow!("TLS state poisoned"))?;
+        match tls.as_ref() {
+            Some(existing) => existing.reload_from_config(cfg),
+            None => *tls = Some(RustlsConfig::from_config(cfg)),
+        }
+        self.reports.cert.loaded(expires);
+        info!(expires = %ts(expires), "serving certificate loaded");
+        Ok(())
+    }
+
+    /// Whether every caBundle that must trust a CA before it signs what is served does: both
+    /// webhook configurations and the CRD's conversion settings (when kept).
+    async fn bundle_applied(&self, bundle: &str) -> anyhow::Result<bool> {
+        Ok(self.webhooks_trust(bundle).await? && self.crd_trusts(bundle).await?)
+    }
+
+    async fn webhooks_trust(&self, bundle: &str) -> anyhow::Result<bool> {
+        let name = &self.settings.webhook_config_name;
+        let m = Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .get_opt(name)
+            .await?;
+        let v = Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .get_opt(name)
+            .await?;
+        let trusts = |b: Option<&ByteString>| b.is_some_and(|b| bundle_contains(&b.0, bundle));
+        let m_ok = m.as_ref().is_some_and(|m| {
+            m.webhooks
+                .iter()
+                .flatten()
+                .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
+                && (self.owned.is_some() || m.webhooks.as_ref().is_some_and(|w| !w.is_empty()))
+        });
+        let v_ok = v.as_ref().is_some_and(|v| {
+            v.webhooks
+                .iter()
+                .flatten()
+                .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
+        });
+        Ok(m_ok && v_ok)
+    }
+
+    /// Whether the CRD's conversion settings (when kept) point here and trust `bundle`; true
+    /// when they are not kept or the CRD is not installed.
+    async fn crd_trusts(&self, bundle: &str) -> anyhow::Result<bool> {
+        let Some(target) = &self.settings.conversion else {
+            return Ok(true);
+        };
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crd = Api::<CustomResourceDefinition>::all(self.client.clone())
+            .get_opt(sidecarset_core::api::CRD_NAME)
+            .await?;
+        Ok(crd.is_none_or(|crd| super::crd::conversion_ok(&crd, target, bundle)))
+    }
+
+    /// Writes the caBundle with server-side apply under our field manager (repairing it when
+    /// someone overwrote it); updates readiness. Ok(true) when every caBundle kept (the CRD's
+    /// too) trusts every CA of the material now.
+    async fn publish_bundle(&self, m: &Material) -> anyhow::Result<bool> {
+        let bundle = m.ca_bundle();
+        let mut crd_ok = true;
+        if let Some(target) = &self.settings.conversion {
+            // Conversion only matters for v1alpha1 clients; the operator itself reads v1beta1,
+            // so a failure here is reported but does not hold back the webhooks.
+            match super::crd::ensure(&self.client, target, &bundle, &self.settings.field_manager)
+                .await
+            {
+                Ok(super::crd::ConversionPass::NoCrd) => {
+                    // Nothing converts without the CRD: nothing to trust a CA either.
+                    self.mark_conversion(false);
+                    warn!(
+                        crd = sidecarset_core::api::CRD_NAME,
+                        "the SidecarSet CRD is not installed: install it (the chart's crds/, or `sidecarset-operator crd | kubectl apply -f -`)"
+                    )
+                }
+                Ok(_) => self.mark_conversion(true),
+                Err(e) => {
+                    crd_ok = false;
+                    self.mark_conversion(false);
+                    warn!(crd = sidecarset_core::api::CRD_NAME, error = %e, "cannot write the CRD's conversion webhook settings")
+                }
+            }
+        }
+        if self.webhooks_trust(&bundle).await? {
+            self.reports.ca_trusted.set(true);
+            return Ok(crd_ok);
+        }
+        let pp = PatchParams::apply(&self.settings.field_manager).force();
+        let name = &self.settings.webhook_config_name;
+        let mapi: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let vapi: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        match &self.owned {
+            Some((mutating, validating)) => {
+                let mut mutating = mutating.clone();
+                let mut validating = validating.clone();
+                for w in mutating.webhooks.iter_mut().flatten() {
+                    w.client_config.ca_bundle = Some(ByteString(bundle.clone().into_bytes()));
+                }
+                for w in validating.webhooks.iter_mut().flatten() {
+                    w.client_config.ca_bundle = Some(ByteString(bundle.clone().into_bytes()));
+                }
+                mapi.patch(name, &pp, &Patch::Apply(&with_types(&mutating)?))
+                    .await?;
+                vapi.patch(name, &pp, &Patch::Apply(&with_types(&validating)?))
+                    .await?;
+            }
+            None => {
+                let b64 = ByteString(bundle.clone().into_bytes());
+                let mnames = webhook_names(
+                    mapi.get_opt(name).await?.map(|c| {
+                        c.webhooks
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|w| w.name)
+                            .collect()
+                    }),
+                    "MutatingWebhookConfiguration",
+                    name,
+                );
+                let vnames = webhook_names(
+                    vapi.get_opt(name).await?.map(|c| {
+                        c.webhooks
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|w| w.name)
+                            .collect()
+                    }),
+                    "ValidatingWebhookConfiguration",
+                    name,
+                );
+                let (mnames, vnames) = match (mnames, vnames) {
+                    (Ok(m), Ok(v)) => (m, v),
+                    (Err(e), _) | (_, Err(e)) => {
+                        self.reports.ca_trusted.set(false);
+                        return Err(e);
+                    }
+                };
+                let entries = |names: &[String]| -> Vec<serde_json::Value> {
+                    names
+                        .iter()
+                        .map(|n| json!({"name": n, "clientConfig": {"caBundle": b64}}))
+                        .collect()
+                };
+                let mpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                                    "metadata": {"name": name}, "webhooks": entries(&mnames)});
+                let vpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                                    "metadata": {"name": name}, "webhooks": entries(&vnames)});
+                mapi.patch(name, &pp, &Patch::Apply(&mpatch)).await?;
+                vapi.patch(name, &pp, &Patch::Apply(&vpatch)).await?;
+            }
+        }
+        info!(name = %name, cas = super::bundle_ders(bundle.as_bytes()).len(), "caBundle written to the webhook configurations");
+        crate::metrics::metrics().ca_bundle_writes.inc();
+        self.reports.ca_trusted.set(true);
+        Ok(crd_ok)
+    }
+}
+
+/// The webhook names of a configuration, or an error saying it must be installed.
+fn webhook_names(
+    names: Option<Vec<String>>,
+    kind: &str,
+    name: &str,
+) -> anyhow::Result<Vec<String>> {
+    names.ok_or_else(|| {
+        anyhow::anyhow!("{kind} {name} does not exist: install it (the Helm chart does) or run with --manage-webhooks")
+    })
+}
+
+#[derive(Debug)]
+struct Conflict(String);
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "conflict: {}", self.0)
+    }
+}
+impl std::error::Error for Conflict {}
+
+fn is_conflict(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Conflict>().is_some()
+}
+
+/// An object as JSON with its apiVersion and kind (server-side apply needs them).
+pub fn with_types<K: Resource<DynamicType = ()> + serde::Serialize>(
+    obj: &K,
+) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(obj)?;
+    v["apiVersion"] = K::api_version(&()).into();
+    v["kind"] = K::kind(&()).into();
+    Ok(v)
+}
+
+#[cfg(test)]
+mod against_a_mock_api_server;

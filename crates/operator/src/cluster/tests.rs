@@ -1,0 +1,337 @@
+//! The cluster view fed with watch events, no server.
+
+use super::feed::{Feed, Namespaces, Revisions, SidecarSets};
+use super::*;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::PartialObjectMeta;
+use kube::runtime::watcher::Event;
+use serde_json::json;
+use sidecarset_core::api::v1beta1::SidecarSet as StoredSidecarSet;
+
+fn stored(name: &str, app: &str) -> StoredSidecarSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+        "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": app}},
+                 "containers": [{"name": "proxy", "image": "proxy:1"}]}
+    }))
+    .unwrap()
+}
+
+fn names(view: &ClusterView) -> Vec<String> {
+    view.index().iter().map(|s| s.name_any()).collect()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn sidecarsets_initial_list_changes_and_deletes() {
+    let readiness = Readiness::default();
+    let view = ClusterView::new(["kube-system".to_string()], &readiness);
+    let mut feed = Feed::<SidecarSets>::default();
+    assert!(!view.sidecarsets_synced());
+    assert!(
+        readiness
+            .not_ready()
+            .contains(&"SidecarSets not listed yet")
+    );
+    feed.step(&view, Event::Init);
+    feed.step(&view, Event::InitApply(stored("mesh", "web")));
+    feed.step(&view, Event::InitApply(stored("log", "api")));
+    assert!(
+        names(&view).is_empty(),
+        "nothing until the list is complete"
+    );
+    feed.step(&view, Event::InitDone);
+    assert!(view.sidecarsets_synced());
+    assert_eq!(names(&view), ["log", "mesh"]);
+    // Defaulted on the way in.
+    let mesh = view.index().get("mesh").cloned().unwrap();
+    assert_eq!(
+        mesh.spec.containers[0]
+            .container
+            .image_pull_policy
+            .as_deref(),
+        Some("IfNotPresent")
+    );
+    let pod = labels(&[("app", "web")]);
+    let ns = view.namespace_labels("shop");
+    assert_eq!(
+        view.index()
+            .matching_all(&pod, &ns)
+            .map(|s| s.name_any())
+            .collect::<Vec<_>>(),
+        ["mesh"]
+    );
+
+    feed.step(&view, Event::Apply(stored("mesh", "api")));
+    assert!(view.index().matching_all(&pod, &ns).next().is_none());
+    feed.step(&view, Event::Delete(stored("log", "api")));
+    assert_eq!(names(&view), ["mesh"]);
+}
+
+#[test]
+fn a_relist_keeps_the_old_view_until_it_is_complete() {
+    let readiness = Readiness::default();
+    let view = ClusterView::new(Vec::<String>::new(), &readiness);
+    let mut feed = Feed::<SidecarSets>::default();
+    for ev in [
+        Event::Init,
+        Event::InitApply(stored("a", "x")),
+        Event::InitApply(stored("b", "x")),
+        Event::InitDone,
+    ] {
+        feed.step(&view, ev);
+    }
+    // The watch restarts: "b" was deleted meanwhile, "c" created.
+    feed.step(&view, Event::Init);
+    feed.step(&view, Event::InitApply(stored("a", "x")));
+    assert_eq!(names(&view), ["a", "b"], "old view while relisting");
+    feed.step(&view, Event::InitApply(stored("c", "x")));
+    feed.step(&view, Event::InitDone);
+    assert_eq!(names(&view), ["a", "c"]);
+}
+
+#[test]
+fn an_invalid_or_unreadable_sidecarset_never_injects() {
+    let readiness = Readiness::default();
+    let view = ClusterView::new(Vec::<String>::new(), &readiness);
+    let mut feed = Feed::<SidecarSets>::default();
+    feed.step(&view, Event::Init);
+    feed.step(&view, Event::InitApply(stored("good", "web")));
+    let mut empty = stored("empty-selector", "web");
+    empty.spec.selector = Some(Default::default());
+    feed.step(&view, Event::InitApply(empty));
+    feed.step(&view, Event::InitDone);
+    assert_eq!(names(&view), ["good"], "an empty selector is left out");
+
+    // A stored object changed into one whose selector is invalid: taken out, not kept as it was.
+    let mut bad = stored("good", "web");
+    bad.spec.selector = Some(
+        serde_json::from_value(
+            json!({"matchExpressions": [{"key": "app", "operator": "Sometimes"}]}),
+        )
+        .unwrap(),
+    );
+    feed.step(&view, Event::Apply(bad));
+    assert!(names(&view).is_empty());
+}
+
+fn ns(name: &str, l: &[(&str, &str)]) -> PartialObjectMeta<Namespace> {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": labels(l)}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn namespaces_labels_listed_changed_and_deleted() {
+    let readiness = Readiness::default();
+    let view = ClusterView::new(Vec::<String>::new(), &readiness);
+    let mut feed = Feed::<Namespaces>::default();
+    feed.step(&view, Event::Init);
+    feed.step(&view, Event::InitApply(ns("shop", &[("mesh", "on")])));
+    assert!(!view.namespaces_synced());
+    feed.step(&view, Event::InitDone);
+    assert!(view.namespaces_synced());
+    assert_eq!(view.namespace_labels("shop")["mesh"], "on");
+    assert_eq!(
+        view.namespace_labels("shop")[sidecarset_core::api::LABEL_NAMESPACE_NAME],
+        "shop",
+        "the name label is always there"
+    );
+    assert!(view.knows_namespace("shop") && !view.knows_namespace("new"));
+    feed.step(&view, Event::Apply(ns("shop", &[("mesh", "off")])));
+    assert_eq!(view.namespace_labels("shop")["mesh"], "off");
+    feed.step(&view, Event::Delete(ns("shop", &[])));
+    assert!(!view.knows_namespace("shop"));
+    assert!(!view.namespace_labels("shop").contains_key("mesh"));
+    assert!(
+        readiness
+            .not_ready()
+            .iter()
+            .all(|w| !w.contains("Namespaces"))
+    );
+}
+
+fn revision(name: &str, ss: &str, number: i64, custom: Option<&str>) -> ControllerRevision {
+    let mut l = json!({"kruise.io/sidecarset-name": ss});
+    if let Some(c) = custom {
+        l["apps.kruise.io/sidecarset-custom-version"] = json!(c);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "ControllerRevision",
+        "metadata": {"name": name, "namespace": "sidecarset-system", "labels": l},
+        "data": {"spec": {"containers": []}}, "revision": number
+    }))
+    .unwrap()
+}
+
+#[test]
+fn revisions_feed_pinning_and_history() {
+    let readiness = Readiness::default();
+    let view = ClusterView::new(Vec::<String>::new(), &readiness);
+    let mut feed = Feed::<Revisions>::default();
+    feed.step(&view, Event::Init);
+    feed.step(
+        &view,
+        Event::InitApply(revision("mesh-b", "mesh", 2, Some("v2"))),
+    );
+    feed.step(
+        &view,
+        Event::InitApply(revision("mesh-a", "mesh", 1, Some("v1"))),
+    );
+    feed.step(&view, Event::InitApply(revision("log-a", "log", 1, None)));
+    assert!(!view.revisions_synced());
+    feed.step(&view, Event::InitDone);
+    assert!(view.revisions_synced());
+    let of: Vec<String> = view
+        .revisions_of("mesh")
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(of, ["mesh-a", "mesh-b"], "oldest first");
+
+    let mut ss: SidecarSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+        "metadata": {"name": "mesh"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "containers": [],
+                 "injectionStrategy": {"revision": {"customVersion": "v1"}}}
+    }))
+    .unwrap();
+    assert!(view.pin_resolves(&ss));
+    ss.spec
+        .injection_strategy
+        .revision
+        .as_mut()
+        .unwrap()
+        .custom_version = Some("v9".into());
+    assert!(!view.pin_resolves(&ss));
+    feed.step(
+        &view,
+        Event::Apply(revision("mesh-c", "mesh", 3, Some("v9"))),
+    );
+    assert!(view.pin_resolves(&ss));
+    feed.step(
+        &view,
+        Event::Delete(revision("mesh-c", "mesh", 3, Some("v9"))),
+    );
+    assert!(!view.pin_resolves(&ss));
+}
+
+#[test]
+fn a_watch_is_fresh_until_it_has_failed_for_longer_than_the_threshold() {
+    use super::watch::fresh;
+    use std::time::Duration;
+    let limit = Duration::from_secs(120);
+    assert!(fresh(0, 1_000_000, limit), "not failing");
+    assert!(fresh(1_000_000, 1_000_000 + 119_999, limit));
+    assert!(!fresh(1_000_000, 1_000_000 + 120_000, limit));
+    // A clock that went back never makes it stale.
+    assert!(fresh(1_000_000, 999_000, limit));
+}
+
+/// A controller that does not read its wake-ups (busy, or stalled at its lower priority) must
+/// not hold the view back: 3,000 SidecarSet events all reach the index, and the wake-ups stay
+/// one per SidecarSet however often each changes.
+#[tokio::test]
+async fn the_sidecarset_feed_never_waits_on_the_controller() {
+    use super::watch::{Wakeups, WatchHealth, feed_sidecarsets};
+    let readiness = Readiness::default();
+    let view = ClusterView::new(Vec::<String>::new(), &readiness);
+    let health = WatchHealth::new("sidecarsets", "watch_sidecarsets", "stale", &readiness);
+    let (_store, writer) = kube::runtime::reflector::store();
+    let wake = Arc::new(Wakeups::default());
+    let mut events: Vec<Result<Event<StoredSidecarSet>, kube::runtime::watcher::Error>> =
+        vec![Ok(Event::Init)];
+    events.extend((0..1500).map(|i| Ok(Event::InitApply(stored(&format!("ss-{i}"), "web")))));
+    events.push(Ok(Event::InitDone));
+    for round in 0..2 {
+        events.extend((0..1500).map(|i| {
+            Ok(Event::Apply(stored(
+                &format!("ss-{i}"),
+                if round == 0 { "api" } else { "web" },
+            )))
+        }));
+    }
+    events.extend((1500..3000).map(|i| Ok(Event::Apply(stored(&format!("ss-{i}"), "web")))));
+    let fed = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        feed_sidecarsets(
+            futures::stream::iter(events),
+            &view,
+            &health,
+            Some((writer, wake.clone())),
+        ),
+    )
+    .await;
+    assert!(
+        fed.is_ok(),
+        "the feed waited on a controller that does not read (the view froze at {} SidecarSets)",
+        view.index().len()
+    );
+    assert_eq!(view.index().len(), 3000);
+    assert_eq!(wake.len(), 3000, "one wake-up per SidecarSet, coalesced");
+    let taken = wake.take();
+    assert_eq!(taken.first().map(String::as_str), Some("ss-0"));
+    assert!(wake.is_empty());
+}
+
+/// The controller takes a woken name and reads the object from its store: the objects of a
+/// (re)list are in the store only once the list is complete, so their names must not wake it
+/// before (it would find nothing and drop them), and every listed SidecarSet must reach it.
+#[tokio::test]
+async fn every_listed_sidecarset_reaches_the_controller_from_its_store() {
+    use super::watch::{Wakeups, WatchHealth, feed_sidecarsets};
+    use futures::StreamExt;
+    let readiness = Arc::new(Readiness::default());
+    let view = Arc::new(ClusterView::new(Vec::<String>::new(), &readiness));
+    let health = WatchHealth::new("sidecarsets", "watch_sidecarsets", "stale", &readiness);
+    let (store, writer) = kube::runtime::reflector::store();
+    let wake = Arc::new(Wakeups::default());
+    let (tx, rx) = futures::channel::mpsc::unbounded::<
+        Result<Event<StoredSidecarSet>, kube::runtime::watcher::Error>,
+    >();
+    let feeding = tokio::spawn({
+        let (view, wake) = (view.clone(), wake.clone());
+        async move { feed_sidecarsets(rx, &view, &health, Some((writer, wake))).await }
+    });
+    let settle = || tokio::time::sleep(std::time::Duration::from_millis(50));
+    for ev in [
+        Event::Init,
+        Event::InitApply(stored("a", "web")),
+        Event::InitApply(stored("b", "web")),
+    ] {
+        tx.unbounded_send(Ok(ev)).unwrap();
+    }
+    settle().await;
+    assert!(
+        wake.is_empty(),
+        "names of a list still in progress woke the controller: {:?}",
+        wake.take()
+    );
+    tx.unbounded_send(Ok(Event::InitDone)).unwrap();
+    tx.unbounded_send(Ok(Event::Apply(stored("c", "web"))))
+        .unwrap();
+    settle().await;
+    let got: Vec<String> = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        wake.clone()
+            .stream(store)
+            .take(3)
+            .map(|o| o.name_any())
+            .collect(),
+    )
+    .await
+    .expect("the controller got every SidecarSet");
+    assert_eq!(got, ["a", "b", "c"]);
+    drop(tx);
+    feeding.await.unwrap();
+}

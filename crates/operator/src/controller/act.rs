@@ -1,0 +1,436 @@
+//! Carrying out a plan: the status write, the in-place upgrades of one step, the pods'
+//! `SidecarSetUpgradable` condition and the Events. Every write is conditional on what the plan
+//! was made from (resourceVersion), so a stale cache or a former leader cannot overwrite newer
+//! state.
+
+use super::plan::{self, Note, ReconcilePlan};
+use super::slim::SlimPod;
+use super::{Ctx, Error};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use sidecarset_core::api::SidecarSet;
+use sidecarset_core::api::v1beta1::SidecarSet as StoredSidecarSet;
+use sidecarset_core::index::Entry;
+use sidecarset_core::rollout;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tracing::{Instrument, debug, info, warn};
+
+/// Publishes the notes as Events on the SidecarSet.
+pub async fn publish(ctx: &Ctx, ss: &SidecarSet, notes: Vec<Note>) {
+    for n in notes {
+        ctx.events
+            .publish(ss.object_ref(&()), n.kind, n.reason, n.note)
+            .await;
+    }
+}
+
+/// The merge patch of a planned status: a field the status no longer has is written as null
+/// (a merge patch leaves out what it does not name, so `podsWithoutSidecars` would stay).
+pub fn status_patch(plan: &ReconcilePlan) -> serde_json::Value {
+    let mut status = json!(plan.status);
+    if let Some(o) = status.as_object_mut() {
+        for key in ["podsWithoutSidecars", "collisionCount", "latestRevision"] {
+            o.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    json!({ "status": status })
+}
+
+/// Writes the planned status when it changed, only onto the SidecarSet the plan was made from:
+/// the patch carries its resourceVersion, so a write from a stale view (or of a former leader
+/// whose request was late) is refused with a conflict instead of replacing newer state. A
+/// conflict is replanned at once from the newer object.
+pub async fn write_status(ctx: &Ctx, ss: &SidecarSet, plan: &ReconcilePlan) -> Result<(), Error> {
+    if !plan.write_status {
+        return Ok(());
+    }
+    let name = ss.name_any();
+    let api: Api<StoredSidecarSet> = Api::all(ctx.client.clone());
+    let mut body = status_patch(plan);
+    if let Some(rv) = ss.resource_version() {
+        body["metadata"] = json!({ "resourceVersion": rv });
+    }
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+    {
+        Ok(written) => {
+            ctx.remember_status(&name, &plan.status, written.metadata.resource_version);
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Conflict(format!(
+            "the SidecarSet changed since it was read ({}); replanning",
+            e.message
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Upgrades the step's pods in place, concurrently (the API server is the limit, not us).
+/// Returns the keys of the pods upgraded; a pod that changed meanwhile is left for the next
+/// reconcile, which its change triggers.
+pub async fn upgrade(
+    ctx: &Ctx,
+    entry: &Entry,
+    pods: &BTreeMap<String, &Arc<SlimPod>>,
+    keys: &[String],
+    revision: &str,
+) -> Result<Vec<String>, Error> {
+    patch_pods(ctx, entry, pods, keys, revision, Step::Upgrade).await
+}
+
+/// What [`patch_pods`] writes into each pod.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Step {
+    /// The in-place upgrade ([`rollout::upgrade_patch`]).
+    Upgrade,
+    /// The reset of old hot-upgrade containers to the empty image ([`rollout::reset_patch`]).
+    Reset,
+}
+
+async fn patch_pods(
+    ctx: &Ctx,
+    entry: &Entry,
+    pods: &BTreeMap<String, &Arc<SlimPod>>,
+    keys: &[String],
+    revision: &str,
+    step: Step,
+) -> Result<Vec<String>, Error> {
+    let name = entry.ss.name().to_string();
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    // The cache keeps only the injection annotations: with patchPodMetadata that reads the
+    // pod's own values (Retain, MergePatchJson) the pod is read whole first.
+    let read_whole = entry
+        .ss
+        .spec
+        .patch_pod_metadata
+        .iter()
+        .any(|p| p.patch_policy != Some(sidecarset_core::api::PatchPolicy::Overwrite));
+    let planned: Vec<(String, Pod)> = keys
+        .iter()
+        .filter_map(|key| Some((key.clone(), pods.get(key)?.to_pod())))
+        .collect();
+    tracing::Span::current().record("upgrading", planned.len());
+    let results: Vec<(String, Result<Option<Pod>, kube::Error>)> = futures::stream::iter(planned)
+        .map(|(key, pod)| {
+            let client = ctx.client.clone();
+            let ns = pod.namespace().unwrap_or_default();
+            let span = tracing::info_span!(
+                "upgrade pod",
+                namespace = %ns,
+                pod = %pod.name_any(),
+                error = tracing::field::Empty,
+            );
+            let (now, revision) = (&now, revision);
+            async move {
+                let api: Api<Pod> = Api::namespaced(client, &ns);
+                let r = async {
+                    let pod = if read_whole {
+                        api.get(&pod.name_any()).await?
+                    } else {
+                        pod
+                    };
+                    let patch = match step {
+                        Step::Upgrade => rollout::upgrade_patch(&pod, entry, now, revision),
+                        Step::Reset => rollout::reset_patch(&pod, entry, now),
+                    };
+                    let Some(mut patch) = patch else {
+                        return Ok(None);
+                    };
+                    // Only if the pod is still what we planned on (a stale cache or another
+                    // leader).
+                    if let Some(rv) = pod.resource_version() {
+                        patch.0.insert(
+                            0,
+                            json_patch::PatchOperation::Test(json_patch::TestOperation {
+                                path: jsonptr::PointerBuf::from_tokens([
+                                    "metadata",
+                                    "resourceVersion",
+                                ]),
+                                value: rv.into(),
+                            }),
+                        );
+                    }
+                    api.patch(
+                        &pod.name_any(),
+                        &PatchParams::default(),
+                        &Patch::<()>::Json(patch),
+                    )
+                    .await
+                    .map(Some)
+                }
+                .await;
+                if let Err(e) = &r {
+                    tracing::Span::current().record("error", e.to_string().as_str());
+                }
+                (key, r)
+            }
+            .instrument(span)
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let m = crate::metrics::metrics();
+    let mut upgraded = Vec::new();
+    let mut first_error = None;
+    for (key, r) in results {
+        match r {
+            Ok(None) => {}
+            Ok(Some(pod)) if step == Step::Reset => {
+                info!(sidecarset = %name, pod = %key, "old hot-upgrade containers reset to the empty image");
+                ctx.events
+                    .publish(
+                        pod.object_ref(&()),
+                        crate::events::EventType::Normal,
+                        "ResetContainerSucceed",
+                        format!("SidecarSet {name}: the old hot-upgrade containers were reset to the empty image"),
+                    )
+                    .await;
+                upgraded.push(key);
+            }
+            Ok(Some(pod)) => {
+                info!(sidecarset = %name, pod = %key, "sidecar images upgraded in place");
+                m.pods_upgraded
+                    .get_or_create(&crate::metrics::label(&name))
+                    .inc();
+                // As OpenKruise: upgraded, so upgradable (True once every SidecarSet agrees).
+                set_upgradable(ctx, &pod, &name, true).await;
+                upgraded.push(key);
+            }
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
+                info!(sidecarset = %name, pod = %key, reason = %e.message, "pod changed meanwhile; replanning");
+            }
+            Err(e) => {
+                warn!(sidecarset = %name, pod = %key, error = %e, step = ?step, "in-place pod write failed");
+                if step == Step::Reset
+                    && let Some(pod) = pods.get(&key)
+                {
+                    ctx.events
+                        .publish(
+                            pod.to_pod().object_ref(&()),
+                            crate::events::EventType::Warning,
+                            "ResetContainerFailed",
+                            format!("SidecarSet {name}: resetting the old hot-upgrade containers to the empty image failed: {e}"),
+                        )
+                        .await;
+                }
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e.into()),
+        None => Ok(upgraded),
+    }
+}
+
+/// Carries out the rollout part of a plan and publishes its Events.
+pub async fn rollout_step(
+    ctx: &Ctx,
+    ss: &SidecarSet,
+    entry: &Entry,
+    pods: &[Arc<SlimPod>],
+    plan: &ReconcilePlan,
+    step: &rollout::Plan,
+    revision: &str,
+) -> Result<(), Error> {
+    let name = ss.name_any();
+    let by_key: BTreeMap<String, &Arc<SlimPod>> = pods
+        .iter()
+        .map(|p| {
+            (
+                format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
+                p,
+            )
+        })
+        .collect();
+    let reset = patch_pods(ctx, entry, &by_key, &step.reset, revision, Step::Reset).await?;
+    let upgraded = upgrade(ctx, entry, &by_key, &step.upgrade, revision).await?;
+    crate::metrics::metrics()
+        .rollout_in_progress
+        .get_or_create(&crate::metrics::label(&name))
+        .set(i64::from(!step.done));
+    for key in &step.not_upgradable {
+        if let Some(pod) = by_key.get(key) {
+            set_upgradable(ctx, &pod.to_pod(), &name, false).await;
+        }
+    }
+    for key in &plan.upgradable_again {
+        if let Some(pod) = by_key.get(key) {
+            set_upgradable(ctx, &pod.to_pod(), &name, true).await;
+        }
+    }
+    publish(
+        ctx,
+        ss,
+        plan::step_notes(step, &upgraded, &reset, plan.counts.matched),
+    )
+    .await;
+    Ok(())
+}
+
+/// Records in the pod condition `SidecarSetUpgradable` whether the pod can be upgraded in place
+/// to SidecarSet `ss` (see [`rollout::upgradable_condition`]); writes only a change.
+async fn set_upgradable(ctx: &Ctx, pod: &Pod, ss: &str, upgradable: bool) {
+    let current = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == rollout::CONDITION_UPGRADABLE));
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let Some(cond) = rollout::upgradable_condition(current, ss, upgradable, &now) else {
+        return;
+    };
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    // Conditional on the pod as we read it: several SidecarSets keep entries in one condition,
+    // and a write from a stale view would drop another's entry (a conflict is retried at the
+    // next reconcile, which the pod's change triggers).
+    let mut body = json!({"status": {"conditions": [cond]}});
+    if let Some(rv) = pod.resource_version() {
+        body["metadata"] = json!({"resourceVersion": rv});
+    }
+    match api
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(body),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            debug!(pod = %pod.name_any(), "pod changed meanwhile; the SidecarSetUpgradable condition is written at the next reconcile")
+        }
+        Err(e) => {
+            warn!(pod = %pod.name_any(), error = %e, "cannot set the SidecarSetUpgradable condition")
+        }
+    }
+}
+
+/// Queues a `SidecarSetNamespaceExcluded` Event for each pod [`excluded_but_selected`] finds, once
+/// per pod and SidecarSet in this process (the webhook never sees these pods: the webhook
+/// configurations leave excluded namespaces out).
+/// Reports the pods running without the SidecarSet's sidecars on their owners (a
+/// `SidecarSetMissing` Event per owner in each repeat window, through the same queue and
+/// deduplication as the webhook's Events), and evicts them when that is enabled.
+pub async fn report_missing(ctx: &Ctx, entry: &Entry, pods: &[Arc<SlimPod>]) {
+    if pods.is_empty() {
+        return;
+    }
+    let name = entry.ss.name();
+    let evicting = ctx.evictions.is_some()
+        && super::missing::opt_in(entry.ss.annotations()) != super::missing::OptIn::Off;
+    for pod in pods {
+        let ns = pod.namespace().unwrap_or_default();
+        if let Some(regarding) = crate::events::regarding(&pod.to_pod(), &ns)
+            && ctx
+                .skips
+                .try_send(crate::events::SkipNotice {
+                    regarding,
+                    pod: format!("{ns}/{}", pod.name_any()),
+                    skipped: vec![sidecarset_core::inject::not_injected_skip(name, evicting)],
+                })
+                .is_err()
+        {
+            crate::metrics::metrics().events_dropped.inc();
+        }
+    }
+    let Some(evictions) = &ctx.evictions else {
+        return;
+    };
+    let list: Vec<&SlimPod> = pods.iter().map(|p| p.as_ref()).collect();
+    // The webhook's own decision, on the pod as the API server has it now.
+    let would_inject = |pod: &Pod| -> bool {
+        let ns = pod.namespace().unwrap_or_default();
+        let key = format!("{ns}/{}", pod.name_any());
+        let empty = BTreeMap::new();
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+        let index = ctx.cluster.index();
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let injection = sidecarset_core::inject::for_pod_pinned(
+            &index,
+            pod,
+            &ctx.cluster.namespace_labels(&ns),
+            &now,
+            &|e| ctx.cluster.pinned(e, labels, &key),
+        );
+        injection.denied.is_none() && injection.injected.iter().any(|n| n == name)
+    };
+    let pass = super::missing::evict(&ctx.client, evictions, &entry.ss, &list, &would_inject).await;
+    for (owner, pod) in pass.opened {
+        let ns = pod.namespace().unwrap_or_default();
+        if let Some(regarding) = crate::events::regarding(&pod, &ns)
+            && ctx
+                .skips
+                .try_send(crate::events::SkipNotice {
+                    regarding,
+                    pod: format!("{ns}/{}", pod.name_any()),
+                    skipped: vec![sidecarset_core::inject::eviction_stopped_skip(name, &owner)],
+                })
+                .is_err()
+        {
+            crate::metrics::metrics().events_dropped.inc();
+        }
+    }
+}
+
+pub fn report_excluded(ctx: &Ctx, entry: &Entry) {
+    let cluster = &ctx.cluster;
+    if cluster.skip_namespaces.is_empty() {
+        return;
+    }
+    // Full Pods only for those in excluded namespaces (few), from the pod index.
+    let keys = ctx
+        .pod_index
+        .lock()
+        .map(|i| i.excluded())
+        .unwrap_or_default();
+    let pods: Vec<Pod> = keys
+        .iter()
+        .filter_map(|k| ctx.pods.get(k))
+        .map(|p| p.to_pod())
+        .collect();
+    let found = super::excluded_but_selected(entry, pods.iter(), &cluster.skip_namespaces, &|ns| {
+        cluster.namespace_labels(ns)
+    });
+    let Ok(mut reported) = ctx.reported_excluded.lock() else {
+        return;
+    };
+    if reported.len() > 100_000 {
+        reported.clear();
+    }
+    for pod in found {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if !reported.insert(format!("{uid}/{}", entry.ss.name())) {
+            continue;
+        }
+        let ns = pod.namespace().unwrap_or_default();
+        let key = format!("{ns}/{}", pod.name_any());
+        info!(pod = %key, sidecarset = %entry.ss.name(), "SidecarSet selects a pod in an excluded namespace");
+        if let Some(regarding) = crate::events::regarding(pod, &ns)
+            && ctx
+                .skips
+                .try_send(crate::events::SkipNotice {
+                    regarding,
+                    pod: key,
+                    skipped: vec![sidecarset_core::inject::excluded_namespace_skip(
+                        entry.ss.name(),
+                        &ns,
+                    )],
+                })
+                .is_err()
+        {
+            crate::metrics::metrics().events_dropped.inc();
+        }
+    }
+}

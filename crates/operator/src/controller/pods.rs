@@ -1,0 +1,504 @@
+//! Which pods belong to which SidecarSet, kept from the pod watch: a reconcile reads only its
+//! own pods instead of walking every pod in the cluster. A pod belongs to the SidecarSets named
+//! in its `kruise.io/sidecarset-injected-list` annotation; pods in excluded namespaces are kept
+//! apart (the controller reports the SidecarSets that select them). Pods that a SidecarSet
+//! selects but that run without its sidecars (created while the webhook was unreachable under
+//! `failurePolicy: Ignore`, or before the operator or the SidecarSet existed) are kept too.
+
+use super::slim::SlimPod;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::Event;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+type Key = ObjectRef<SlimPod>;
+/// One allocation per pod, shared by every map that holds it.
+type Shared = Arc<Key>;
+
+/// A pod's key in the index: namespace and name only. (`ObjectRef::from_obj` also copies the
+/// resourceVersion and uid, which equality and hashing ignore; the index holds a key per
+/// SidecarSet a pod is in, so those copies are most of its bytes.)
+fn key_of(pod: &SlimPod) -> Key {
+    let mut key = ObjectRef::new(pod.metadata.name.as_deref().unwrap_or(""));
+    key.namespace = pod.metadata.namespace.clone();
+    key
+}
+
+#[derive(Default, Debug)]
+struct Maps {
+    by_sidecarset: HashMap<String, HashSet<Shared>>,
+    of_pod: HashMap<Shared, Vec<String>>,
+    excluded: HashSet<Shared>,
+    /// SidecarSet → active pods it selects that were not injected with it.
+    missing: HashMap<String, HashSet<Shared>>,
+    missing_of: HashMap<Shared, Vec<String>>,
+}
+
+impl Maps {
+    fn remove(&mut self, key: &Key) {
+        if let Some(old) = self.of_pod.remove(key) {
+            for ss in old {
+                if let Some(set) = self.by_sidecarset.get_mut(&ss) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.by_sidecarset.remove(&ss);
+                    }
+                }
+            }
+        }
+        self.excluded.remove(key);
+        if let Some(old) = self.missing_of.remove(key) {
+            for ss in old {
+                if let Some(set) = self.missing.get_mut(&ss) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.missing.remove(&ss);
+                    }
+                }
+            }
+        }
+    }
+
+    fn mark_missing(&mut self, key: &Shared, ss: &str) {
+        let set = self.missing.entry(ss.to_string()).or_default();
+        if set.insert(key.clone()) {
+            self.missing_of
+                .entry(key.clone())
+                .or_default()
+                .push(ss.to_string());
+        }
+    }
+
+    fn insert(&mut self, pod: &SlimPod, seen: &Seen) {
+        let key = Arc::new(key_of(pod));
+        self.remove(&key);
+        for ss in &seen.injected {
+            self.by_sidecarset
+                .entry(ss.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        if !seen.injected.is_empty() {
+            self.of_pod
+                .insert(key.clone(), seen.injected.iter().cloned().collect());
+        }
+        if seen.excluded {
+            self.excluded.insert(key);
+        } else if seen.active {
+            for ss in &seen.selecting {
+                if !seen.injected.contains(ss) {
+                    self.mark_missing(&key, ss);
+                }
+            }
+        }
+    }
+}
+
+/// What one pod event tells the index and the controller: read once, matched once.
+struct Seen {
+    /// `kruise.io/sidecarset-injected-list`.
+    injected: BTreeSet<String>,
+    /// In an excluded namespace.
+    excluded: bool,
+    active: bool,
+    /// The SidecarSets that would inject it now (not computed for an inactive pod in an excluded
+    /// namespace: nothing reads it).
+    selecting: Vec<String>,
+}
+
+impl Seen {
+    fn of(pod: &SlimPod, excluded_ns: &BTreeSet<String>, selects: Selects) -> Self {
+        let excluded = pod
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| excluded_ns.contains(ns));
+        let active = pod.is_active();
+        Seen {
+            injected: sidecarset_core::api::injected_list(pod.annotations()),
+            excluded,
+            active,
+            selecting: if excluded && !active {
+                Vec::new()
+            } else {
+                selects(pod)
+            },
+        }
+    }
+
+    /// The SidecarSets to wake: those the pod is injected with, then those that select it
+    /// without being in it. In an excluded namespace these report it (`act::report_excluded`);
+    /// elsewhere they count and report the pods running without their sidecars, so a change of
+    /// such a pod (its deletion included) must reach them.
+    fn wakes(self) -> Vec<String> {
+        let Seen {
+            injected,
+            selecting,
+            ..
+        } = self;
+        let others: Vec<String> = selecting
+            .into_iter()
+            .filter(|n| !injected.contains(n))
+            .collect();
+        injected.into_iter().chain(others).collect()
+    }
+}
+
+/// The SidecarSets (injection not paused) whose scope covers a pod.
+pub type Selects<'a> = &'a dyn Fn(&SlimPod) -> Vec<String>;
+
+/// The [`Selects`] of the operator: the SidecarSets of the cluster view's index that would inject
+/// the pod now.
+pub fn selecting(cluster: &crate::cluster::ClusterView, pod: &SlimPod) -> Vec<String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    let view = cluster.index();
+    view.matching_for_injection(pod.labels(), &cluster.namespace_labels(ns))
+        .iter()
+        .map(|e| e.ss.name().to_string())
+        .collect()
+}
+
+/// The index; a relist builds a new one and replaces the old one when it is complete.
+#[derive(Default, Debug)]
+pub struct PodIndex {
+    current: Maps,
+    relist: Option<Maps>,
+}
+
+impl PodIndex {
+    /// Applies one watch event, and returns the SidecarSets it wakes (see [`Seen::wakes`]).
+    /// One SidecarSet matching per event (`selects` runs at most once), shared by the index and
+    /// the controller's wake-up.
+    pub fn step(
+        &mut self,
+        ev: &Event<SlimPod>,
+        excluded_ns: &BTreeSet<String>,
+        selects: Selects,
+    ) -> Vec<String> {
+        let pod = match ev {
+            Event::Init => {
+                self.relist = Some(Maps::default());
+                return Vec::new();
+            }
+            Event::InitDone => {
+                if let Some(m) = self.relist.take() {
+                    self.current = m;
+                }
+                return Vec::new();
+            }
+            Event::InitApply(p) | Event::Apply(p) | Event::Delete(p) => p,
+        };
+        let seen = Seen::of(pod, excluded_ns, selects);
+        match ev {
+            Event::InitApply(_) => self
+                .relist
+                .get_or_insert_with(Maps::default)
+                .insert(pod, &seen),
+            Event::Apply(_) => self.current.insert(pod, &seen),
+            _ => self.current.remove(&key_of(pod)),
+        }
+        seen.wakes()
+    }
+
+    /// The pods injected with this SidecarSet.
+    pub fn pods_of(&self, sidecarset: &str) -> Vec<Key> {
+        self.current
+            .by_sidecarset
+            .get(sidecarset)
+            .map(|s| s.iter().map(|k| (**k).clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The pods in excluded namespaces.
+    pub fn excluded(&self) -> Vec<Key> {
+        self.current
+            .excluded
+            .iter()
+            .map(|k| (**k).clone())
+            .collect()
+    }
+
+    /// Active pods the SidecarSet selects that were not injected with it, as last seen.
+    pub fn missing(&self, sidecarset: &str) -> Vec<Key> {
+        self.current
+            .missing
+            .get(sidecarset)
+            .map(|s| s.iter().map(|k| (**k).clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The SidecarSets a pod lacks, as last seen.
+    pub fn missing_of(&self, pod: &Key) -> Vec<String> {
+        self.current
+            .missing_of
+            .get(pod)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Recomputes which pods lack a SidecarSet over all `pods` (after the SidecarSet was created
+    /// or changed: the pods' own events only saw the SidecarSets of their time).
+    pub fn rescan<'a>(
+        &mut self,
+        sidecarset: &str,
+        pods: impl IntoIterator<Item = &'a SlimPod>,
+        excluded_ns: &BTreeSet<String>,
+        selected: &dyn Fn(&SlimPod) -> bool,
+    ) {
+        let keys: Vec<Key> = self.missing(sidecarset);
+        for k in &keys {
+            if let Some(list) = self.current.missing_of.get_mut(k) {
+                list.retain(|s| s != sidecarset);
+                if list.is_empty() {
+                    self.current.missing_of.remove(k);
+                }
+            }
+        }
+        self.current.missing.remove(sidecarset);
+        for pod in pods {
+            let excluded = pod
+                .metadata
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| excluded_ns.contains(ns));
+            if !excluded
+                && pod.is_active()
+                && !sidecarset_core::api::injected_list(pod.annotations()).contains(sidecarset)
+                && selected(pod)
+            {
+                self.current
+                    .mark_missing(&Arc::new(key_of(pod)), sidecarset);
+            }
+        }
+    }
+
+    /// How many pods are indexed under some SidecarSet.
+    pub fn len(&self) -> usize {
+        self.current.of_pod.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.current.of_pod.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt;
+
+    fn pod(ns: &str, name: &str, injected: Option<&str>) -> SlimPod {
+        let mut v = serde_json::json!({"metadata": {"name": name, "namespace": ns}});
+        if let Some(list) = injected {
+            v["metadata"]["annotations"] =
+                serde_json::json!({"kruise.io/sidecarset-injected-list": list});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn names(keys: Vec<Key>) -> Vec<String> {
+        let mut v: Vec<String> = keys.into_iter().map(|k| k.name).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn pods_are_indexed_by_their_sidecarsets_through_changes_and_relists() {
+        let excluded: BTreeSet<String> = ["kube-system".to_string()].into();
+        let none = |_: &SlimPod| Vec::new();
+        let mut i = PodIndex::default();
+        for ev in [
+            Event::Init,
+            Event::InitApply(pod("a", "p1", Some("mesh,log"))),
+            Event::InitApply(pod("a", "p2", Some("mesh"))),
+            Event::InitApply(pod("a", "plain", None)),
+            Event::InitApply(pod("kube-system", "sys", None)),
+        ] {
+            i.step(&ev, &excluded, &none);
+        }
+        assert!(
+            i.pods_of("mesh").is_empty(),
+            "nothing before the list is complete"
+        );
+        i.step(&Event::InitDone, &excluded, &none);
+        assert_eq!(names(i.pods_of("mesh")), ["p1", "p2"]);
+        assert_eq!(names(i.pods_of("log")), ["p1"]);
+        assert_eq!(names(i.excluded()), ["sys"]);
+        assert_eq!(i.len(), 2);
+
+        // A pod's list changes: it moves.
+        i.step(&Event::Apply(pod("a", "p1", Some("log"))), &excluded, &none);
+        assert_eq!(names(i.pods_of("mesh")), ["p2"]);
+        i.step(
+            &Event::Delete(pod("a", "p2", Some("mesh"))),
+            &excluded,
+            &none,
+        );
+        assert!(i.pods_of("mesh").is_empty());
+
+        // A relist keeps the old view until it is done, then replaces it whole.
+        i.step(&Event::Init, &excluded, &none);
+        i.step(
+            &Event::InitApply(pod("b", "q", Some("mesh"))),
+            &excluded,
+            &none,
+        );
+        assert_eq!(names(i.pods_of("log")), ["p1"]);
+        i.step(&Event::InitDone, &excluded, &none);
+        assert!(i.pods_of("log").is_empty(), "p1 was gone from the relist");
+        assert_eq!(names(i.pods_of("mesh")), ["q"]);
+        assert!(i.excluded().is_empty());
+        assert_eq!(pod("b", "q", None).name_any(), "q");
+    }
+
+    #[test]
+    fn pods_without_the_sidecars_of_the_sidecarsets_that_select_them() {
+        let excluded: BTreeSet<String> = ["kube-system".to_string()].into();
+        // "mesh" selects every pod named web-*, "log" every pod.
+        let selects = |p: &SlimPod| {
+            let mut v = vec!["log".to_string()];
+            if p.name_any().starts_with("web") {
+                v.push("mesh".into());
+            }
+            v
+        };
+        let mut i = PodIndex::default();
+        for ev in [
+            Event::Init,
+            Event::InitApply(pod("a", "web-1", Some("mesh,log"))),
+            Event::InitApply(pod("a", "web-2", Some("log"))),
+            Event::InitApply(pod("a", "api-1", None)),
+            Event::InitApply(pod("kube-system", "web-sys", None)),
+            Event::InitDone,
+        ] {
+            i.step(&ev, &excluded, &selects);
+        }
+        assert_eq!(names(i.missing("mesh")), ["web-2"]);
+        assert_eq!(
+            names(i.missing("log")),
+            ["api-1"],
+            "excluded namespaces are reported apart"
+        );
+        let key = ObjectRef::from_obj(&pod("a", "web-2", None));
+        assert_eq!(i.missing_of(&key), ["mesh"]);
+
+        // Recreated with its sidecars: no longer missing.
+        i.step(
+            &Event::Apply(pod("a", "web-2", Some("mesh,log"))),
+            &excluded,
+            &selects,
+        );
+        assert!(i.missing("mesh").is_empty());
+        // A finished pod is not missing anything.
+        let mut done = pod("a", "api-1", None);
+        done.status =
+            Some(serde_json::from_value(serde_json::json!({"phase": "Succeeded"})).unwrap());
+        i.step(&Event::Apply(done), &excluded, &selects);
+        assert!(i.missing("log").is_empty());
+
+        // A SidecarSet created after its pods: a rescan finds them.
+        let pods = [
+            pod("a", "web-1", Some("mesh,log")),
+            pod("a", "web-3", None),
+            pod("kube-system", "web-sys", None),
+        ];
+        i.rescan("new", pods.iter(), &excluded, &|p: &SlimPod| {
+            p.name_any().starts_with("web")
+        });
+        assert_eq!(names(i.missing("new")), ["web-1", "web-3"]);
+        i.rescan("new", pods.iter(), &excluded, &|_: &SlimPod| false);
+        assert!(i.missing("new").is_empty());
+        assert!(i.missing_of(&ObjectRef::from_obj(&pods[1])).is_empty());
+    }
+
+    #[test]
+    fn each_pod_event_matches_once_and_wakes_the_sidecarsets_in_and_selecting_it() {
+        let excluded: BTreeSet<String> = ["kube-system".to_string()].into();
+        let done = |mut p: SlimPod| {
+            p.status =
+                Some(serde_json::from_value(serde_json::json!({"phase": "Failed"})).unwrap());
+            p
+        };
+        // (event, what the matching finds, SidecarSets woken, matchings run)
+        type Case = (Event<SlimPod>, Vec<&'static str>, Vec<&'static str>, usize);
+        let cases: Vec<Case> = vec![
+            (Event::Init, vec!["mesh"], vec![], 0),
+            (Event::InitDone, vec!["mesh"], vec![], 0),
+            (
+                Event::InitApply(pod("a", "p", Some("mesh"))),
+                vec!["log", "mesh"],
+                vec!["mesh", "log"],
+                1,
+            ),
+            (
+                Event::Apply(pod("a", "p", Some("log,mesh"))),
+                vec!["log", "mesh"],
+                vec!["log", "mesh"],
+                1,
+            ),
+            (Event::Apply(pod("a", "p", None)), vec![], vec![], 1),
+            (
+                Event::Delete(pod("a", "p", None)),
+                vec!["log"],
+                vec!["log"],
+                1,
+            ),
+            // Excluded and active: reported by the SidecarSets that select it.
+            (
+                Event::Apply(pod("kube-system", "s", None)),
+                vec!["log"],
+                vec!["log"],
+                1,
+            ),
+            // Excluded and finished: only its own SidecarSets, and no matching at all.
+            (
+                Event::Apply(done(pod("kube-system", "s", Some("mesh")))),
+                vec!["log"],
+                vec!["mesh"],
+                0,
+            ),
+            // Finished elsewhere: still wakes those that select it (they count it).
+            (
+                Event::Apply(done(pod("a", "q", None))),
+                vec!["log"],
+                vec!["log"],
+                1,
+            ),
+        ];
+        for (ev, found, want, calls) in cases {
+            let n = std::cell::Cell::new(0);
+            let selects = |_: &SlimPod| {
+                n.set(n.get() + 1);
+                found.iter().map(|s| s.to_string()).collect()
+            };
+            let mut i = PodIndex::default();
+            let got = i.step(&ev, &excluded, &selects);
+            assert_eq!(got, want, "{ev:?}");
+            assert_eq!(n.get(), calls, "matchings for {ev:?}");
+        }
+    }
+
+    #[test]
+    fn keys_are_namespace_and_name_only() {
+        let mut p = pod("a", "web-1", Some("mesh"));
+        p.metadata.uid = Some("u1".into());
+        p.metadata.resource_version = Some("7".into());
+        let k = key_of(&p);
+        assert_eq!(
+            (k.namespace.as_deref(), k.name.as_str()),
+            (Some("a"), "web-1")
+        );
+        assert!(k.extra.uid.is_none() && k.extra.resource_version.is_none());
+        // The store's keys (with uid and resourceVersion) find the same entries.
+        assert_eq!(k, ObjectRef::from_obj(&p));
+        let mut i = PodIndex::default();
+        i.step(
+            &Event::Apply(p.clone()),
+            &BTreeSet::new(),
+            &|_: &SlimPod| Vec::new(),
+        );
+        assert_eq!(i.pods_of("mesh"), [ObjectRef::from_obj(&p)]);
+        let kept = &i.pods_of("mesh")[0];
+        assert!(kept.extra.uid.is_none(), "the index keeps no uid");
+    }
+}

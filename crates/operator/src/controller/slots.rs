@@ -1,0 +1,364 @@
+//! The order in which SidecarSets woken by their pods are reconciled: first woken, first served,
+//! at most `n` at once.
+//!
+//! kube-runtime's controller keeps the SidecarSets that wait for a free slot in a hash set and
+//! takes the first one it iterates to: under a steady stream of pod events the same SidecarSets,
+//! early in that order, were reconciled again and again (each covering one or two pod changes)
+//! while others waited for minutes (`make bench-scale`: 6,000 of 22,000 pods counted by no
+//! status for over a minute after the last create). Letting every woken reconcile start and
+//! queue on a semaphore is not an option: kube-runtime polls every running reconcile on each
+//! wake-up, and 1,000 of them made each reconcile take 0.4 s of the controller's thread.
+//!
+//! So the pod events go through this [`Gate`] first: a queue in the order the SidecarSets were
+//! woken (a SidecarSet already waiting keeps its place), handed to the controller only while
+//! fewer than `n` reconciles run or have been handed and not started. A SidecarSet that waits
+//! keeps collecting its pods' changes, so one reconcile covers them all, and none waits longer
+//! than one pass over the others. The rechecks a reconcile asks for (pods in flight: look again
+//! in 5 s) go through the gate too, and are dropped when a wake-up reconciles the SidecarSet
+//! first: as the controller's requeues, they took every slot while 900 SidecarSets had pods
+//! starting. The SidecarSets' own changes, a new leader's pass and the retries after an error go
+//! to the controller directly, which keeps a few more slots for them (`n + max(1, n / 4)`), so a
+//! spec change does not wait behind the status updates of pod changes. A SidecarSet whose rollout
+//! is in progress goes to the front of the queue: its next batch waits for no other.
+
+use kube::runtime::reflector::ObjectRef;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+use sidecarset_core::api::v1beta1::SidecarSet as StoredSidecarSet;
+
+/// A name handed to the controller that has not started within this time is not counted any
+/// more (the controller drops a request for an object its store no longer has).
+const HANDED_EXPIRY: Duration = Duration::from_secs(30);
+
+/// The queue of woken SidecarSets in front of the controller.
+pub struct Gate {
+    limit: usize,
+    state: Mutex<State>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    /// Waiting, in order; `queued` holds the same names and when each was woken.
+    queue: VecDeque<String>,
+    queued: HashMap<String, Instant>,
+    /// Handed to the controller, not started yet, and when.
+    handed: HashMap<String, Instant>,
+    /// Reconciles running (of any origin).
+    running: usize,
+    /// SidecarSets whose last plan had a rollout in progress.
+    rolling: HashSet<String>,
+    /// Rechecks asked for by a reconcile ([`Gate::wake_after`]): when each is due.
+    later: HashMap<String, Instant>,
+}
+
+impl State {
+    fn enqueue(&mut self, name: &str, now: Instant) {
+        if self.queued.contains_key(name) {
+            return;
+        }
+        self.queued.insert(name.to_string(), now);
+        if self.rolling.contains(name) {
+            self.queue.push_front(name.to_string());
+        } else {
+            self.queue.push_back(name.to_string());
+        }
+    }
+}
+
+/// Held while a reconcile runs; counts it as running.
+pub struct Running(Arc<Gate>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.state.lock() {
+            s.running = s.running.saturating_sub(1);
+        }
+        self.0.notify.notify_one();
+    }
+}
+
+impl Gate {
+    /// At most `limit` (at least 1) reconciles running or handed over before the gate waits.
+    pub fn new(limit: u16) -> Arc<Self> {
+        Arc::new(Gate {
+            limit: usize::from(limit.max(1)),
+            state: Mutex::default(),
+            notify: Notify::new(),
+        })
+    }
+
+    /// What the controller itself may run at once: the gate's limit and a reserve for what
+    /// does not go through the gate.
+    pub fn controller_limit(&self) -> u16 {
+        u16::try_from(self.limit + (self.limit / 4).max(1)).unwrap_or(u16::MAX)
+    }
+
+    /// Wakes `name`: queued at the end (at the front when its rollout is in progress), unless it
+    /// already waits.
+    pub fn wake(&self, name: &str) {
+        if let Ok(mut s) = self.state.lock() {
+            s.enqueue(name, Instant::now());
+        }
+        self.notify.notify_one();
+    }
+
+    /// Wakes `name` after `delay` unless a reconcile of it starts before (the recheck of a
+    /// reconcile waiting for pods in flight: their own changes usually wake it first, and a
+    /// reconcile woken by them makes the recheck moot).
+    pub fn wake_after(&self, name: &str, delay: Duration) {
+        if let Ok(mut s) = self.state.lock() {
+            let due = Instant::now() + delay;
+            let at = s.later.entry(name.to_string()).or_insert(due);
+            *at = (*at).min(due);
+        }
+        self.notify.notify_one();
+    }
+
+    /// A reconcile of `name` starts (from the gate or not): counted as running until the guard
+    /// is dropped.
+    pub fn started(self: &Arc<Self>, name: &str) -> Running {
+        if let Ok(mut s) = self.state.lock() {
+            s.handed.remove(name);
+            s.later.remove(name);
+            s.running += 1;
+        }
+        Running(self.clone())
+    }
+
+    /// Records whether `name`'s rollout is in progress after its reconcile.
+    pub fn set_rolling(&self, name: &str, rolling: bool) {
+        if let Ok(mut s) = self.state.lock() {
+            if rolling {
+                if s.rolling.len() > 100_000 {
+                    s.rolling.clear();
+                }
+                s.rolling.insert(name.to_string());
+            } else {
+                s.rolling.remove(name);
+            }
+        }
+    }
+
+    /// The next name to hand over, if a slot is free.
+    fn next(&self, now: Instant) -> Option<String> {
+        let mut s = self.state.lock().ok()?;
+        if s.later.values().any(|at| *at <= now) {
+            let due: Vec<String> = s
+                .later
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for name in due {
+                s.later.remove(&name);
+                s.enqueue(&name, now);
+            }
+        }
+        s.handed
+            .retain(|_, at| now.duration_since(*at) < HANDED_EXPIRY);
+        if s.running + s.handed.len() >= self.limit {
+            return None;
+        }
+        let name = s.queue.pop_front()?;
+        if let Some(woken) = s.queued.remove(&name) {
+            crate::metrics::metrics()
+                .reconcile_wait_seconds
+                .observe(now.saturating_duration_since(woken).as_secs_f64());
+        }
+        s.handed.insert(name.clone(), now);
+        Some(name)
+    }
+
+    /// How long the stream may sleep before it must look again without being notified: while
+    /// a handed name has not started (it may never start and expire), or until the next recheck
+    /// is due. None: only when notified.
+    fn sleep_for(&self, now: Instant) -> Option<Duration> {
+        let s = self.state.lock().ok()?;
+        let handed = (!s.handed.is_empty()).then_some(Duration::from_secs(1));
+        let later = s
+            .later
+            .values()
+            .min()
+            .map(|at| at.saturating_duration_since(now));
+        handed.into_iter().chain(later).min()
+    }
+
+    /// A name handed over that will not start (its SidecarSet is gone): not counted any more.
+    fn forget(&self, name: &str) {
+        if let Ok(mut s) = self.state.lock() {
+            s.handed.remove(name);
+            s.later.remove(name);
+        }
+    }
+
+    /// The woken SidecarSets, one at a time as slots free, of those `exists` (the controller's
+    /// store has them: it would not start the others); ends never.
+    pub fn stream(
+        self: Arc<Self>,
+        exists: impl Fn(&ObjectRef<StoredSidecarSet>) -> bool + Send + Sync + 'static,
+    ) -> impl futures::Stream<Item = ObjectRef<StoredSidecarSet>> + Send {
+        let exists = Arc::new(exists);
+        futures::stream::unfold(self, move |gate| {
+            let exists = exists.clone();
+            async move {
+                loop {
+                    let notified = gate.notify.notified();
+                    if let Some(name) = gate.next(Instant::now()) {
+                        let r = ObjectRef::new(&name);
+                        if !exists(&r) {
+                            gate.forget(&name);
+                            continue;
+                        }
+                        drop(notified);
+                        return Some((r, gate));
+                    }
+                    // Idle (nothing handed, no recheck due): only a wake-up or a finished
+                    // reconcile.
+                    match gate.sleep_for(Instant::now()) {
+                        Some(d) => {
+                            let _ = tokio::time::timeout(d, notified).await;
+                        }
+                        None => notified.await,
+                    }
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    fn names(v: &[ObjectRef<StoredSidecarSet>]) -> Vec<String> {
+        v.iter().map(|r| r.name.clone()).collect()
+    }
+
+    /// What the gate hands over now, without waiting.
+    fn drain(gate: &Gate) -> Vec<String> {
+        std::iter::from_fn(|| gate.next(Instant::now())).collect()
+    }
+
+    #[test]
+    fn woken_sidecarsets_are_handed_over_in_the_order_woken_and_once() {
+        let gate = Gate::new(8);
+        for n in ["c", "a", "b", "a", "c", "d"] {
+            gate.wake(n);
+        }
+        assert_eq!(drain(&gate), ["c", "a", "b", "d"]);
+        // Woken again after being handed over: queued again.
+        gate.wake("a");
+        assert_eq!(drain(&gate), ["a"]);
+    }
+
+    #[test]
+    fn no_more_than_the_limit_running_or_handed_over() {
+        let gate = Gate::new(2);
+        for n in ["a", "b", "c", "d"] {
+            gate.wake(n);
+        }
+        assert_eq!(drain(&gate), ["a", "b"]);
+        // "a" starts: still 2 counted; it ends: one more goes.
+        let a = gate.started("a");
+        assert!(drain(&gate).is_empty());
+        drop(a);
+        assert_eq!(drain(&gate), ["c"]);
+        // A reconcile that did not come through the gate counts too.
+        let other = gate.started("x");
+        let b = gate.started("b");
+        let c = gate.started("c");
+        drop(b);
+        assert!(drain(&gate).is_empty(), "2 running, limit 2");
+        drop(c);
+        assert_eq!(drain(&gate), ["d"]);
+        drop(other);
+    }
+
+    #[test]
+    fn a_name_handed_over_that_never_starts_stops_counting() {
+        let gate = Gate::new(1);
+        gate.wake("gone");
+        gate.wake("next");
+        let t0 = Instant::now();
+        assert_eq!(gate.next(t0).as_deref(), Some("gone"));
+        assert_eq!(gate.next(t0 + Duration::from_secs(1)), None);
+        assert_eq!(
+            gate.next(t0 + HANDED_EXPIRY + Duration::from_secs(1))
+                .as_deref(),
+            Some("next")
+        );
+    }
+
+    #[test]
+    fn a_rolling_sidecarset_goes_to_the_front() {
+        let gate = Gate::new(8);
+        gate.set_rolling("mesh", true);
+        for n in ["a", "b", "mesh"] {
+            gate.wake(n);
+        }
+        assert_eq!(drain(&gate), ["mesh", "a", "b"]);
+        gate.set_rolling("mesh", false);
+        for n in ["a", "mesh"] {
+            gate.wake(n);
+        }
+        assert_eq!(drain(&gate), ["a", "mesh"]);
+    }
+
+    #[test]
+    fn a_recheck_comes_when_due_unless_a_reconcile_started_before() {
+        let gate = Gate::new(8);
+        let t0 = Instant::now();
+        gate.wake_after("slow", Duration::from_secs(5));
+        gate.wake_after("woken", Duration::from_secs(5));
+        assert!(gate.next(t0).is_none(), "not due yet");
+        assert!(
+            gate.sleep_for(Instant::now())
+                .is_some_and(|d| d <= Duration::from_secs(5))
+        );
+        // "woken" is woken by a pod and reconciled before its recheck is due.
+        gate.wake("woken");
+        assert_eq!(drain(&gate), ["woken"]);
+        drop(gate.started("woken"));
+        let due = t0 + Duration::from_secs(6);
+        assert_eq!(gate.next(due).as_deref(), Some("slow"));
+        assert_eq!(
+            gate.next(due),
+            None,
+            "the started one's recheck was dropped"
+        );
+        drop(gate.started("slow"));
+        assert_eq!(gate.sleep_for(due), None, "idle: nothing to look at");
+    }
+
+    #[test]
+    fn the_controller_keeps_a_reserve() {
+        assert_eq!(Gate::new(8).controller_limit(), 10);
+        assert_eq!(Gate::new(1).controller_limit(), 2);
+        assert_eq!(Gate::new(16).controller_limit(), 20);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stream_waits_for_a_free_slot() {
+        let gate = Gate::new(1);
+        let mut s = Box::pin(gate.clone().stream(|r| r.name != "gone"));
+        gate.wake("gone");
+        gate.wake("a");
+        gate.wake("b");
+        let first = tokio::time::timeout(Duration::from_secs(2), s.next())
+            .await
+            .expect("\"gone\" kept the only slot")
+            .unwrap();
+        let running = gate.started(&first.name);
+        let second = tokio::time::timeout(Duration::from_millis(100), s.next()).await;
+        assert!(second.is_err(), "handed over while the slot was taken");
+        drop(running);
+        let second = tokio::time::timeout(Duration::from_millis(100), s.next()).await;
+        // "gone" was skipped and did not keep its slot.
+        assert_eq!(names(&[first, second.unwrap().unwrap()]), ["a", "b"]);
+    }
+}

@@ -1,0 +1,546 @@
+//! Prometheus metrics (text format on `--metrics-listen`, `/metrics`). One registry for the
+//! process; the counters are cheap enough for the admission path (an atomic add and, for
+//! labelled ones, a read-locked map lookup). A leaf: every other module may count here.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicI64;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    pub webhook: String,
+    pub operation: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabel {
+    pub watch: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabel {
+    pub condition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SidecarSetReasonLabels {
+    pub sidecarset: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabel {
+    pub webhook: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SidecarSetLabel {
+    pub sidecarset: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodsLabels {
+    pub sidecarset: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+/// Events not recorded, by reason (see `events::dropped`).
+#[derive(Clone, Default, Debug)]
+pub struct DroppedEvents(pub Family<ReasonLabel, Counter>);
+
+impl DroppedEvents {
+    /// One more dropped because its queue was full.
+    pub fn inc(&self) {
+        self.inc_by_reason(crate::events::dropped::QUEUE_FULL);
+    }
+
+    pub fn inc_by_reason(&self, reason: &str) {
+        self.0
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+}
+
+/// Every metric the operator exports.
+pub struct Metrics {
+    registry: Registry,
+    pub admissions: Family<AdmissionLabels, Counter>,
+    pub admission_seconds: Family<WebhookLabel, Histogram>,
+    pub injections: Family<SidecarSetLabel, Counter>,
+    pub injections_skipped: Family<ReasonLabel, Counter>,
+    pub events_dropped: DroppedEvents,
+    pub validation_denials: Family<ReasonLabel, Counter>,
+    pub reconciles: Family<ResultLabel, Counter>,
+    pub reconcile_seconds: Histogram,
+    pub reconcile_wait_seconds: Histogram,
+    pub pods: Family<PodsLabels, Gauge>,
+    pub rollout_in_progress: Family<SidecarSetLabel, Gauge>,
+    pub rollout_stalled: Family<SidecarSetLabel, Gauge>,
+    pub pods_upgraded: Family<SidecarSetLabel, Counter>,
+    pub cert_expiry: Gauge<i64, AtomicI64>,
+    pub cert_changes: Family<ReasonLabel, Counter>,
+    pub ca_bundle_writes: Counter,
+    pub match_condition_repairs: Counter,
+    pub leader: Gauge,
+    pub pods_without_sidecars: Family<SidecarSetLabel, Gauge>,
+    pub pods_evicted: Family<SidecarSetLabel, Counter>,
+    pub watch_event_age: Family<WatchLabel, Gauge>,
+    pub watch_failing: Family<WatchLabel, Gauge>,
+    pub degraded: Family<ConditionLabel, Gauge>,
+    pub evictions_withheld: Family<SidecarSetReasonLabels, Counter>,
+    pub status_repairs: Counter,
+    pub writes_fenced: Counter,
+    pub spans_exported: Family<ResultLabel, Counter>,
+    /// The memory allocator's own figures, read at each scrape (see [`read_allocator_with`]).
+    pub allocator_bytes: Family<KindLabel, Gauge>,
+}
+
+/// What reads the allocator's figures: `(kind, bytes)` pairs. The binary sets it (its global
+/// allocator is jemalloc); libraries and tests, which run on the system allocator, leave it unset
+/// and the gauges stay absent.
+static ALLOCATOR: OnceLock<AllocatorReader> = OnceLock::new();
+
+/// Reads the allocator's figures: `(kind, bytes)` pairs.
+pub type AllocatorReader = fn() -> Vec<(&'static str, u64)>;
+
+/// Makes each scrape of `/metrics` export `sidecarset_operator_allocator_bytes{kind}` from `read`.
+pub fn read_allocator_with(read: AllocatorReader) {
+    let _ = ALLOCATOR.set(read);
+}
+
+fn build() -> Metrics {
+    let mut registry = Registry::with_prefix("sidecarset_operator");
+    let admission_seconds = Family::<WebhookLabel, Histogram>::new_with_constructor(|| {
+        Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+    });
+    let reconcile_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+    let m = Metrics {
+        registry: Registry::default(),
+        admissions: Family::default(),
+        admission_seconds,
+        injections: Family::default(),
+        injections_skipped: Family::default(),
+        events_dropped: DroppedEvents::default(),
+        validation_denials: Family::default(),
+        reconciles: Family::default(),
+        reconcile_seconds,
+        reconcile_wait_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+        pods: Family::default(),
+        rollout_in_progress: Family::default(),
+        rollout_stalled: Family::default(),
+        pods_upgraded: Family::default(),
+        cert_expiry: Gauge::default(),
+        cert_changes: Family::default(),
+        ca_bundle_writes: Counter::default(),
+        match_condition_repairs: Counter::default(),
+        leader: Gauge::default(),
+        pods_without_sidecars: Family::default(),
+        pods_evicted: Family::default(),
+        watch_event_age: Family::default(),
+        watch_failing: Family::default(),
+        degraded: Family::default(),
+        evictions_withheld: Family::default(),
+        status_repairs: Counter::default(),
+        writes_fenced: Counter::default(),
+        spans_exported: Family::default(),
+        allocator_bytes: Family::default(),
+    };
+    registry.register(
+        "admission_requests",
+        "Admission requests by webhook, operation and result",
+        m.admissions.clone(),
+    );
+    registry.register(
+        "admission_duration_seconds",
+        "Time to answer an admission request",
+        m.admission_seconds.clone(),
+    );
+    registry.register(
+        "injections",
+        "Pods injected, by SidecarSet",
+        m.injections.clone(),
+    );
+    registry.register(
+        "injections_skipped",
+        "Pod creations where a matching SidecarSet was not injected, or none matched, by reason (once per pod and reason)",
+        m.injections_skipped.clone(),
+    );
+    registry.register(
+        "skip_events_dropped",
+        "Events about skipped injections not recorded, by reason (queue_full: their queue was full; namespace_rate, source_rate: over the Events allowed per namespace or per source of admission requests)",
+        m.events_dropped.0.clone(),
+    );
+    registry.register(
+        "validation_denials",
+        "SidecarSets refused, by reason",
+        m.validation_denials.clone(),
+    );
+    registry.register(
+        "reconciles",
+        "SidecarSet reconciles by result",
+        m.reconciles.clone(),
+    );
+    registry.register(
+        "reconcile_duration_seconds",
+        "Time of one SidecarSet reconcile",
+        m.reconcile_seconds.clone(),
+    );
+    registry.register(
+        "reconcile_wait_seconds",
+        "Time a SidecarSet woken by its pods waited in turn for a reconcile slot (--max-concurrent-reconciles)",
+        m.reconcile_wait_seconds.clone(),
+    );
+    registry.register(
+        "pods",
+        "Pods of a SidecarSet by state (matched, updated, ready, updated_ready)",
+        m.pods.clone(),
+    );
+    registry.register(
+        "rollout_in_progress",
+        "1 while a SidecarSet's pods are not all updated and ready",
+        m.rollout_in_progress.clone(),
+    );
+    registry.register(
+        "rollout_stalled",
+        "1 while a SidecarSet's Stalled condition is True (paused, NotUpdate, pods not upgradable, image pull failures, invalid strategy)",
+        m.rollout_stalled.clone(),
+    );
+    registry.register(
+        "pods_upgraded",
+        "Pods whose sidecars were upgraded in place, by SidecarSet",
+        m.pods_upgraded.clone(),
+    );
+    registry.register(
+        "serving_certificate_expiry_timestamp_seconds",
+        "When the served webhook certificate expires (Unix time)",
+        m.cert_expiry.clone(),
+    );
+    registry.register(
+        "certificate_changes",
+        "Certificate generations, renewals and CA rotation steps",
+        m.cert_changes.clone(),
+    );
+    registry.register(
+        "ca_bundle_writes",
+        "caBundle writes to the webhook configurations (first write and repairs)",
+        m.ca_bundle_writes.clone(),
+    );
+    registry.register(
+        "match_condition_repairs",
+        "The pod webhook's match condition found changed by someone else and written back",
+        m.match_condition_repairs.clone(),
+    );
+    registry.register(
+        "leader",
+        "1 while this replica holds the leader Lease",
+        m.leader.clone(),
+    );
+    registry.register(
+        "pods_without_sidecars",
+        "Active pods a SidecarSet selects that run without its sidecars",
+        m.pods_without_sidecars.clone(),
+    );
+    registry.register(
+        "pods_evicted",
+        "Pods without their sidecars evicted so that their controllers recreate them (--evict-pods-without-sidecars)",
+        m.pods_evicted.clone(),
+    );
+    registry.register(
+        "watch_last_event_age_seconds",
+        "Seconds since each watch of the cluster view last received an event or (re)listed",
+        m.watch_event_age.clone(),
+    );
+    registry.register(
+        "watch_failing_seconds",
+        "Seconds each watch of the cluster view has been failing without a success (0: healthy)",
+        m.watch_failing.clone(),
+    );
+    registry.register(
+        "degraded",
+        "1 while a condition is wrong that does not keep this replica from answering admissions (crd_conversion, watch_sidecarsets, watch_namespaces, watch_revisions); /readyz says what",
+        m.degraded.clone(),
+    );
+    registry.register(
+        "evictions_withheld",
+        "Pods without their sidecars that were not evicted, by SidecarSet and reason (not_opted_in, not_injectable, owner_not_allowed, older_than_generation, circuit_open, rate, budget, precondition)",
+        m.evictions_withheld.clone(),
+    );
+    registry.register(
+        "status_repairs",
+        "SidecarSet statuses rewritten by a resync because they disagreed with the plan (a late write of a former leader, or a write lost)",
+        m.status_repairs.clone(),
+    );
+    registry.register(
+        "writes_fenced",
+        "Writes the controller did not send because this replica stopped leading before they left",
+        m.writes_fenced.clone(),
+    );
+    registry.register(
+        "trace_spans_exported",
+        "Spans sent to the OTLP collector, by result (exported, failed)",
+        m.spans_exported.clone(),
+    );
+    registry.register(
+        "allocator_bytes",
+        "The memory allocator's figures at the last scrape, by kind (allocated: in live objects; active: in pages holding them; resident: in memory, allocator metadata included; metadata; retained: address space kept but returned to the system)",
+        m.allocator_bytes.clone(),
+    );
+    Metrics { registry, ..m }
+}
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(build)
+}
+
+/// Serves `/metrics` on the listener until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener) {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(|headers: axum::http::HeaderMap| async move {
+            let accept = headers
+                .get(axum::http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok());
+            (
+                [(axum::http::header::CONTENT_TYPE, content_type(accept))],
+                encode(),
+            )
+        }),
+    );
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::warn!(error = %e, "metrics server stopped");
+    }
+}
+
+/// The metrics in the Prometheus text format.
+pub fn encode() -> String {
+    if let Some(read) = ALLOCATOR.get() {
+        let m = metrics();
+        for (kind, bytes) in read() {
+            m.allocator_bytes
+                .get_or_create(&KindLabel { kind: kind.into() })
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
+    }
+    let mut out = String::new();
+    let _ = prometheus_client::encoding::text::encode(&mut out, &metrics().registry);
+    out
+}
+
+/// The content type of [`encode`]'s text for a scraper that sent `accept`. The text is
+/// OpenMetrics, which the classic Prometheus text parser also reads (it skips `# EOF`); it is
+/// labelled OpenMetrics when the scraper asks for that (Prometheus does by default), so that
+/// counters keep their type, and classic text otherwise.
+pub fn content_type(accept: Option<&str>) -> &'static str {
+    let wants_openmetrics = accept.is_some_and(|a| {
+        a.split(',').any(|r| {
+            let mut parts = r.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("");
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+        })
+    });
+    if wants_openmetrics {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    }
+}
+
+pub fn label(s: &str) -> SidecarSetLabel {
+    SidecarSetLabel {
+        sidecarset: s.to_string(),
+    }
+}
+
+pub fn reason(s: &str) -> ReasonLabel {
+    ReasonLabel {
+        reason: s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn openmetrics_only_for_scrapers_that_ask_for_it() {
+        let om = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        let classic = "text/plain; version=0.0.4; charset=utf-8";
+        let cases = [
+            (None, classic),
+            (Some("*/*"), classic),
+            (Some("text/plain"), classic),
+            // What Prometheus 3 sends by default.
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+                ),
+                om,
+            ),
+            (Some("Application/OpenMetrics-Text"), om),
+            (Some("application/openmetrics-text;q=0"), classic),
+            (Some("application/openmetrics-text-extra"), classic),
+        ];
+        for (accept, want) in cases {
+            assert_eq!(super::content_type(accept), want, "{accept:?}");
+        }
+        assert!(super::encode().ends_with("# EOF\n"));
+    }
+
+    /// The names registered (families without series are not encoded, so they come from the
+    /// registrations), with their type as the chart README's table gives it.
+    fn registered_with_types() -> std::collections::BTreeMap<String, String> {
+        let readme = include_str!("../../../charts/sidecarset-operator/README.md");
+        let source = include_str!("metrics.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap()];
+        let registered: std::collections::BTreeSet<String> = source
+            .split("registry.register(")
+            .skip(1)
+            .filter_map(|r| r.split('"').nth(1))
+            .map(|n| format!("sidecarset_operator_{n}"))
+            .collect();
+        readme
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `sidecarset_operator_"))
+            .filter_map(|l| {
+                let (name, rest) = l.split_once('`')?;
+                let kind = rest
+                    .trim_start_matches([' ', '|'])
+                    .split([';', ' ', '|'])
+                    .next()?;
+                let name = format!("sidecarset_operator_{name}");
+                let base = name.strip_suffix("_total").unwrap_or(&name).to_string();
+                Some((base, kind.to_string()))
+            })
+            .filter(|(n, _)| registered.contains(n))
+            .collect()
+    }
+
+    /// Every metric the chart's Grafana dashboard and PrometheusRule query is registered, with
+    /// the suffix of its type: `_total` for counters, `_bucket`/`_sum`/`_count` for histograms,
+    /// none for gauges.
+    #[test]
+    fn the_dashboard_and_the_alerts_use_registered_metrics() {
+        let known = registered_with_types();
+        assert!(known.len() >= 17, "{known:?}");
+        let dashboard =
+            include_str!("../../../charts/sidecarset-operator/dashboards/sidecarset-operator.json");
+        let rules = include_str!("../../../charts/sidecarset-operator/templates/monitoring.yaml");
+        let d: serde_json::Value = serde_json::from_str(dashboard).expect("the dashboard is JSON");
+        let exprs: Vec<String> = d["panels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+            .map(|t| t["expr"].as_str().unwrap().to_string())
+            .collect();
+        assert!(exprs.len() >= 15, "{exprs:?}");
+        let mut used = std::collections::BTreeSet::new();
+        for (file, text) in [("dashboard", dashboard), ("rules", rules)] {
+            let mut found = 0;
+            let mut rest = text;
+            while let Some(i) = rest.find("sidecarset_operator_") {
+                let name: String = rest[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                rest = &rest[i + name.len()..];
+                found += 1;
+                let (base, kind) = [
+                    ("_bucket", "histogram"),
+                    ("_sum", "histogram"),
+                    ("_count", "histogram"),
+                    ("_total", "counter"),
+                ]
+                .iter()
+                .find_map(|(suffix, kind)| {
+                    name.strip_suffix(suffix).map(|b| (b.to_string(), *kind))
+                })
+                .unwrap_or((name.clone(), "gauge"));
+                let have = known.get(&base).map(String::as_str);
+                assert_eq!(
+                    have,
+                    Some(kind),
+                    "{file}: {name} is not a registered {kind}"
+                );
+                used.insert(base);
+            }
+            assert!(found > 5, "{file}: no metric found");
+        }
+        for must in [
+            "sidecarset_operator_rollout_stalled",
+            "sidecarset_operator_leader",
+            "sidecarset_operator_serving_certificate_expiry_timestamp_seconds",
+            "sidecarset_operator_admission_duration_seconds",
+            "sidecarset_operator_injections_skipped",
+        ] {
+            assert!(used.contains(must), "{must} is not used");
+        }
+    }
+
+    /// The chart's README has a table of the metrics: it names every one registered here, and
+    /// nothing else with the prefix. (Counters are listed with their `_total` sample name.)
+    #[test]
+    fn the_chart_readme_lists_every_metric() {
+        let readme = include_str!("../../../charts/sidecarset-operator/README.md");
+        // Families without series are not encoded, so the names come from the registrations.
+        let source = include_str!("metrics.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap()];
+        let registered: std::collections::BTreeSet<String> = source
+            .split("registry.register(")
+            .skip(1)
+            .filter_map(|r| r.split('"').nth(1))
+            .map(|n| format!("sidecarset_operator_{n}"))
+            .collect();
+        assert!(registered.len() >= 16, "{registered:?}");
+        // Counters among those that are encoded, to check their suffix.
+        let encoded = super::encode();
+        let documented: std::collections::BTreeSet<String> = readme
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `sidecarset_operator_"))
+            .filter_map(|l| l.split_once('`'))
+            .map(|(rest, _)| format!("sidecarset_operator_{rest}"))
+            .map(|n| {
+                let base = n.strip_suffix("_total").unwrap_or(&n).to_string();
+                let counter = encoded.contains(&format!("# TYPE {base} counter"));
+                assert!(
+                    !encoded.contains(&format!("# TYPE {base} "))
+                        || counter == n.ends_with("_total"),
+                    "{n}: counters, and only counters, end in _total"
+                );
+                base
+            })
+            .collect();
+        assert_eq!(
+            documented, registered,
+            "charts/sidecarset-operator/README.md (## Metrics) and the registrations differ"
+        );
+    }
+}

@@ -1,0 +1,363 @@
+//! `POST /validate-sidecarset`: a SidecarSet checked on its own (schema rules with field
+//! paths, its pinned revision, what may not change), against every other SidecarSet in the
+//! index (conflicts), and by the API server's own pod validation (see
+//! [`crate::pod_validation`]).
+
+use super::prologue::Prologue;
+use super::review::{Request, Response};
+use super::sidecarset::{DecodedSidecarSet, decode_sidecarset, sidecarset_of};
+use super::state::State;
+use axum::body::Bytes;
+use axum::extract::State as AxState;
+use axum::http::HeaderMap;
+use axum::response::Response as HttpResponse;
+use sidecarset_core::api::{conflicts, validate};
+use std::sync::Arc;
+use tracing::{Instrument, debug};
+
+/// The endpoint: the webhook's own rules first; when they allow the write, the API server's
+/// pod validation (one dry-run per SidecarSet write), timed with the admission.
+pub(super) async fn endpoint(
+    AxState(state): AxState<Arc<State>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> HttpResponse {
+    let call = Prologue::begin("validate-sidecarset", &headers);
+    let decoded = call.decode(&body);
+    // The other SidecarSets as the API server has them now (conflicts), when it answers.
+    let listed = match (&decoded, state.sidecarset_lister()) {
+        (Ok(req), Some(lister)) if checks_conflicts(req) => {
+            Some(lister.list().instrument(call.span().clone()).await)
+        }
+        _ => None,
+    };
+    let own_rules = |req: &Request| match &listed {
+        Some(Ok(all)) => admit_sidecarset_validation_with(&state, req, Some(all)),
+        Some(Err(why)) => {
+            let mut resp = admit_sidecarset_validation_with(&state, req, None);
+            tracing::warn!(reason = %why, "SidecarSet conflicts checked against the cache, not the API server");
+            if resp.allowed {
+                resp.warnings.push(format!(
+                    "conflicts with other SidecarSets were checked against the operator's cache, not the API server ({why}): one created at the same moment may be missed; a conflict that got in shows as this SidecarSet's Conflict condition"
+                ));
+            }
+            resp
+        }
+        None => admit_sidecarset_validation(&state, req),
+    };
+    let mut checked = None;
+    if let (Some(v), Ok(req)) = (state.pod_validator(), &decoded) {
+        // In the admission's span: what the validation records goes there.
+        let allowed = call.span().in_scope(|| own_rules(req));
+        checked = Some(
+            after_pod_validation(v, req, allowed)
+                .instrument(call.span().clone())
+                .await,
+        );
+    }
+    let mut answer = checked.or_else(|| decoded.as_ref().ok().map(&own_rules));
+    // Widen before narrowing: a SidecarSet is admitted only once the pod webhook's match
+    // condition covers it.
+    if let (Some(coverage), Ok(req), Some(resp)) =
+        (state.match_coverage(), &decoded, answer.as_mut())
+        && resp.allowed
+        && checks_conflicts(req)
+        && !req.dry_run.unwrap_or(false)
+        && let Some(Ok(new)) = req.object.as_deref().map(decode_sidecarset)
+        && let Err(why) = coverage
+            .widen_for(&new.ss, COVERAGE_TIMEOUT)
+            .instrument(call.span().clone())
+            .await
+    {
+        tracing::warn!(sidecarset = new.ss.name(), reason = %why, "SidecarSet refused for now");
+        *resp = Response::deny(
+            &req.uid,
+            503,
+            format!(
+                "SidecarSet {:?} cannot be admitted yet: {why}",
+                new.ss.name()
+            ),
+        );
+    }
+    call.answer(decoded, |req| answer.unwrap_or_else(|| own_rules(req)))
+}
+
+/// How long a SidecarSet write waits for the pod webhook's match condition to cover it.
+pub const COVERAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether a request is checked for conflicts with the other SidecarSets (a SidecarSet created
+/// or changed).
+fn checks_conflicts(req: &Request) -> bool {
+    req.kind.kind == "SidecarSet"
+        && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+        && req.sub_resource.as_deref().is_none_or(str::is_empty)
+}
+
+/// Lists of SidecarSets per second, at most (a burst of 10): forged reviews cannot multiply
+/// LISTs beyond it; over it, the cache is used (and the answer says so).
+const LISTS_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The SidecarSets as the API server has them, for the conflict check: the cache may lag
+/// behind a SidecarSet created a moment ago, so that two conflicting SidecarSets applied
+/// together would both pass. One LIST at a time; requests that arrive while one runs share
+/// the next one (a LIST that started after a request arrived is as good for it as its own), at
+/// most one every [`LISTS_EVERY`] after a burst of 10, each within a short timeout.
+pub struct SidecarSetLister {
+    client: kube::Client,
+    timeout: std::time::Duration,
+    last: tokio::sync::Mutex<
+        Option<(
+            std::time::Instant,
+            Arc<Vec<sidecarset_core::api::SidecarSet>>,
+        )>,
+    >,
+    budget: std::sync::Mutex<crate::events::Buckets>,
+}
+
+impl SidecarSetLister {
+    pub fn new(client: kube::Client, timeout: std::time::Duration) -> Self {
+        SidecarSetLister {
+            client,
+            timeout,
+            last: Default::default(),
+            budget: std::sync::Mutex::new(crate::events::Buckets::new(crate::events::Rate {
+                burst: 10,
+                every: LISTS_EVERY,
+            })),
+        }
+    }
+
+    /// Every SidecarSet (defaulted, in the internal shape), read after this call began; or why
+    /// not.
+    pub async fn list(&self) -> Result<Arc<Vec<sidecarset_core::api::SidecarSet>>, String> {
+        let arrived = std::time::Instant::now();
+        let listing = async {
+            let mut last = self.last.lock().await;
+            if let Some((started, all)) = &*last
+                && *started >= arrived
+            {
+                return Ok(all.clone());
+            }
+            let allowed = self
+                .budget
+                .lock()
+                .map(|mut b| b.take("list", std::time::Instant::now()))
+                .unwrap_or(false);
+            if !allowed {
+                return Err("too many SidecarSet writes at once to list them for each".to_string());
+            }
+            let started = std::time::Instant::now();
+            let api: kube::Api<sidecarset_core::api::v1beta1::SidecarSet> =
+                kube::Api::all(self.client.clone());
+            let list = api
+                .list(&kube::api::ListParams::default())
+                .await
+                .map_err(|e| format!("cannot list SidecarSets: {e}"))?;
+            let all: Vec<sidecarset_core::api::SidecarSet> = list
+                .items
+                .iter()
+                .filter_map(|s| crate::cluster::feed::internal(s).ok())
+                .collect();
+            let all = Arc::new(all);
+            *last = Some((started, all.clone()));
+            Ok(all)
+        };
+        match tokio::time::timeout(self.timeout, listing).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "the API server did not list the SidecarSets within {:?}",
+                self.timeout
+            )),
+        }
+    }
+}
+
+/// The validating webhook's answer after its own rules allowed `allowed`: asks the API server
+/// when the request creates a SidecarSet or changes its containers, init containers or
+/// volumes (not for status-only or other updates), and turns a refusal into a 422 naming the
+/// SidecarSet's fields.
+async fn after_pod_validation(
+    v: &crate::pod_validation::PodValidator,
+    req: &Request,
+    allowed: Response,
+) -> Response {
+    if !allowed.allowed
+        || !matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+    {
+        return allowed;
+    }
+    let Some(Ok(new)) = req.object.as_deref().map(decode_sidecarset) else {
+        return allowed;
+    };
+    let old = req
+        .old_object
+        .as_deref()
+        .and_then(|o| decode_sidecarset(o).ok());
+    if req.operation == "UPDATE"
+        && old
+            .as_ref()
+            .is_some_and(|o| !crate::pod_validation::pod_fields_changed(&new.ss.spec, &o.ss.spec))
+    {
+        return allowed;
+    }
+    match v.check(&new.ss).await {
+        crate::pod_validation::PodValidation::Valid => allowed,
+        crate::pod_validation::PodValidation::Invalid(errors) => {
+            crate::metrics::metrics()
+                .validation_denials
+                .get_or_create(&crate::metrics::reason("invalid_pod"))
+                .inc();
+            let errors = sidecarset_core::api::ValidationErrors(errors);
+            Response::deny(
+                &req.uid,
+                422,
+                format!(
+                    "SidecarSet {:?} is invalid: {errors}; pods with these sidecars would be refused: fix the field",
+                    new.ss.name()
+                ),
+            )
+        }
+        crate::pod_validation::PodValidation::Unchecked(why) => {
+            tracing::warn!(sidecarset = new.ss.name(), reason = %why, "SidecarSet admitted without the API server's pod validation");
+            let mut resp = allowed;
+            resp.warnings.push(format!(
+                "SidecarSet {:?} was not checked by the API server's pod validation: {why}; if its containers or volumes are invalid, pods it selects will be refused at creation",
+                new.ss.name()
+            ));
+            resp
+        }
+    }
+}
+
+/// A v1beta1 SidecarSet whose `spec.customVersion` and custom-version label disagree: v1alpha1
+/// clients could not see both, so it is refused.
+fn custom_version_clash(d: &DecodedSidecarSet) -> Option<String> {
+    use sidecarset_core::api::convert::{API_VERSION_V1BETA1, LABEL_CUSTOM_VERSION};
+    if d.api_version != API_VERSION_V1BETA1 {
+        return None;
+    }
+    let label = d
+        .original
+        .pointer("/metadata/labels")?
+        .get(LABEL_CUSTOM_VERSION)?
+        .as_str()?;
+    let spec = d
+        .original
+        .pointer("/spec/customVersion")
+        .and_then(|v| v.as_str());
+    (spec != Some(label)).then(|| {
+        format!(
+            "SidecarSet {:?} is invalid: metadata.labels[{LABEL_CUSTOM_VERSION}]: {label:?} differs from spec.customVersion ({}); in v1beta1 the custom version is spec.customVersion: remove the label",
+            d.ss.name(),
+            spec.map(|s| format!("{s:?}")).unwrap_or_else(|| "unset".into())
+        )
+    })
+}
+
+/// Validates a SidecarSet on its own and against every other SidecarSet in the index.
+pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
+    admit_sidecarset_validation_with(state, req, None)
+}
+
+/// [`admit_sidecarset_validation`] with the conflicts checked against `others` (the API
+/// server's list) instead of the index, when given.
+pub fn admit_sidecarset_validation_with(
+    state: &State,
+    req: &Request,
+    others: Option<&[sidecarset_core::api::SidecarSet]>,
+) -> Response {
+    let denial = |reason: &str| {
+        crate::metrics::metrics()
+            .validation_denials
+            .get_or_create(&crate::metrics::reason(reason))
+            .inc()
+    };
+    let ss = match sidecarset_of(req) {
+        Ok(Some(d)) => {
+            if let Some(message) = custom_version_clash(&d) {
+                denial("invalid");
+                return Response::deny(&req.uid, 422, message);
+            }
+            d.ss
+        }
+        Ok(None) => return Response::allow(&req.uid),
+        Err(denied) => {
+            denial("malformed");
+            return denied;
+        }
+    };
+    if let Err(e) = validate(&ss) {
+        denial("invalid");
+        debug!(sidecarset = ss.name(), error = %e, "SidecarSet rejected");
+        return Response::deny(
+            &req.uid,
+            422,
+            format!("SidecarSet {:?} is invalid: {e}", ss.name()),
+        );
+    }
+    let old = (req.operation == "UPDATE")
+        .then(|| {
+            req.old_object
+                .as_ref()
+                .and_then(|o| decode_sidecarset(o).ok())
+        })
+        .flatten();
+    // A pinned revision must exist, as OpenKruise requires (checked when the pin is new or
+    // changed, so that other edits of a SidecarSet whose pinned revision was since deleted
+    // still go through).
+    let pin = ss.spec.injection_strategy.revision.as_ref();
+    let pin_changed = old
+        .as_ref()
+        .is_none_or(|o| o.ss.spec.injection_strategy.revision.as_ref() != pin);
+    if let Some(want) = pin
+        && pin_changed
+        && (want.revision_name.is_some() || want.custom_version.is_some())
+        && !state.cluster.pin_resolves(&ss)
+    {
+        denial("invalid");
+        let (field, what) = match (&want.revision_name, &want.custom_version) {
+            (Some(n), _) => ("revisionName", format!("no ControllerRevision {n:?}")),
+            (None, Some(v)) => (
+                "customVersion",
+                format!(
+                    "no ControllerRevision labelled apps.kruise.io/sidecarset-custom-version={v:?}"
+                ),
+            ),
+            _ => unreachable!("checked above"),
+        };
+        return Response::deny(
+            &req.uid,
+            422,
+            format!(
+                "SidecarSet {:?} is invalid: spec.injectionStrategy.revision.{field}: {what} belongs to this SidecarSet; pin a revision it has (kubectl get controllerrevisions -l kruise.io/sidecarset-name={} in the operator's namespace)",
+                ss.name(),
+                ss.name()
+            ),
+        );
+    }
+    if let Some(old) = &old
+        && let Err(e) = sidecarset_core::api::validate_update(&ss, &old.ss)
+    {
+        denial("invalid");
+        return Response::deny(
+            &req.uid,
+            422,
+            format!("SidecarSet {:?} cannot be changed this way: {e}", ss.name()),
+        );
+    }
+    let index = state.cluster.index();
+    let found = match others {
+        Some(all) => conflicts(&ss, all.iter()),
+        None => conflicts(&ss, index.iter().map(|s| s.as_ref())),
+    };
+    if let Err(e) = found {
+        denial("conflict");
+        return Response::deny(
+            &req.uid,
+            409,
+            format!("SidecarSet {:?} conflicts with another: {e}", ss.name()),
+        );
+    }
+    Response::allow(&req.uid)
+}
