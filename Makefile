@@ -21,7 +21,7 @@ test: ## Every test: lint, feature and generated-file drift, unit + webhook test
 	hack/test.sh all
 
 .PHONY: check
-check: ## The fast inner loop (no cluster): fmt, the feature check, clippy, generated-file drift, unit/fixture/conformance/webhook tests, chart lint
+check: ## The fast inner loop (no cluster): fmt, shellcheck, the feature check, clippy, generated-file drift, unit/fixture/conformance/webhook tests, chart lint
 	hack/test.sh check
 
 .PHONY: unit
@@ -59,6 +59,10 @@ e2e: ## The e2e suite on kind with the operator image installed by Helm (needs D
 .PHONY: e2e-kind-local
 e2e-kind-local: ## make e2e on this machine without a registry: Debian's dockerd in a private network namespace, kind and its node image built here (hack/kind-docker.sh, hack/kind-node.sh; needs root; not part of make test)
 	SSO_KIND_LOCAL=1 hack/e2e-kind.sh
+
+.PHONY: shellcheck
+shellcheck: ## shellcheck on every script of hack/ and .ci/run (installs Debian's shellcheck when missing and root)
+	hack/shellcheck.sh
 
 .PHONY: lint
 lint: ## cargo fmt --check, one feature set for every build (hack/features.sh), clippy -D warnings

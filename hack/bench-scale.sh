@@ -59,10 +59,10 @@ BENCH_PID=
 PERF_PID=
 
 stop_pid() { # PID: SIGTERM, then SIGKILL after 5 s
-  local pid=$1 i
+  local pid=$1
   kill -0 "$pid" 2>/dev/null || return 0
   kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
   kill -KILL "$pid" 2>/dev/null || true
 }
 

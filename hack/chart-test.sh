@@ -310,8 +310,8 @@ lint_phase() {
   local pkg
   pkg=$(mktemp -d)
   "$HELM" package "$CHART" -d "$pkg" >/dev/null || die "helm package failed"
-  tar -xzf "$pkg"/*.tgz -C "$pkg" sidecarset-operator/LICENSE 2>/dev/null \
-    && cmp -s "$pkg/sidecarset-operator/LICENSE" "$REPO/LICENSE" \
+  { tar -xzf "$pkg"/*.tgz -C "$pkg" sidecarset-operator/LICENSE 2>/dev/null \
+    && cmp -s "$pkg/sidecarset-operator/LICENSE" "$REPO/LICENSE"; } \
     || { rm -rf "$pkg"; die "the chart archive has no LICENSE, or not the repository's (cp LICENSE $CHART/LICENSE)"; }
   rm -rf "$pkg"
   pass "helm package: the chart archive carries the repository's LICENSE"
@@ -522,7 +522,7 @@ release_phase() {
   section "7. the release: chart from an OCI registry (by version, by digest), image digest, Krew sha256"
   local t0=$SECONDS bin=${BIN:-$REPO/target/debug/sidecarset-operator} rel=$OUT/release version reg out
   [ -x "$bin" ] || die "the release step needs the operator binary $bin (cargo build --bin sidecarset-operator, or BIN=...)"
-  command -v umoci >/dev/null && command -v skopeo >/dev/null \
+  { command -v umoci >/dev/null && command -v skopeo >/dev/null; } \
     || die "the release step builds the image with umoci and skopeo (apt-get install umoci skopeo; hack/node.sh deps installs them), or set SSO_CHART_TEST_RELEASE=0"
   if ! SSO_WORK=$WORK "$REPO/hack/registry.sh" env >/dev/null 2>&1; then REGISTRY_STARTED=1; fi
   eval "$(SSO_WORK=$WORK "$REPO/hack/registry.sh" up 2>/dev/null)"
@@ -603,13 +603,14 @@ print(docs["MutatingWebhookConfiguration"]["metadata"]["name"], docs["Deployment
   }
   install_from "oci://$reg/charts/sidecarset-operator" "oci://$reg/charts/sidecarset-operator --version $version" --version "$version"
   install_from "oci://$reg/charts/sidecarset-operator@$chart_digest" "oci://$reg/charts/sidecarset-operator@${chart_digest:0:19}…"
-  local wrong=sha256:$(printf '%064d' 0)
+  local wrong
+  wrong=sha256:$(printf '%064d' 0)
   if out=$("$HELM" install "$RELEASE" "oci://$reg/charts/sidecarset-operator@$wrong" --plain-http -n "$NS" 2>&1); then
     INSTALLED=1; die "helm install by a digest the registry does not have succeeded"
   fi
   pass "helm install by a digest the registry does not have: refused ($(tail -n1 <<<"$out" | cut -c1-100))"
   rm -rf "$OUT/release-bin"
-  log "  release step: $((SECONDS - t0)) s; artifacts: $(cd "$rel" && ls -s --block-size=K | tail -n +2 | awk '{printf "%s %s, ", $2, $1}')"
+  log "  release step: $((SECONDS - t0)) s; artifacts: $(find "$rel" -maxdepth 1 -type f -printf '%f %kK, ' | sort)"
 }
 
 WITH_CLUSTER=0

@@ -473,7 +473,7 @@ cmd_restart() {
   local component=${1:-} down=${2:-0} pid deadline f
   case $component in '' | *[!a-z0-9-]*) die "restart: name a component (etcd, kube-apiserver, ...)" ;; esac
   case $down in '' | *[!0-9]*) die "restart: DOWN_SECONDS='$down' must be a number of seconds" ;; esac
-  [ -f "$CLUSTER_DIR/pids/$component.pid" ] || die "restart: no $CLUSTER_DIR/pids/$component.pid (is cluster '$NAME' up? components: $(ls "$CLUSTER_DIR/pids" 2>/dev/null | sed 's/\.pid$//' | tr '\n' ' '))"
+  [ -f "$CLUSTER_DIR/pids/$component.pid" ] || die "restart: no $CLUSTER_DIR/pids/$component.pid (is cluster '$NAME' up? components: $(find "$CLUSTER_DIR/pids" -maxdepth 1 -name '*.pid' -printf '%f ' 2>/dev/null | sed 's/\.pid / /g'))"
   for f in "$CLUSTER_DIR"/pids/*.pid; do save_component "$(basename "$f" .pid)" || true; done
   save_component "$component" || die "restart: $component is not running"
   pid=$(cat "$CLUSTER_DIR/pids/$component.pid")

@@ -32,7 +32,7 @@ real_node_demo() {
   cargo build --bin sidecarset-operator
   hack/node.sh up
   eval "$(hack/node.sh env)"
-  local k=(hack/node.sh exec "$SSO_NODE_KUBECTL") tag
+  local k=(hack/node.sh exec "$SSO_NODE_KUBECTL")
   # The operator runs as a local process next to the API server, in the node's network namespace
   # (webhooks by URL on 127.0.0.1 there); `hack/node.sh down` stops it with everything else.
   mkdir -p "$WORK/node/demo"

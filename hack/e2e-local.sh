@@ -43,7 +43,7 @@ eval "$(hack/tools.sh helm)"
 # suite proves that the chart's RBAC is enough (a missing permission fails a test).
 log "installing the chart (webhooks by URL, 0 replicas) and running the operator as its ServiceAccount"
 "$HELM_BIN/helm" upgrade --install sidecarset-operator charts/sidecarset-operator -n sidecarset-system \
-  --create-namespace --set webhook.url=https://127.0.0.1:${SSO_PORT:-9443} --set replicaCount=0 \
+  --create-namespace --set "webhook.url=https://127.0.0.1:${SSO_PORT:-9443}" --set replicaCount=0 \
   --set webhook.failurePolicy="$SSO_FAILURE_POLICY" --wait --timeout 2m >/dev/null
 hack/chart-test.sh sa-kubeconfig "$WORK/sa.kubeconfig" 2h
 SSO_OPERATOR_KUBECONFIG=$WORK/sa.kubeconfig SSO_MANAGE_WEBHOOKS=false KUBECTL=$WORK/bin/kubectl \

@@ -144,7 +144,7 @@ readme_block() {
 install_cmds=$(readme_block install-commands)
 verify_cmds=$(readme_block verify-commands)
 grep -q '^helm install ' <<<"$install_cmds" || die "README.md has no install-commands block with a helm install"
-grep -q '^IMAGE_REPOSITORY=' <<<"$install_cmds" && grep -q '^IMAGE_TAG=' <<<"$install_cmds" \
+{ grep -q '^IMAGE_REPOSITORY=' <<<"$install_cmds" && grep -q '^IMAGE_TAG=' <<<"$install_cmds"; } \
   || die "the README's install block does not set IMAGE_REPOSITORY and IMAGE_TAG (without them the pods end in ImagePullBackOff)"
 [ -n "$verify_cmds" ] || die "README.md has no verify-commands block"
 # Run as written, with two differences a user's cluster does not need: the image variables name
@@ -164,7 +164,7 @@ chmod +x "$README_BIN/helm"
 ln -sf "$KUBECTL" "$README_BIN/kubectl"
 ln -sf "$REPO/target/$profile_dir/sidecarset-operator" "$README_BIN/sidecarset-operator"
 log "the README's install commands (image variables set to $SSO_OPERATOR_IMAGE):"
-sed 's/^/      /' <<<"$install_cmds" >&2
+while IFS= read -r line; do printf '      %s\n' "$line"; done <<<"$install_cmds" >&2
 t=$SECONDS
 hack/node.sh exec env PATH="$README_BIN:$PATH" bash -euo pipefail -c "$install_cmds" >"$WORK/readme-install.log" 2>&1 \
   || { cat "$WORK/readme-install.log" >&2; die "the README's install commands failed"; }
@@ -194,7 +194,7 @@ pass "PodDisruptionBudget minAvailable 1: 2 healthy, 1 disruption allowed"
 ca_m=$(k get mutatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')
 ca_v=$(k get validatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.caBundle}')
 svc=$(k get mutatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[0].clientConfig.service.namespace}/{.webhooks[0].clientConfig.service.name}:{.webhooks[0].clientConfig.service.port} url={.webhooks[0].clientConfig.url}')
-[ -n "$ca_m" ] && [ "$ca_m" = "$ca_v" ] || die "caBundle not written to both webhook configurations"
+{ [ -n "$ca_m" ] && [ "$ca_m" = "$ca_v" ]; } || die "caBundle not written to both webhook configurations"
 [ "$svc" = "$NS/$RELEASE-webhook:443 url=" ] || die "the webhooks do not point at the Service: $svc"
 k -n "$NS" get secret "$RELEASE-webhook-certs" >/dev/null || die "no certificate Secret $RELEASE-webhook-certs"
 conv=$(k get crd "$CRD" -o jsonpath='{.spec.conversion.webhook.clientConfig.service.namespace}/{.spec.conversion.webhook.clientConfig.service.name}{.spec.conversion.webhook.clientConfig.service.path}')

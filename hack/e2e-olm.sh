@@ -219,11 +219,11 @@ pass "Deployment $dep (olm.owner=$CSV1) Available; 2 pods ready on $SSO_E2E_REAL
 k -n "$NS" get secret "$dep-service-cert" -o jsonpath='{.data.tls\.crt}' | base64 -d >"$W/olm-tls.crt"
 mwcs=$(k get mutatingwebhookconfigurations -l olm.owner="$CSV1" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
 vwcs=$(k get validatingwebhookconfigurations -l olm.owner="$CSV1" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}')
-[ "$(wc -l <<<"$mwcs")" = 3 ] && [ "$(wc -l <<<"$vwcs")" = 1 ] || die "webhook configurations owned by $CSV1: mutating '$mwcs', validating '$vwcs'"
+{ [ "$(wc -l <<<"$mwcs")" = 3 ] && [ "$(wc -l <<<"$vwcs")" = 1 ]; } || die "webhook configurations owned by $CSV1: mutating '$mwcs', validating '$vwcs'"
 for c in $mwcs; do
   case $c in mpod.sidecarset-operator.io-*|mpod-update.sidecarset-operator.io-*|msidecarset.sidecarset-operator.io-*) ;; *) die "unexpected mutating configuration $c" ;; esac
 done
-log "OLM's webhook configurations: $(echo $mwcs $vwcs)"
+log "OLM's webhook configurations: $(tr '\n' ' ' <<<"$mwcs"$'\n'"$vwcs")"
 # OLM may still be writing a new CA into them (it can make a second CA right after the CSV
 # reports Succeeded, and writes the configurations and the CRD one after the other): wait for
 # one caBundle everywhere that verifies the Secret's certificate.

@@ -72,7 +72,7 @@ export_archive() {
 cmd_test() {
   local out=${1:?usage: hack/images.sh test OUT}
   need
-  [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 || die "/bin/busybox is missing (Debian package busybox-static)"
+  { [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1; } || die "/bin/busybox is missing (Debian package busybox-static)"
   if ldd /bin/busybox >/dev/null 2>&1; then die "/bin/busybox is dynamically linked; the test images need busybox-static"; fi
   mkdir -p "$out"
   local w
@@ -107,7 +107,7 @@ cmd_test() {
   mk busybox-v2 v2 "$TEST_REPO/busybox:v2" /bin/sh
   mk busybox-v3 v3 "$TEST_REPO/busybox:v3" /bin/sh
   for t in v1 v2 v3 empty; do mk "hot-$t" "$t" "$TEST_REPO/hot:$t" /bin/hot; done
-  log "test images in $out: $(cd "$out" && ls pause.tar busybox-v*.tar hot-*.tar | tr '\n' ' ')"
+  log "test images in $out: $(cd "$out" && printf '%s ' pause.tar busybox-v*.tar hot-*.tar)"
 }
 
 # The hot-upgrade test sidecar (/bin/hot of the hot images). Its two containers share the
@@ -252,7 +252,7 @@ cmd_olm() {
   need
   for a in opm cpb copy-content; do [ -x "$bin/$a" ] || die "$bin/$a is missing (hack/tools.sh olm)"; done
   if ldd "$bin/opm" >/dev/null 2>&1; then die "$bin/opm is dynamically linked; the toolbox needs a static opm (hack/tools.sh olm)"; fi
-  [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || die "/bin/busybox (static) is missing (Debian package busybox-static)"
+  { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || die "/bin/busybox (static) is missing (Debian package busybox-static)"
   mkdir -p "$out"
   w=$(mktemp -d "$out/.build.XXXXXX")
   trap 'rm -rf "$w"' RETURN
@@ -278,7 +278,7 @@ cmd_bundle() {
   local dir=${1:?usage: hack/images.sh bundle DIR REF OUT} ref=${2:?usage: hack/images.sh bundle DIR REF OUT}
   local out=${3:?usage: hack/images.sh bundle DIR REF OUT} w r labels=() kv
   need
-  [ -d "$dir/manifests" ] && [ -s "$dir/metadata/annotations.yaml" ] || die "$dir has no manifests/ and metadata/annotations.yaml"
+  { [ -d "$dir/manifests" ] && [ -s "$dir/metadata/annotations.yaml" ]; } || die "$dir has no manifests/ and metadata/annotations.yaml"
   w=$(mktemp -d "$(dirname "$out")/.build.XXXXXX")
   trap 'rm -rf "$w"' RETURN
   new_bundle "$w"
@@ -358,10 +358,16 @@ EOF
   else
     log "FAIL runs       chroot as $user: $ver"; rc=1
   fi
-  [ -s "$w/b/rootfs/etc/ssl/certs/ca-certificates.crt" ] && log "ok   ca-certs   /etc/ssl/certs/ca-certificates.crt" \
-    || { log "FAIL ca-certs   /etc/ssl/certs/ca-certificates.crt missing"; rc=1; }
-  cmp -s "$w/b/rootfs/LICENSE" "$REPO/LICENSE" && log "ok   license    /LICENSE (as the Dockerfile's COPY LICENSE)" \
-    || { log "FAIL license    /LICENSE missing or not the repository's LICENSE"; rc=1; }
+  if [ -s "$w/b/rootfs/etc/ssl/certs/ca-certificates.crt" ]; then
+    log "ok   ca-certs   /etc/ssl/certs/ca-certificates.crt"
+  else
+    log "FAIL ca-certs   /etc/ssl/certs/ca-certificates.crt missing"; rc=1
+  fi
+  if cmp -s "$w/b/rootfs/LICENSE" "$REPO/LICENSE"; then
+    log "ok   license    /LICENSE (as the Dockerfile's COPY LICENSE)"
+  else
+    log "FAIL license    /LICENSE missing or not the repository's LICENSE"; rc=1
+  fi
   rm -rf "$w"
   [ "$rc" = 0 ] || die "the local operator image and the Dockerfile disagree (see above); update hack/images.sh or the Dockerfile"
   log "the local operator image agrees with the Dockerfile"

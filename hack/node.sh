@@ -177,25 +177,26 @@ innet() { nsenter -t "$(ns_pid)" -n -- "$@"; }
 
 # start NAME CMD...: CMD inside the namespace, detached, log in logs/NAME.log, PID in pids/NAME.pid
 start() {
-  local name=$1 i
+  local name=$1
   shift
   rm -f "$PIDS/$name.pid"
   # (fd 7, the lock of up/down, is not inherited: the daemon would hold the lock)
+  # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
   nsenter -t "$(ns_pid)" -m -n -- setsid /bin/sh -c 'echo $$ > "$0"; exec "$@"' "$PIDS/$name.pid" "$@" \
     </dev/null >"$LOGS/$name.log" 2>&1 7>&- &
-  for i in $(seq 50); do [ -s "$PIDS/$name.pid" ] && return 0; sleep 0.1; done
+  for _ in $(seq 50); do [ -s "$PIDS/$name.pid" ] && return 0; sleep 0.1; done
   die "$name did not start (log: $LOGS/$name.log)"
 }
 
 # stop NAME...: SIGTERM, then SIGKILL after 10 s, by the PID in pids/NAME.pid
 stop() {
-  local n p i
+  local n p
   for n in "$@"; do
     [ -s "$PIDS/$n.pid" ] || continue
     p=$(cat "$PIDS/$n.pid")
     if kill -0 "$p" 2>/dev/null; then
       kill "$p" 2>/dev/null || true
-      for i in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+      for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
       kill -0 "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
       log "stopped $n ($p)"
     fi
@@ -268,14 +269,14 @@ cmd_down() {
     log "the node is not running; nothing to do"
     return 0
   fi
-  local pids p i
+  local pids p
   stop kubelet
   if ns_alive && [ -s "$KUBECONFIG_FILE" ]; then
     innet env SSO_WORK="$CLUSTER_WORK" SSO_CLUSTER_NAME=$CLUSTER_NAME "$REPO/hack/cluster.sh" down 7>&- || log "hack/cluster.sh down failed; killing what is left"
   fi
   stop containerd
   # Whatever is left (containers, shims, control plane): killed by PID.
-  for i in 1 2 3; do
+  for _ in 1 2 3; do
     pids=$(ns_pids | sort -u | tr '\n' ' ')
     [ -n "${pids// /}" ] || break
     log "killing what is left in the node's namespaces and cgroups: $pids"
@@ -285,7 +286,7 @@ cmd_down() {
   done
   if p=$(ns_pid) && kill -0 "$p" 2>/dev/null && [ "$(readlink "/proc/$p/ns/net" 2>/dev/null)" = "$(cat "$NODE_DIR/ns.net" 2>/dev/null)" ]; then
     kill "$p" 2>/dev/null || true
-    for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     log "stopped the namespace holder ($p)"
   fi
   rm -f "$NODE_DIR/ns.pid"
@@ -412,12 +413,11 @@ make_namespace() {
   rm -f "$NODE_DIR/ns.pid"
   setsid unshare --mount --net --propagation private -- /bin/sh -c "echo \$\$ > '$NODE_DIR/ns.pid'; exec sleep infinity" \
     </dev/null >/dev/null 2>&1 7>&- &
-  local i
-  for i in $(seq 50); do [ -s "$NODE_DIR/ns.pid" ] && break; sleep 0.1; done
+  for _ in $(seq 50); do [ -s "$NODE_DIR/ns.pid" ] && break; sleep 0.1; done
   [ -s "$NODE_DIR/ns.pid" ] || die "the namespace holder did not start"
   local ns
   ns=$(ns_pid)
-  for i in $(seq 50); do [ "$(readlink "/proc/$ns/ns/net")" != "$(readlink /proc/self/ns/net)" ] && break; sleep 0.1; done
+  for _ in $(seq 50); do [ "$(readlink "/proc/$ns/ns/net")" != "$(readlink /proc/self/ns/net)" ] && break; sleep 0.1; done
   readlink "/proc/$ns/ns/net" >"$NODE_DIR/ns.net"
   readlink "/proc/$ns/ns/mnt" >"$NODE_DIR/ns.mnt"
   nsenter -t "$ns" -m -n -- /bin/sh -eu -c "
@@ -542,8 +542,7 @@ cmd_up() {
   write_configs
   make_cgroups
   start containerd env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy containerd --config "$NODE_DIR/etc/containerd.toml"
-  local i
-  for i in $(seq 100); do inns ctr --address "$CTR_SOCK" version >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 100); do inns ctr --address "$CTR_SOCK" version >/dev/null 2>&1 && break; sleep 0.1; done
   inns ctr --address "$CTR_SOCK" version >/dev/null 2>&1 || die "containerd did not start (log: $LOGS/containerd.log)"
   import_images
   log "$(el) s  containerd up, images imported"

@@ -46,30 +46,31 @@ die() { printf '[olm] error: %s\n' "$*" >&2; exit 1; }
 
 node_env() {
   eval "$("$REPO/hack/node.sh" env)"
-  [ -n "${SSO_NODE_NS_PID:-}" ] && [ -e "/proc/$SSO_NODE_NS_PID/ns/net" ] || die "the real node is not running (hack/node.sh up)"
+  { [ -n "${SSO_NODE_NS_PID:-}" ] && [ -e "/proc/$SSO_NODE_NS_PID/ns/net" ]; } || die "the real node is not running (hack/node.sh up)"
   KUBECTL=$SSO_NODE_KUBECTL
 }
 k() { nsenter -t "$SSO_NODE_NS_PID" -n -- "$KUBECTL" --kubeconfig="$KUBECONFIG" --request-timeout=20s "$@"; }
 
 # start NAME CMD...: CMD in the node's network namespace, detached, PID in pids/NAME.pid
 start() {
-  local name=$1 i
+  local name=$1
   shift
   rm -f "$PIDS/$name.pid"
+  # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
   nsenter -t "$SSO_NODE_NS_PID" -n -- setsid /bin/sh -c 'echo $$ > "$0"; exec "$@"' "$PIDS/$name.pid" "$@" \
     </dev/null >>"$LOGS/$name.log" 2>&1 8>&- &
-  for i in $(seq 50); do [ -s "$PIDS/$name.pid" ] && return 0; sleep 0.1; done
+  for _ in $(seq 50); do [ -s "$PIDS/$name.pid" ] && return 0; sleep 0.1; done
   die "$name did not start (log: $LOGS/$name.log)"
 }
 
 stop() {
-  local n p i
+  local n p
   for n in "$@"; do
     [ -s "$PIDS/$n.pid" ] || continue
     p=$(cat "$PIDS/$n.pid")
     if kill -0 "$p" 2>/dev/null; then
       kill "$p" 2>/dev/null || true
-      for i in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+      for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
       kill -0 "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
       log "stopped $n ($p)"
     fi
@@ -207,8 +208,7 @@ cmd_catalog() {
   mkdir -p "$DIR/opm-cache"
   start "opm-$name" "$OLM_BIN/opm" serve "$cat" -p "$port" --pprof-addr "127.0.0.1:$(free_port)" \
     -t "$LOGS/opm-$name.termination" --cache-dir "$DIR/opm-cache/$name-$port" --cache-enforce-integrity=false
-  local i
-  for i in $(seq 300); do
+  for _ in $(seq 300); do
     nsenter -t "$SSO_NODE_NS_PID" -n -- bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null && break
     alive "opm-$name" || { tail -n 20 "$LOGS/opm-$name.log" >&2; die "opm serve exited (log: $LOGS/opm-$name.log)"; }
     sleep 0.1

@@ -53,7 +53,7 @@ cmd_up() {
     cmd_env
     return
   fi
-  local crane port i
+  local crane port
   crane=$(crane_bin)
   port=${SSO_REGISTRY_PORT:-$(inns python3 -c 'import socket; s=socket.socket(); s.bind(("'"$HOST"'", 0)); print(s.getsockname()[1])')}
   rm -rf "$DIR/blobs" "$DIR/pid" "$DIR/address"
@@ -61,11 +61,12 @@ cmd_up() {
   # setsid: its own session, so that the caller's job control and terminal leave it alone;
   # fd 8 (the lock) is not inherited. The PID recorded is crane's own (the shell execs it):
   # `$!` would be the subshell running inns, and killing that leaves crane running.
+  # shellcheck disable=SC2016 # $$, $0 and $@ belong to the inner shell
   inns setsid /bin/sh -c 'echo $$ >"$0"; exec "$@"' "$DIR/pid" "$crane/crane" registry serve --address "$HOST:$port" --disk "$DIR/blobs" \
     </dev/null >"$DIR/registry.log" 2>&1 8>&- &
-  for i in $(seq 50); do [ -s "$DIR/pid" ] && break; sleep 0.1; done
+  for _ in $(seq 50); do [ -s "$DIR/pid" ] && break; sleep 0.1; done
   echo "$crane" >"$DIR/crane"
-  for i in $(seq 100); do
+  for _ in $(seq 100); do
     if answers "$HOST:$port"; then
       echo "$HOST:$port" >"$DIR/address"
       log "serving on $HOST:$port${NS_PID:+ (network namespace of $NS_PID)}, pid $(cat "$DIR/pid"), log $DIR/registry.log"
@@ -82,13 +83,13 @@ cmd_up() {
 cmd_down() {
   [ -d "$DIR" ] || return 0
   if [ -s "$DIR/pid" ]; then
-    local p i
+    local p
     p=$(cat "$DIR/pid")
     if kill -0 "$p" 2>/dev/null; then
       # $p is the subshell that started crane (its child): the child first, or it outlives it.
       pkill -TERM -P "$p" 2>/dev/null || true
       kill "$p" 2>/dev/null || true
-      for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+      for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$p" 2>/dev/null || true
       log "stopped ($p)"
     fi

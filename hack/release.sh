@@ -115,7 +115,7 @@ cmd_release() {
   export SOURCE_DATE_EPOCH=$epoch
   local out=${RELEASE_DIR:-dist}
   case $out in /*) ;; *) out=$REPO/$out ;; esac
-  [ "$out" != "$REPO" ] && [ "$out" != / ] || die "RELEASE_DIR must not be the repository or /"
+  { [ "$out" != "$REPO" ] && [ "$out" != / ]; } || die "RELEASE_DIR must not be the repository or /"
   log "release $VERSION (commit ${commit:0:12}$([ "$dirty" = true ] && echo ", dirty"), $OS/$ARCH) into ${out#"$REPO"/}"
 
   # The registry.
@@ -214,7 +214,7 @@ PY
   (cd "$out" && sha256sum -- * >"$w/SHA256SUMS") && mv "$w/SHA256SUMS" "$out/SHA256SUMS"
   cmd_verify "$out"
   log "release $VERSION in ${out#"$REPO"/}:"
-  (cd "$out" && ls -l --time-style=+ | awk 'NR > 1 { printf "[release]   %10d  %s\n", $5, $NF }') >&2
+  find "$out" -mindepth 1 -maxdepth 1 -printf '[release]   %10s  %f\n' | sort -k2 >&2
   log "install: helm install sidecarset-operator $chart_repo/sidecarset-operator --version $VERSION ${plain_flag[*]}"
   log "     or: helm install sidecarset-operator $chart_repo/sidecarset-operator@$chart_digest ${plain_flag[*]}"
 }
@@ -240,7 +240,7 @@ cmd_verify() {
     log "ok   SHA256SUMS: $(wc -l <"$dir/SHA256SUMS") files"
   else log "FAIL SHA256SUMS"; rc=1; fi
   local listed
-  listed=$(cd "$dir" && ls | grep -vx SHA256SUMS | sort | tr '\n' ' ')
+  listed=$(find "$dir" -mindepth 1 -maxdepth 1 ! -name SHA256SUMS -printf '%f\n' | sort | tr '\n' ' ')
   [ "$listed" = "$(awk '{print $2}' "$dir/SHA256SUMS" | sort | tr '\n' ' ')" ] \
     || { log "FAIL SHA256SUMS does not list exactly the files of $dir ($listed)"; rc=1; }
   # The Krew manifest: each platform's sha256 is its archive's, the archive holds the binary and
@@ -304,9 +304,11 @@ PY
     layer=$("$crane" manifest --insecure "$chart_ref" | python3 -c '
 import json, sys
 print([l["digest"] for l in json.load(sys.stdin)["layers"] if l["mediaType"] == "application/vnd.cncf.helm.chart.content.v1.tar+gzip"][0])')
-    [ "$layer" = "sha256:$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chart"]["sha256"])' "$dir/release.json")" ] \
-      && log "ok   chart: its content layer is the release's chart archive" \
-      || { log "FAIL chart: the registry's chart layer $layer is not the release's archive"; rc=1; }
+    if [ "$layer" = "sha256:$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chart"]["sha256"])' "$dir/release.json")" ]; then
+      log "ok   chart: its content layer is the release's chart archive"
+    else
+      log "FAIL chart: the registry's chart layer $layer is not the release's archive"; rc=1
+    fi
   else
     log "skip chart: $chart_ref does not answer from here (its digest is $chart_digest)"
   fi

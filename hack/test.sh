@@ -2,7 +2,7 @@
 # `make test`: every suite, in phases, with a table of what each phase cost at the end.
 #
 #   hack/test.sh            all phases (what `make test` and CI run)
-#   hack/test.sh check      the fast inner loop (`make check`): fmt, clippy, the feature check,
+#   hack/test.sh check      the fast inner loop (`make check`): fmt, shellcheck, clippy, the feature check,
 #                           generated-file drift, unit/fixture/conformance/webhook tests, chart
 #                           lint; no cluster
 #
@@ -19,7 +19,7 @@
 # a phase first asks for them).
 set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$REPO"
+cd "$REPO" || exit 1
 WORK=${SSO_WORK:-$REPO/.local}
 export SSO_WORK=$WORK
 # No stack backtraces under the test runs (SSO_TEST_BACKTRACE=1 keeps them): a failing test's
@@ -113,6 +113,7 @@ trap 'finish 130' INT TERM
 case "${1:-all}" in
   check)
     phase fmt cargo fmt --all -- --check
+    phase shellcheck make -s shellcheck
     phase features hack/features.sh check
     phase clippy cargo clippy --workspace --all-targets -- -D warnings
     phase manifests make -s check-manifests
@@ -123,6 +124,7 @@ case "${1:-all}" in
   all)
     start_tools
     phase fmt cargo fmt --all -- --check
+    phase shellcheck make -s shellcheck
     phase features hack/features.sh check
     phase clippy cargo clippy --workspace --all-targets -- -D warnings
     # One build of everything the later phases run: the binary, the unit and e2e test binaries
