@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck on every script of hack/ and .ci/run (`make shellcheck`, a phase of `make check` and
+# Runs shellcheck on every script of hack/ and .ci/run (`make shellcheck`, a phase of `make check` and
 # `make test`). Follows sourced files (-x). Installs Debian's shellcheck when it is missing and
 # this runs as root (a new machine has nothing installed by hand); fails with the command to run
 # otherwise.
