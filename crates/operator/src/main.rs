@@ -72,6 +72,19 @@ fn allocator_stats() -> Vec<(&'static str, u64)> {
     .collect()
 }
 
+/// The tools end quietly when their reader goes away (`sidecarset-operator crd | head -1`), as
+/// kubectl and the shell's own tools do: the default action of SIGPIPE, which Rust's runtime
+/// replaces with "ignore" (a write then fails with EPIPE and `println!` panics). Only for the
+/// tools and the help: the server (`run`) keeps SIGPIPE ignored, and its sockets never raise it
+/// either way (Rust writes to sockets with MSG_NOSIGNAL).
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: called on the main thread before any other thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     sidecarset_operator::metrics::read_allocator_with(allocator_stats);
     let plugin = invoked_as_plugin();
@@ -90,6 +103,7 @@ fn main() -> ExitCode {
     {
         Ok(c) => c,
         Err(e) => {
+            end_quietly_on_a_closed_pipe();
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() {
                 inspect::EXIT_INPUT
@@ -114,7 +128,10 @@ fn main() -> ExitCode {
         }
     };
     match command {
-        Command::Tool(tool) => run_tool(*tool),
+        Command::Tool(tool) => {
+            end_quietly_on_a_closed_pipe();
+            run_tool(*tool)
+        }
         Command::Run(args) => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

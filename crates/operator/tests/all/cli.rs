@@ -555,3 +555,52 @@ fn the_krew_manifest_installs_the_binary_as_kubectl_sidecarset() {
         assert!(p["selector"]["matchLabels"]["os"].is_string());
     }
 }
+
+/// Every tool ends quietly when its reader goes away before it wrote (`... | head -0`): no panic,
+/// no backtrace, killed by SIGPIPE as the shell's own tools are (or done, when it wrote nothing).
+#[test]
+fn the_tools_end_quietly_on_a_closed_pipe() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let cases: &[&[&str]] = &[
+        &["crd"],
+        &["--help"],
+        &["inject", "--help"],
+        &[
+            "inject",
+            "-f",
+            "config/samples/pod.yaml",
+            "--sidecarsets",
+            "config/samples",
+        ],
+        &["--version"],
+    ];
+    for args in cases {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sidecarset-operator"))
+            .args(*args)
+            .current_dir(REPO)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .spawn()
+            .unwrap();
+        // The reader goes away before the tool writes a byte.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: stderr {stderr:?}"
+        );
+        assert!(
+            out.status.signal() == Some(libc_sigpipe()) || out.status.success(),
+            "{args:?}: ended with {:?}, stderr {stderr:?}",
+            out.status
+        );
+    }
+}
+
+/// SIGPIPE's number on Linux.
+fn libc_sigpipe() -> i32 {
+    13
+}
