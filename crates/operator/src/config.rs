@@ -226,28 +226,16 @@ pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
-/// Parses `<number><unit>` with unit s, m, h or d (e.g. 90d, 30s).
+/// Parses a duration such as `90d`, `30s`, `10m` or `1h30m` (humantime's format: s, m, h, d
+/// and their longer names, ms and us too), longer than zero.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration: use e.g. 30s, 10m, 12h or 90d"))?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86400,
-        _ => {
-            return Err(format!(
-                "{s:?} is not a duration: use e.g. 30s, 10m, 12h or 90d"
-            ));
-        }
-    };
-    if secs == 0 {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration ({e}): use e.g. 30s, 10m, 12h or 90d"))?;
+    if d.is_zero() {
         return Err(format!("{s:?} must be longer than zero"));
     }
-    Ok(Duration::from_secs(secs))
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -266,5 +254,25 @@ mod tests {
         );
         assert!(parse_duration_or_zero("0x").is_err());
         assert!(parse_duration_or_zero("-1s").is_err());
+    }
+
+    #[test]
+    fn durations_read_as_the_flags_document_them() {
+        for (s, secs) in [
+            ("30s", 30),
+            ("10m", 600),
+            ("12h", 43_200),
+            ("90d", 7_776_000),
+            ("1825d", 157_680_000),
+            (" 2m ", 120),
+            ("1h30m", 5_400),
+            ("1.5h", 5_400),
+        ] {
+            assert_eq!(parse_duration(s), Ok(Duration::from_secs(secs)), "{s:?}");
+        }
+        for bad in ["", "30", "s", "10x", "-5m", "99999999999999999999d"] {
+            let e = parse_duration(bad).expect_err(bad);
+            assert!(e.contains("is not a duration"), "{bad:?}: {e}");
+        }
     }
 }
