@@ -2,7 +2,7 @@
 # One feature set for every build: the cargo commands of the Makefile and hack/ each resolve the
 # features of the dependencies they build, and a crate resolved with other features is compiled
 # again, with everything that depends on it (the operator's library among them). With resolver 2
-# `cargo build --bin sidecarset-operator`, `cargo test` of the root package (its
+# `cargo build --bin sidecarset-operator`, `cargo test` of the operator package (its
 # dev-dependencies) and `cargo build -p sidecarset-e2e` resolve separately, so a feature that only
 # a dev-dependency or the e2e crate asks for splits the build in two or three.
 #
@@ -10,11 +10,11 @@
 #                            those commands resolves a crate it shares with the workspace build
 #                            (`cargo test --workspace --no-run`) with other features
 #
-# Fix a failure by asking for the missing features in the root Cargo.toml's [dependencies]
+# Fix a failure by asking for the missing features in crates/operator/Cargo.toml's [dependencies]
 # (a direct dependency there, if need be, only to name its features).
 #
 # One difference is allowed, on purpose: the operator binary's tokio has no `test-util` (the
-# paused clock of the shell's mock-API tests; tower-test asks for it). Naming it in the root's
+# paused clock of the shell's mock-API tests; tower-test asks for it). Naming it in the operator's
 # [dependencies] would put a test clock into the binary users run, behind every Instant::now.
 # The price: tokio and the crates above it are compiled once more for the binary (about 3 min
 # cold on 2 cores). The e2e crate asks for test-util itself, so its build is the workspace's.
@@ -67,7 +67,7 @@ for name, cmd in cmds.items():
             bad += 1
             print(f"[features] {pkg}: `{cmd}` resolves {sorted(fs)}, the workspace build {sorted(ws[pkg])}")
 if bad:
-    print(f"[features] {bad} crate(s) would be compiled twice; name the workspace build's features in the root Cargo.toml's [dependencies]", file=sys.stderr)
+    print(f"[features] {bad} crate(s) would be compiled twice; name the workspace build's features in crates/operator/Cargo.toml's [dependencies]", file=sys.stderr)
     sys.exit(1)
 n = len(ws)
 print(f"[features] one feature set: {n} crates resolve alike in the binary, unit and e2e builds (the binary's tokio without test-util)")
