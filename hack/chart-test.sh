@@ -72,6 +72,8 @@ WORK=${SSO_WORK:-$REPO/.local}
 OUT=$WORK/chart-test
 CRD_NAME=sidecarsets.apps.kruise.io
 FIELD_MANAGER=sidecarset-operator
+# The operator's field manager for the pod webhook's match condition.
+MATCH_CONDITIONS_MANAGER=sidecarset-operator-match-conditions
 
 log() { printf '[chart-test] %s\n' "$*" >&2; }
 die() { printf '\n[chart-test] FAILED: %s\n\n' "$*" >&2; exit 1; }
@@ -859,9 +861,24 @@ probe_pod() { # NAMESPACE NAME [LABEL_KEY LABEL_VALUE]: a restricted-compliant p
                           "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}}
 EOF
 }
+# The install window: no replica answers yet (none runs on kwok, as with an image the nodes
+# cannot pull), and no SidecarSet exists. The chart's match condition matches nothing, so no
+# pod of the cluster is sent to the webhook: none is refused.
+expect_eq "new install without SidecarSets: the pod webhook's match condition matches nothing" \
+  "$(jpath mutatingwebhookconfiguration "$CFG" '{.webhooks[0].matchConditions[*].name}={.webhooks[0].matchConditions[*].expression}')" \
+  "selected-by-a-sidecarset=false"
+refused=0
+for i in 1 2 3 4 5; do probe_pod default "sso-probe-$i" >/dev/null || refused=$((refused + 1)); done
+expect_eq "install window: pods in 'default' refused while no replica answers (failurePolicy Fail)" "$refused" 0
+# What the operator does once a SidecarSet exists: it widens the condition (as its own field
+# manager, server-side apply). Written here to a condition every pod matches, so the selectors
+# below are exercised.
+printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata:\n  name: %s\nwebhooks:\n- name: mpod.sidecarset-operator.io\n  matchConditions:\n  - name: selected-by-a-sidecarset\n    expression: "true"\n' "$CFG" \
+  | k apply --server-side --force-conflicts --field-manager="$MATCH_CONDITIONS_MANAGER" -f - >/dev/null \
+  || die "cannot write the pod webhook's match condition as $MATCH_CONDITIONS_MANAGER"
 out=$(probe_pod default sso-probe) && die "a pod in namespace default was admitted without the pod webhook being called: $out"
 grep -q 'mpod.sidecarset-operator.io' <<<"$out" || die "a pod in namespace default was refused, but not by mpod.sidecarset-operator.io: $out"
-pass "admission: a pod in 'default' goes through mpod.sidecarset-operator.io (failurePolicy Fail, no operator: refused)"
+pass "admission: with the condition widened, a pod in 'default' goes through mpod.sidecarset-operator.io (failurePolicy Fail, no operator: refused)"
 out=$(probe_pod default sso-probe app.kubernetes.io/name sidecarset-operator) \
   || die "a pod labelled as the operator's was sent to the webhook (objectSelector): $out"
 pass "admission: the operator's own pods skip the webhook (objectSelector)"
@@ -1053,6 +1070,9 @@ grep -qF -- '"--skip-namespaces=kube-system,kube-node-lease,monitoring"' <<<"$(j
   || die "upgrade did not reach the Deployment's --skip-namespaces"
 pass "upgrade applied: Deployment --skip-namespaces=kube-system,kube-node-lease,monitoring"
 expect_eq "caBundle of all the webhooks unchanged by helm upgrade" "$(ca_all)" "$before"
+expect_eq "helm upgrade keeps the match condition the operator wrote" \
+  "$(jpath mutatingwebhookconfiguration "$CFG" '{.webhooks[0].matchConditions[*].name}={.webhooks[0].matchConditions[*].expression}')" \
+  "selected-by-a-sidecarset=true"
 k get mutatingwebhookconfiguration "$CFG" -o json --show-managed-fields >"$OUT/mwc.json"
 owner=$(python3 -c '
 import json, sys

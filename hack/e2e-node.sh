@@ -123,6 +123,96 @@ hack/images.sh check "$IMG_DIR"
 pass "operator image $SSO_OPERATOR_IMAGE (from target/$profile_dir) agrees with the Dockerfile"
 
 # ---------------------------------------------------------------------------------------------
+section "install window: an image the node cannot pull blocks no pod of the cluster"
+# helm install with an image no node can pull: no replica ever answers. Pods are created in
+# other namespaces for SSO_E2E_WINDOW_SECONDS (default 120): none may be refused (the pod
+# webhook is Fail). Then the image is fixed by helm upgrade: a SidecarSet's pods are injected.
+WIN=sso-window
+WIN_NS=sso-window-system
+WIN_APP=sso-window-app
+window_s=${SSO_E2E_WINDOW_SECONDS:-120}
+placement=(--set "nodeSelector.kubernetes\.io/hostname=$SSO_E2E_REAL_NODE"
+  --set "tolerations[0].key=sidecarset-operator.io/real-node" --set "tolerations[0].operator=Exists"
+  --set "tolerations[0].effect=NoSchedule")
+t=$SECONDS
+helm install "$WIN" charts/sidecarset-operator -n "$WIN_NS" --create-namespace "${placement[@]}" \
+  --set image.repository=localhost/sso-e2e/not-pullable --set image.tag=none >/dev/null \
+  || die "helm install with an unpullable image failed"
+k create namespace "$WIN_APP" >/dev/null
+window_pod() { # NAME NAMESPACE: a real pod on the node
+  k apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: $2, labels: {app: $WIN_APP}}
+spec:
+  nodeSelector: {kubernetes.io/hostname: $SSO_E2E_REAL_NODE}
+  tolerations: [{key: sidecarset-operator.io/real-node, operator: Exists, effect: NoSchedule}]
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: localhost/sso-e2e/busybox:v1
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+EOF
+}
+created=0 refused=0 n=0
+deadline=$((SECONDS + window_s))
+while [ "$SECONDS" -lt "$deadline" ]; do
+  n=$((n + 1))
+  for ns in default "$WIN_APP"; do
+    if [ $((n % 10)) = 1 ]; then
+      # a real pod every tenth round, a server-side dry run (the same admission) otherwise
+      if window_pod "w-$n" "$ns" 2>"$WORK/window.err"; then
+        created=$((created + 1))
+      else
+        refused=$((refused + 1)); cat "$WORK/window.err" >&2
+      fi
+    elif k -n "$ns" run "w-$n" --dry-run=server -o name --image=localhost/sso-e2e/busybox:v1 --labels="app=$WIN_APP" >/dev/null 2>"$WORK/window.err"; then
+      created=$((created + 1))
+    else
+      refused=$((refused + 1)); cat "$WORK/window.err" >&2
+    fi
+  done
+  sleep 1
+done
+pulling=$(jp -n "$WIN_NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{.items[*].status.containerStatuses[0].state.waiting.reason}')
+[ -z "$(jp -n "$WIN_NS" get deploy "$WIN" -o jsonpath='{.status.readyReplicas}')" ] \
+  || die "an operator replica became ready with an image the node cannot pull"
+[ "$refused" = 0 ] || die "install window: $refused of $((created + refused)) pod creations refused while no replica answered"
+pass "install window: $created pod creations in default and $WIN_APP over ${window_s} s, 0 refused, while no replica could start (${pulling:-no status})"
+# Fix the image: the replicas start, a SidecarSet is admitted (its webhooks are Fail) and widens
+# the pod webhook's condition before its admission is answered; its pods are injected.
+helm upgrade "$WIN" charts/sidecarset-operator -n "$WIN_NS" --reuse-values \
+  --set "image.repository=${SSO_OPERATOR_IMAGE%:*}" --set "image.tag=${SSO_OPERATOR_IMAGE##*:}" \
+  --wait --timeout 120s >/dev/null || die "helm upgrade with the image fixed failed"
+k apply -f - >/dev/null <<EOF
+apiVersion: apps.kruise.io/v1beta1
+kind: SidecarSet
+metadata: {name: $WIN_APP}
+spec:
+  selector: {matchLabels: {app: $WIN_APP}}
+  containers:
+  - name: window-sidecar
+    image: localhost/sso-e2e/busybox:v1
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+EOF
+# The webhook's index follows SidecarSets through a watch: wait until a dry run is injected.
+for i in $(seq 60); do
+  k -n "$WIN_APP" run probe --dry-run=server -o jsonpath='{.spec.containers[*].name}' --image=localhost/sso-e2e/busybox:v1 --labels="app=$WIN_APP" 2>/dev/null | grep -q window-sidecar && break
+  [ "$i" != 60 ] || die "a dry-run pod in $WIN_APP is not injected 30 s after the SidecarSet was admitted"
+  sleep 0.5
+done
+window_pod w-injected "$WIN_APP" || die "a pod the SidecarSet selects was refused after the fix"
+names=$(k -n "$WIN_APP" get pod w-injected -o jsonpath='{.spec.containers[*].name}')
+[ "$names" = "window-sidecar app" ] || die "after the image was fixed, the SidecarSet's pod has containers '$names'"
+k -n "$WIN_APP" wait --for=condition=Ready pod/w-injected --timeout=60s >/dev/null || die "the injected pod w-injected is not Ready"
+pass "image fixed by helm upgrade: replicas ready, SidecarSet admitted, its pod injected and Ready ($((SECONDS - t)) s in all)"
+k delete sidecarset "$WIN_APP" --wait=false >/dev/null
+k delete namespace "$WIN_APP" --wait=false >/dev/null
+k -n default delete pods -l "app=$WIN_APP" --wait=false >/dev/null
+helm uninstall "$WIN" -n "$WIN_NS" --wait >/dev/null || die "helm uninstall $WIN failed"
+k delete namespace "$WIN_NS" --wait=false >/dev/null
+
+# ---------------------------------------------------------------------------------------------
 section "install: the README's install commands on the real node (Service mode)"
 VALUES=$WORK/e2e-node-values.yaml
 cat >"$VALUES" <<EOF

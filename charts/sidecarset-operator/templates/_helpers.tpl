@@ -134,3 +134,38 @@ service:
 {{- define "sso.leaseName" -}}
 {{- default (include "sso.fullname" .) .Values.leaderElection.leaseName }}
 {{- end }}
+
+{{- /*
+  The pod CREATE webhook's matchConditions. The operator keeps them to the SidecarSets'
+  selectors (condition "selected-by-a-sidecarset"); the chart must never narrow what it wrote, and
+  must never send every pod of the cluster to a webhook no replica answers yet:
+  - the configuration exists (helm upgrade, or an install over one left behind): its conditions,
+    as they are (an upgrade changes nothing the operator wrote);
+  - new, and SidecarSets already exist (an install next to or after OpenKruise): no condition,
+    every pod goes to the webhook until the operator narrows it (no pod a SidecarSet selects is
+    created without its sidecars);
+  - new, and no SidecarSet exists: a condition that matches nothing ("false"), so a pod is never
+    sent to a webhook that no replica answers (an image that cannot be pulled blocks nothing);
+    no SidecarSet can be created before a replica answers (its webhooks are Fail), and the
+    operator widens the condition to cover one before admitting it.
+  `helm template` (no cluster) renders the last case.
+*/ -}}
+{{- define "sso.podMatchConditions" -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" "MutatingWebhookConfiguration" "" (include "sso.webhookConfigName" .) -}}
+{{- $entry := dict -}}
+{{- range ($live.webhooks | default list) -}}
+{{- if eq .name "mpod.sidecarset-operator.io" -}}{{- $entry = . -}}{{- end -}}
+{{- end -}}
+{{- if $entry -}}
+{{- with $entry.matchConditions -}}{{- toYaml . -}}{{- end -}}
+{{- else -}}
+{{- $existing := dict -}}
+{{- if .Capabilities.APIVersions.Has "apps.kruise.io/v1beta1/SidecarSet" -}}
+{{- $existing = lookup "apps.kruise.io/v1beta1" "SidecarSet" "" "" -}}
+{{- end -}}
+{{- if not ($existing.items | default list) -}}
+- name: selected-by-a-sidecarset
+  expression: "false"
+{{- end -}}
+{{- end -}}
+{{- end -}}
