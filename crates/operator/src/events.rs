@@ -1,5 +1,4 @@
-//! Every Event the operator writes, and the names it writes under ([`FIELD_MANAGER`], the
-//! reporting controllers).
+//! Every Event the operator writes, and the reporting controllers it writes them under.
 //!
 //! The controller's Events on SidecarSets ([`SidecarSetEvents`]): a new Event per distinct note
 //! of a reason, the same note not repeated.
@@ -17,6 +16,7 @@
 //! reason, the SidecarSet and the [`REPEAT_AFTER`] window, so the second replica to record the
 //! same Event in a window gets AlreadyExists and leaves it.
 
+use crate::metrics::dropped;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -26,14 +26,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
-
-/// The field manager of everything the operator writes with server-side apply (caBundle, CRD
-/// conversion settings, webhook configurations in URL mode).
-pub const FIELD_MANAGER: &str = "sidecarset-operator";
-
-/// The field manager of the pod webhook's `matchConditions`: separate, so that applying only the
-/// conditions does not release the fields [`FIELD_MANAGER`] owns (caBundle).
-pub const MATCH_CONDITIONS_FIELD_MANAGER: &str = "sidecarset-operator-match-conditions";
 
 /// `reportingController` of the webhook's Events.
 pub const REPORTING_WEBHOOK: &str = "sidecarset-operator/webhook";
@@ -325,16 +317,6 @@ impl Buckets {
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }
-}
-
-/// Why a notice or an Event was not recorded (the `reason` of the dropped-Events metric).
-pub mod dropped {
-    /// The queue to the Event writer was full.
-    pub const QUEUE_FULL: &str = "queue_full";
-    /// The namespace's Events were over [`super::PER_NAMESPACE`].
-    pub const NAMESPACE_RATE: &str = "namespace_rate";
-    /// The source of the admission requests was over [`super::PER_SOURCE`].
-    pub const SOURCE_RATE: &str = "source_rate";
 }
 
 /// What the webhook side keeps before a notice is queued: the same notice as one queued lately

@@ -65,14 +65,25 @@ pub struct ResultLabel {
     pub result: String,
 }
 
-/// Events not recorded, by reason (see `events::dropped`).
+/// Why a skip notice or its Event was not recorded (the `reason` label of
+/// `skip_events_dropped`).
+pub mod dropped {
+    /// The queue to the Event writer was full.
+    pub const QUEUE_FULL: &str = "queue_full";
+    /// The namespace's Events were over `events::PER_NAMESPACE`.
+    pub const NAMESPACE_RATE: &str = "namespace_rate";
+    /// The source of the admission requests was over `events::PER_SOURCE`.
+    pub const SOURCE_RATE: &str = "source_rate";
+}
+
+/// Events not recorded, by reason (see [`dropped`]).
 #[derive(Clone, Default, Debug)]
 pub struct DroppedEvents(pub Family<ReasonLabel, Counter>);
 
 impl DroppedEvents {
     /// One more dropped because its queue was full.
     pub fn inc(&self) {
-        self.inc_by_reason(crate::events::dropped::QUEUE_FULL);
+        self.inc_by_reason(dropped::QUEUE_FULL);
     }
 
     pub fn inc_by_reason(&self, reason: &str) {

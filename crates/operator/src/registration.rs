@@ -6,7 +6,10 @@
 use crate::certs;
 use crate::cluster::ClusterView;
 use crate::config::RunArgs;
-use crate::events::{FIELD_MANAGER, MATCH_CONDITIONS_FIELD_MANAGER};
+use crate::names::{
+    FIELD_MANAGER, MATCH_CONDITIONS_FIELD_MANAGER, POD_CREATE_WEBHOOK, POD_UPDATE_WEBHOOK,
+    WebhookConfigs,
+};
 use anyhow::{Context, bail};
 use futures::TryStreamExt;
 use k8s_openapi::ByteString;
@@ -71,10 +74,6 @@ pub async fn check_openkruise(client: &Client, allow: bool) -> anyhow::Result<()
     Ok(())
 }
 
-/// The pod webhook for CREATE (injection).
-pub const POD_CREATE_WEBHOOK: &str = "mpod.sidecarset-operator.io";
-/// The pod webhook for UPDATE (keeps injection annotations truthful), failing open.
-pub const POD_UPDATE_WEBHOOK: &str = "mpod-update.sidecarset-operator.io";
 /// CEL: the pod as it was carried our injection annotation.
 pub const POD_UPDATE_MATCH: &str = "oldObject != null && has(oldObject.metadata.annotations) && 'kruise.io/sidecarset-injected-list' in oldObject.metadata.annotations";
 
@@ -507,43 +506,6 @@ pub async fn keep_pod_match_conditions(
 /// How often the configuration is read back without a change.
 pub const RESYNC: Duration = Duration::from_secs(60);
 
-/// Which MutatingWebhookConfiguration(s) carry the pod CREATE webhook whose match condition is
-/// kept: one by name (the chart's, `--webhook-config-name`), or every one a label selector
-/// finds (`--webhook-config-selector`): OLM creates its configurations with `generateName`, so
-/// their names end in a random suffix, and labels each with the webhook definition it came
-/// from (`olm.webhook-description-generate-name=mpod.sidecarset-operator.io`). While OLM
-/// replaces a CSV there are two (the old CSV's and the new one's), and both are kept.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WebhookConfigs {
-    Named(String),
-    Selected(String),
-}
-
-impl WebhookConfigs {
-    /// `--webhook-config-selector` when given, else `--webhook-config-name`.
-    pub fn from_args(name: &str, selector: Option<&str>) -> Self {
-        match selector.map(str::trim).filter(|s| !s.is_empty()) {
-            Some(s) => WebhookConfigs::Selected(s.to_string()),
-            None => WebhookConfigs::Named(name.to_string()),
-        }
-    }
-}
-
-impl From<&str> for WebhookConfigs {
-    fn from(name: &str) -> Self {
-        WebhookConfigs::Named(name.to_string())
-    }
-}
-
-impl std::fmt::Display for WebhookConfigs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WebhookConfigs::Named(n) => write!(f, "{n}"),
-            WebhookConfigs::Selected(s) => write!(f, "the configurations labelled {s}"),
-        }
-    }
-}
-
 /// The configurations `target` names, each with its name.
 async fn configurations(
     api: &Api<MutatingWebhookConfiguration>,
@@ -836,22 +798,6 @@ mod against_a_mock_api_server {
         assert!(expression.is_some());
         apply.echo("2");
         task.abort();
-    }
-
-    #[test]
-    fn the_selector_wins_over_the_name_when_given() {
-        assert_eq!(
-            WebhookConfigs::from_args("sso", None),
-            WebhookConfigs::Named("sso".into())
-        );
-        assert_eq!(
-            WebhookConfigs::from_args("sso", Some(" ")),
-            WebhookConfigs::Named("sso".into())
-        );
-        assert_eq!(
-            WebhookConfigs::from_args("sso", Some("a=b")),
-            WebhookConfigs::Selected("a=b".into())
-        );
     }
 
     /// OLM's configurations: random names, found by label; each one carries the condition.
