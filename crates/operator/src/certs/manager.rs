@@ -7,6 +7,7 @@ use super::{Action, CertConfig, Material, act, check, decide, ts};
 use crate::health::Gate;
 use crate::tls::{self as server, ServingCert};
 use axum_server::tls_rustls::RustlsConfig;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::TryStreamExt;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -72,6 +73,22 @@ fn now() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
+/// The first retry of a failed reconcile comes this long after it.
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+/// Retries of a failed reconcile are at most this far apart.
+const LAST_RETRY: Duration = Duration::from_secs(10);
+
+/// The waits before the retries of a failed reconcile: `first`, doubling up to [`LAST_RETRY`],
+/// without end.
+fn retry_delays(first: Duration) -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::new()
+        .with_min_delay(first)
+        .with_factor(2.0)
+        .with_max_delay(LAST_RETRY)
+        .without_max_times()
+        .build()
+}
+
 /// The system clock.
 pub fn system_clock() -> Clock {
     Arc::new(now)
@@ -131,8 +148,9 @@ impl Manager {
     /// Reconciles until a certificate is in use, retrying with backoff, and returns the TLS
     /// config to serve (hot-swapped in place afterwards).
     pub async fn initial(self: &Arc<Self>) -> RustlsConfig {
-        let mut delay = Duration::from_millis(200);
+        let mut delays = retry_delays(FIRST_RETRY);
         loop {
+            let delay = delays.next().unwrap_or(LAST_RETRY);
             match self.reconcile().await {
                 Ok(()) => {
                     if let Some(cfg) = self.tls.lock().ok().and_then(|g| g.clone()) {
@@ -142,23 +160,24 @@ impl Manager {
                 Err(e) => warn!(error = %e, retry_in = ?delay, "certificates not ready yet"),
             }
             tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(10));
         }
     }
 
     /// Runs forever: watches, resync timer, reconcile with backoff on errors.
     pub async fn run(self: Arc<Self>) {
         self.clone().spawn_watches();
-        let mut delay = Duration::from_millis(200);
+        // Running, a failed reconcile is retried first after twice the first retry of
+        // `initial`, as it always was.
+        let mut delays = retry_delays(FIRST_RETRY * 2);
         loop {
             let wait = match self.reconcile().await {
                 Ok(()) => {
-                    delay = Duration::from_millis(200);
+                    delays = retry_delays(FIRST_RETRY * 2);
                     self.settings.resync
                 }
                 Err(e) => {
+                    let delay = delays.next().unwrap_or(LAST_RETRY);
                     warn!(error = %e, retry_in = ?delay, "certificate reconcile failed");
-                    delay = (delay * 2).min(Duration::from_secs(10));
                     delay
                 }
             };

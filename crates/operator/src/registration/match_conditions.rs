@@ -6,6 +6,7 @@ use super::match_coverage::{
 };
 use crate::cluster::ClusterView;
 use crate::names::{MATCH_CONDITIONS_FIELD_MANAGER, POD_CREATE_WEBHOOK, WebhookConfigs};
+use backon::{BackoffBuilder, ExponentialBuilder};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
@@ -27,7 +28,7 @@ pub async fn keep_pod_match_conditions(
 ) {
     let api: Api<MutatingWebhookConfiguration> = Api::all(client);
     let mut written: Option<Option<String>> = None;
-    let mut retry = Duration::from_secs(1);
+    let mut retries = retry_delays();
     let mut warned_long = false;
     let mut last_read: Option<tokio::time::Instant> = None;
     loop {
@@ -72,7 +73,7 @@ pub async fn keep_pod_match_conditions(
                         _ => Covered::Everything,
                     });
                     written = Some(want);
-                    retry = Duration::from_secs(1);
+                    retries = retry_delays();
                 }
                 Err(e) if e.refused && want.is_some() => {
                     warn!(error = %e.message, "the API server refused the pod webhook's match condition: the webhook is called for every pod");
@@ -84,15 +85,13 @@ pub async fn keep_pod_match_conditions(
                         }
                         Err(e) => {
                             debug!(error = %e.message, "cannot write the pod webhook's match condition yet");
-                            wait = retry;
-                            retry = (retry * 2).min(Duration::from_secs(30));
+                            wait = retries.next().unwrap_or(LAST_RETRY);
                         }
                     }
                 }
                 Err(e) => {
                     debug!(error = %e.message, "cannot write the pod webhook's match condition yet");
-                    wait = retry;
-                    retry = (retry * 2).min(Duration::from_secs(30));
+                    wait = retries.next().unwrap_or(LAST_RETRY);
                 }
             }
         } else {
@@ -104,6 +103,22 @@ pub async fn keep_pod_match_conditions(
             _ = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// Writes that failed are retried at most this far apart.
+const LAST_RETRY: Duration = Duration::from_secs(30);
+
+/// The waits before the retries of a failed write: 1 s, doubling up to [`LAST_RETRY`], without
+/// end. The keeper waits in a `select!` that other wake-ups (the index, a SidecarSet being
+/// admitted) cut short, so it takes the delays one by one rather than handing the write to a
+/// retrying combinator.
+fn retry_delays() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::new()
+        .with_min_delay(Duration::from_secs(1))
+        .with_factor(2.0)
+        .with_max_delay(LAST_RETRY)
+        .without_max_times()
+        .build()
 }
 
 /// How often the configuration is read back without a change.
