@@ -61,106 +61,132 @@ impl Manager {
     /// too) trusts every CA of the material now.
     pub(super) async fn publish_bundle(&self, m: &Material) -> anyhow::Result<bool> {
         let bundle = m.ca_bundle();
-        let mut crd_ok = true;
-        if let Some(target) = &self.settings.conversion {
-            // Conversion only matters for v1alpha1 clients; the operator itself reads v1beta1,
-            // so a failure here is reported but does not hold back the webhooks.
-            match crate::certs::crd::ensure(
-                &self.client,
-                target,
-                &bundle,
-                &self.settings.field_manager,
-            )
-            .await
-            {
-                Ok(crate::certs::crd::ConversionPass::NoCrd) => {
-                    // Nothing converts without the CRD: nothing to trust a CA either.
-                    self.mark_conversion(false);
-                    warn!(
-                        crd = sidecarset_core::api::CRD_NAME,
-                        "the SidecarSet CRD is not installed: install it (the chart's crds/, or `sidecarset-operator crd | kubectl apply -f -`)"
-                    )
-                }
-                Ok(_) => self.mark_conversion(true),
-                Err(e) => {
-                    crd_ok = false;
-                    self.mark_conversion(false);
-                    warn!(crd = sidecarset_core::api::CRD_NAME, error = %e, "cannot write the CRD's conversion webhook settings")
-                }
-            }
-        }
+        let crd_ok = self.publish_to_crd(&bundle).await;
         if self.webhooks_trust(&bundle).await? {
             self.reports.ca_trusted.set(true);
             return Ok(crd_ok);
         }
-        let pp = PatchParams::apply(&self.settings.field_manager).force();
-        let name = &self.settings.webhook_config_name;
-        let mapi: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
-        let vapi: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
         match &self.owned {
             Some((mutating, validating)) => {
-                let mut mutating = mutating.clone();
-                let mut validating = validating.clone();
-                for w in mutating.webhooks.iter_mut().flatten() {
-                    w.client_config.ca_bundle = Some(ByteString(bundle.clone().into_bytes()));
-                }
-                for w in validating.webhooks.iter_mut().flatten() {
-                    w.client_config.ca_bundle = Some(ByteString(bundle.clone().into_bytes()));
-                }
-                mapi.patch(name, &pp, &Patch::Apply(&with_types(&mutating)?))
-                    .await?;
-                vapi.patch(name, &pp, &Patch::Apply(&with_types(&validating)?))
-                    .await?;
+                self.apply_owned_configurations(&bundle, mutating, validating)
+                    .await?
             }
-            None => {
-                let b64 = ByteString(bundle.clone().into_bytes());
-                let mnames = webhook_names(
-                    mapi.get_opt(name).await?.map(|c| {
-                        c.webhooks
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|w| w.name)
-                            .collect()
-                    }),
-                    "MutatingWebhookConfiguration",
-                    name,
-                );
-                let vnames = webhook_names(
-                    vapi.get_opt(name).await?.map(|c| {
-                        c.webhooks
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|w| w.name)
-                            .collect()
-                    }),
-                    "ValidatingWebhookConfiguration",
-                    name,
-                );
-                let (mnames, vnames) = match (mnames, vnames) {
-                    (Ok(m), Ok(v)) => (m, v),
-                    (Err(e), _) | (_, Err(e)) => {
-                        self.reports.ca_trusted.set(false);
-                        return Err(e);
-                    }
-                };
-                let entries = |names: &[String]| -> Vec<serde_json::Value> {
-                    names
-                        .iter()
-                        .map(|n| json!({"name": n, "clientConfig": {"caBundle": b64}}))
-                        .collect()
-                };
-                let mpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-                                    "metadata": {"name": name}, "webhooks": entries(&mnames)});
-                let vpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-                                    "metadata": {"name": name}, "webhooks": entries(&vnames)});
-                mapi.patch(name, &pp, &Patch::Apply(&mpatch)).await?;
-                vapi.patch(name, &pp, &Patch::Apply(&vpatch)).await?;
-            }
+            None => self.apply_bundle_only(&bundle).await?,
         }
+        let name = &self.settings.webhook_config_name;
         info!(name = %name, cas = bundle_ders(bundle.as_bytes()).len(), "caBundle written to the webhook configurations");
         crate::metrics::metrics().ca_bundle_writes.inc();
         self.reports.ca_trusted.set(true);
         Ok(crd_ok)
+    }
+
+    /// Writes `bundle` into the CRD's conversion settings when they are kept; false when that
+    /// failed. Conversion only matters for v1alpha1 clients; the operator itself reads v1beta1,
+    /// so a failure here is reported but does not hold back the webhooks.
+    async fn publish_to_crd(&self, bundle: &str) -> bool {
+        let Some(target) = &self.settings.conversion else {
+            return true;
+        };
+        match crate::certs::crd::ensure(&self.client, target, bundle, &self.settings.field_manager)
+            .await
+        {
+            Ok(crate::certs::crd::ConversionPass::NoCrd) => {
+                // Nothing converts without the CRD: nothing to trust a CA either.
+                self.mark_conversion(false);
+                warn!(
+                    crd = sidecarset_core::api::CRD_NAME,
+                    "the SidecarSet CRD is not installed: install it (the chart's crds/, or `sidecarset-operator crd | kubectl apply -f -`)"
+                );
+                true
+            }
+            Ok(_) => {
+                self.mark_conversion(true);
+                true
+            }
+            Err(e) => {
+                self.mark_conversion(false);
+                warn!(crd = sidecarset_core::api::CRD_NAME, error = %e, "cannot write the CRD's conversion webhook settings");
+                false
+            }
+        }
+    }
+
+    /// Applies the configurations the operator owns whole, with `bundle` in every webhook.
+    async fn apply_owned_configurations(
+        &self,
+        bundle: &str,
+        mutating: &MutatingWebhookConfiguration,
+        validating: &ValidatingWebhookConfiguration,
+    ) -> anyhow::Result<()> {
+        let pp = PatchParams::apply(&self.settings.field_manager).force();
+        let name = &self.settings.webhook_config_name;
+        let mut mutating = mutating.clone();
+        let mut validating = validating.clone();
+        for w in mutating.webhooks.iter_mut().flatten() {
+            w.client_config.ca_bundle = Some(ByteString(bundle.to_string().into_bytes()));
+        }
+        for w in validating.webhooks.iter_mut().flatten() {
+            w.client_config.ca_bundle = Some(ByteString(bundle.to_string().into_bytes()));
+        }
+        Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .patch(name, &pp, &Patch::Apply(&with_types(&mutating)?))
+            .await?;
+        Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .patch(name, &pp, &Patch::Apply(&with_types(&validating)?))
+            .await?;
+        Ok(())
+    }
+
+    /// Applies only the caBundle of each webhook of the installed configurations (someone
+    /// else owns the rest); an error, and the CA not trusted, when one is not installed.
+    async fn apply_bundle_only(&self, bundle: &str) -> anyhow::Result<()> {
+        let pp = PatchParams::apply(&self.settings.field_manager).force();
+        let name = &self.settings.webhook_config_name;
+        let mapi: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let vapi: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        let b64 = ByteString(bundle.to_string().into_bytes());
+        let mnames = webhook_names(
+            mapi.get_opt(name).await?.map(|c| {
+                c.webhooks
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|w| w.name)
+                    .collect()
+            }),
+            "MutatingWebhookConfiguration",
+            name,
+        );
+        let vnames = webhook_names(
+            vapi.get_opt(name).await?.map(|c| {
+                c.webhooks
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|w| w.name)
+                    .collect()
+            }),
+            "ValidatingWebhookConfiguration",
+            name,
+        );
+        let (mnames, vnames) = match (mnames, vnames) {
+            (Ok(m), Ok(v)) => (m, v),
+            (Err(e), _) | (_, Err(e)) => {
+                self.reports.ca_trusted.set(false);
+                return Err(e);
+            }
+        };
+        let entries = |names: &[String]| -> Vec<serde_json::Value> {
+            names
+                .iter()
+                .map(|n| json!({"name": n, "clientConfig": {"caBundle": b64}}))
+                .collect()
+        };
+        let mpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                            "metadata": {"name": name}, "webhooks": entries(&mnames)});
+        let vpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                            "metadata": {"name": name}, "webhooks": entries(&vnames)});
+        mapi.patch(name, &pp, &Patch::Apply(&mpatch)).await?;
+        vapi.patch(name, &pp, &Patch::Apply(&vpatch)).await?;
+        Ok(())
     }
 }
 
