@@ -452,7 +452,7 @@ pub async fn webhook_server(
         crate::shutdown::signal(),
         handle.clone(),
         serving,
-        crate::shutdown::Plan {
+        crate::shutdown::ShutdownTimeline {
             delay: config.args.shutdown_delay,
             drain: config.args.shutdown_timeout,
         },
