@@ -15,6 +15,7 @@ pub mod health;
 pub mod metrics;
 #[cfg(test)]
 mod mock_api;
+pub mod names;
 pub mod pod_validation;
 pub mod registration;
 pub mod run;

@@ -65,14 +65,25 @@ pub struct ResultLabel {
     pub result: String,
 }
 
-/// Events not recorded, by reason (see `events::dropped`).
+/// Why a skip notice or its Event was not recorded (the `reason` label of
+/// `skip_events_dropped`).
+pub mod dropped {
+    /// The queue to the Event writer was full.
+    pub const QUEUE_FULL: &str = "queue_full";
+    /// The namespace's Events were over `events::PER_NAMESPACE`.
+    pub const NAMESPACE_RATE: &str = "namespace_rate";
+    /// The source of the admission requests was over `events::PER_SOURCE`.
+    pub const SOURCE_RATE: &str = "source_rate";
+}
+
+/// Events not recorded, by reason (see [`dropped`]).
 #[derive(Clone, Default, Debug)]
 pub struct DroppedEvents(pub Family<ReasonLabel, Counter>);
 
 impl DroppedEvents {
     /// One more dropped because its queue was full.
     pub fn inc(&self) {
-        self.inc_by_reason(crate::events::dropped::QUEUE_FULL);
+        self.inc_by_reason(dropped::QUEUE_FULL);
     }
 
     pub fn inc_by_reason(&self, reason: &str) {
@@ -131,13 +142,27 @@ pub fn read_allocator_with(read: AllocatorReader) {
     let _ = ALLOCATOR.set(read);
 }
 
+/// Every metric, registered in one registry.
 fn build() -> Metrics {
     let mut registry = Registry::with_prefix("sidecarset_operator");
+    let m = unregistered();
+    register_admissions(&mut registry, &m);
+    register_reconciles(&mut registry, &m);
+    register_certificates(&mut registry, &m);
+    register_leader_and_evictions(&mut registry, &m);
+    register_watches(&mut registry, &m);
+    register_safeguards(&mut registry, &m);
+    register_process(&mut registry, &m);
+    Metrics { registry, ..m }
+}
+
+/// Every metric, new, in a registry of its own that [`build`] replaces.
+fn unregistered() -> Metrics {
     let admission_seconds = Family::<WebhookLabel, Histogram>::new_with_constructor(|| {
         Histogram::new(exponential_buckets(0.0001, 2.0, 16))
     });
     let reconcile_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 14));
-    let m = Metrics {
+    Metrics {
         registry: Registry::default(),
         admissions: Family::default(),
         admission_seconds,
@@ -167,7 +192,11 @@ fn build() -> Metrics {
         writes_fenced: Counter::default(),
         spans_exported: Family::default(),
         allocator_bytes: Family::default(),
-    };
+    }
+}
+
+/// Registers the admission webhooks: requests, injections, skips and denials.
+fn register_admissions(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "admission_requests",
         "Admission requests by webhook, operation and result",
@@ -198,6 +227,10 @@ fn build() -> Metrics {
         "SidecarSets refused, by reason",
         m.validation_denials.clone(),
     );
+}
+
+/// Registers the controller's reconciles and the rollouts they drive.
+fn register_reconciles(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "reconciles",
         "SidecarSet reconciles by result",
@@ -233,6 +266,10 @@ fn build() -> Metrics {
         "Pods whose sidecars were upgraded in place, by SidecarSet",
         m.pods_upgraded.clone(),
     );
+}
+
+/// Registers the serving certificate and what the operator writes into webhook configurations.
+fn register_certificates(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "serving_certificate_expiry_timestamp_seconds",
         "When the served webhook certificate expires (Unix time)",
@@ -253,6 +290,10 @@ fn build() -> Metrics {
         "The pod webhook's match condition found changed by someone else and written back",
         m.match_condition_repairs.clone(),
     );
+}
+
+/// Registers leadership, and the pods without their sidecars.
+fn register_leader_and_evictions(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "leader",
         "1 while this replica holds the leader Lease",
@@ -268,6 +309,10 @@ fn build() -> Metrics {
         "Pods without their sidecars evicted so that their controllers recreate them (--evict-pods-without-sidecars)",
         m.pods_evicted.clone(),
     );
+}
+
+/// Registers the cluster view's watches and the degraded conditions.
+fn register_watches(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "watch_last_event_age_seconds",
         "Seconds since each watch of the cluster view last received an event or (re)listed",
@@ -283,6 +328,10 @@ fn build() -> Metrics {
         "1 while a condition is wrong that does not keep this replica from answering admissions (crd_conversion, watch_sidecarsets, watch_namespaces, watch_revisions); /readyz says what",
         m.degraded.clone(),
     );
+}
+
+/// Registers what the controller withheld, repaired or fenced.
+fn register_safeguards(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "evictions_withheld",
         "Pods without their sidecars that were not evicted, by SidecarSet and reason (not_opted_in, not_injectable, owner_not_allowed, older_than_generation, circuit_open, rate, budget, precondition)",
@@ -298,6 +347,10 @@ fn build() -> Metrics {
         "Writes the controller did not send because this replica stopped leading before they left",
         m.writes_fenced.clone(),
     );
+}
+
+/// Registers the process: trace export and the allocator.
+fn register_process(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "trace_spans_exported",
         "Spans sent to the OTLP collector, by result (exported, failed)",
@@ -308,7 +361,6 @@ fn build() -> Metrics {
         "The memory allocator's figures at the last scrape, by kind (allocated: in live objects; active: in pages holding them; resident: in memory, allocator metadata included; metadata; retained: address space kept but returned to the system)",
         m.allocator_bytes.clone(),
     );
-    Metrics { registry, ..m }
 }
 
 /// The process's metrics.

@@ -16,8 +16,8 @@ use crate::cluster::ClusterView;
 use crate::cluster::watch::Watches;
 pub use crate::config::RunArgs;
 use crate::controller::leader::{Election, Leadership};
-use crate::events::FIELD_MANAGER;
 use crate::health::Readiness;
+use crate::names::FIELD_MANAGER;
 use crate::registration;
 use crate::tls::{self, ServingCert};
 use crate::webhook::{self, State};
@@ -216,7 +216,7 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
         tokio::spawn(registration::keep_pod_match_conditions(
             clients.calls.clone(),
             cluster.clone(),
-            registration::WebhookConfigs::from_args(
+            crate::names::WebhookConfigs::from_args(
                 &args.webhook_config_name,
                 args.webhook_config_selector.as_deref(),
             ),
@@ -411,7 +411,7 @@ pub async fn certificates(
                 tls::follow::Follow {
                     namespace: args.namespace.clone(),
                     secret: secret.to_string(),
-                    configs: registration::WebhookConfigs::from_args(
+                    configs: crate::names::WebhookConfigs::from_args(
                         &args.webhook_config_name,
                         args.webhook_config_selector.as_deref(),
                     ),
@@ -452,7 +452,7 @@ pub async fn webhook_server(
         crate::shutdown::signal(),
         handle.clone(),
         serving,
-        crate::shutdown::Plan {
+        crate::shutdown::ShutdownTimeline {
             delay: config.args.shutdown_delay,
             drain: config.args.shutdown_timeout,
         },

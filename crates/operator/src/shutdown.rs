@@ -39,7 +39,7 @@ pub enum Stop {
 
 /// The timings of [`stop_serving`].
 #[derive(Clone, Copy, Debug)]
-pub struct Plan {
+pub struct ShutdownTimeline {
     /// How long to keep accepting after SIGTERM (step 2).
     pub delay: Duration,
     /// How long the requests in flight get once accepting stops (step 3).
@@ -48,35 +48,35 @@ pub struct Plan {
 
 /// Waits for `stop`, then stops `server` in the order of the module's documentation: `serving`
 /// (a readiness gate, open while serving) is closed first, the server keeps accepting for
-/// `plan.delay` on [`Stop::Terminate`] (cut short when `again` resolves: a second signal), then
-/// it is told to shut down gracefully within `plan.drain`.
+/// `timeline.delay` on [`Stop::Terminate`] (cut short when `again` resolves: a second signal), then
+/// it is told to shut down gracefully within `timeline.drain`.
 pub async fn stop_serving<A>(
     stop: impl Future<Output = Stop>,
     again: impl Future<Output = Stop>,
     server: axum_server::Handle<A>,
     serving: Gate,
-    plan: Plan,
+    timeline: ShutdownTimeline,
 ) where
     A: axum_server::Address,
 {
     let why = stop.await;
     serving.set(false);
-    if why == Stop::Terminate && !plan.delay.is_zero() {
+    if why == Stop::Terminate && !timeline.delay.is_zero() {
         info!(
-            delay = ?plan.delay,
+            delay = ?timeline.delay,
             "SIGTERM: not ready any more; still answering while the API server learns that this endpoint is gone"
         );
         tokio::select! {
-            _ = tokio::time::sleep(plan.delay) => {}
+            _ = tokio::time::sleep(timeline.delay) => {}
             second = again => info!(signal = ?second, "a second signal: not waiting any longer"),
         }
     }
     info!(
-        timeout = ?plan.drain,
+        timeout = ?timeline.drain,
         connections = server.connection_count(),
         "shutting down: no new connections, finishing the requests in flight"
     );
-    server.graceful_shutdown(Some(plan.drain));
+    server.graceful_shutdown(Some(timeline.drain));
 }
 
 /// `router` answering every request with `Connection: close` once `serving` is closed (step 1):
@@ -199,8 +199,8 @@ mod tests {
         (conn, text.matches("http/1.1 200 ok").count() == 2)
     }
 
-    fn plan(delay_ms: u64) -> Plan {
-        Plan {
+    fn timeline(delay_ms: u64) -> ShutdownTimeline {
+        ShutdownTimeline {
             delay: Duration::from_millis(delay_ms),
             drain: Duration::from_secs(2),
         }
@@ -220,7 +220,7 @@ mod tests {
             std::future::pending(),
             handle,
             serving,
-            plan(800),
+            timeline(800),
         ));
         assert_eq!(get(addr).await.as_deref(), Some("HTTP/1.1 200 OK"));
         tx.send(Stop::Terminate).unwrap();
@@ -268,7 +268,7 @@ mod tests {
                 std::future::pending(),
                 handle,
                 serving,
-                plan(delay),
+                timeline(delay),
             )
             .await;
             task.await.unwrap();
@@ -294,7 +294,7 @@ mod tests {
             },
             handle,
             serving,
-            plan(10_000),
+            timeline(10_000),
         )
         .await;
         task.await.unwrap();

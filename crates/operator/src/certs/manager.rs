@@ -3,21 +3,20 @@
 //! the resourceVersion, so among replicas exactly one write of a step wins and the others adopt
 //! it. Triggered by watches on the Secret and the webhook configurations, and by a resync timer.
 
-use super::{Action, CertConfig, Material, act, bundle_contains, check, decide, ts};
+use super::{Action, CertConfig, Material, act, check, decide, ts};
 use crate::health::Gate;
 use crate::tls::{self as server, ServingCert};
 use axum_server::tls_rustls::RustlsConfig;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::TryStreamExt;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
-use serde_json::json;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -74,26 +73,25 @@ fn now() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
+/// The first retry of a failed reconcile comes this long after it.
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+/// Retries of a failed reconcile are at most this far apart.
+const LAST_RETRY: Duration = Duration::from_secs(10);
+
+/// The waits before the retries of a failed reconcile: `first`, doubling up to [`LAST_RETRY`],
+/// without end.
+fn retry_delays(first: Duration) -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::new()
+        .with_min_delay(first)
+        .with_factor(2.0)
+        .with_max_delay(LAST_RETRY)
+        .without_max_times()
+        .build()
+}
+
 /// The system clock.
 pub fn system_clock() -> Clock {
     Arc::new(now)
-}
-
-fn to_material(s: &Secret) -> Result<Material, String> {
-    let data = s
-        .data
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
-        .collect();
-    let since = s
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(super::ANNOTATION_STEP_SINCE))
-        .and_then(|v| v.parse().ok());
-    Material::from_data(&data, since)
 }
 
 impl Manager {
@@ -150,8 +148,9 @@ impl Manager {
     /// Reconciles until a certificate is in use, retrying with backoff, and returns the TLS
     /// config to serve (hot-swapped in place afterwards).
     pub async fn initial(self: &Arc<Self>) -> RustlsConfig {
-        let mut delay = Duration::from_millis(200);
+        let mut delays = retry_delays(FIRST_RETRY);
         loop {
+            let delay = delays.next().unwrap_or(LAST_RETRY);
             match self.reconcile().await {
                 Ok(()) => {
                     if let Some(cfg) = self.tls.lock().ok().and_then(|g| g.clone()) {
@@ -161,23 +160,24 @@ impl Manager {
                 Err(e) => warn!(error = %e, retry_in = ?delay, "certificates not ready yet"),
             }
             tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(10));
         }
     }
 
     /// Runs forever: watches, resync timer, reconcile with backoff on errors.
     pub async fn run(self: Arc<Self>) {
         self.clone().spawn_watches();
-        let mut delay = Duration::from_millis(200);
+        // Running, a failed reconcile is retried first after twice the first retry of
+        // `initial`, as it always was.
+        let mut delays = retry_delays(FIRST_RETRY * 2);
         loop {
             let wait = match self.reconcile().await {
                 Ok(()) => {
-                    delay = Duration::from_millis(200);
+                    delays = retry_delays(FIRST_RETRY * 2);
                     self.settings.resync
                 }
                 Err(e) => {
+                    let delay = delays.next().unwrap_or(LAST_RETRY);
                     warn!(error = %e, retry_in = ?delay, "certificate reconcile failed");
-                    delay = (delay * 2).min(Duration::from_secs(10));
                     delay
                 }
             };
@@ -358,80 +358,6 @@ impl Manager {
         }
     }
 
-    /// Creates the Secret, or replaces it under its resourceVersion; returns what was stored.
-    async fn write(&self, existing: Option<&Secret>, m: &Material) -> anyhow::Result<Material> {
-        let mut meta = ObjectMeta {
-            name: Some(self.settings.secret_name.clone()),
-            namespace: Some(self.settings.namespace.clone()),
-            labels: Some(
-                [(
-                    "app.kubernetes.io/managed-by".to_string(),
-                    self.settings.field_manager.clone(),
-                )]
-                .into(),
-            ),
-            annotations: m
-                .step_since
-                .map(|s| [(super::ANNOTATION_STEP_SINCE.to_string(), s.to_string())].into()),
-            ..Default::default()
-        };
-        let secret = |meta: ObjectMeta| Secret {
-            metadata: meta,
-            type_: Some("kubernetes.io/tls".into()),
-            data: Some(
-                m.to_data()
-                    .into_iter()
-                    .map(|(k, v)| (k, ByteString(v)))
-                    .collect(),
-            ),
-            ..Default::default()
-        };
-        let stored = match existing {
-            None => match self
-                .secrets()
-                .create(&PostParams::default(), &secret(meta))
-                .await
-            {
-                Ok(s) => s,
-                Err(kube::Error::Api(e)) if e.code == 409 => {
-                    return Err(anyhow::anyhow!(Conflict(
-                        "created by another replica first".into()
-                    )));
-                }
-                Err(e) => return Err(e.into()),
-            },
-            Some(old) => {
-                meta.resource_version = old.metadata.resource_version.clone();
-                // Keep what others set on the Secret (labels, annotations, owner references).
-                let mut labels = old.metadata.labels.clone().unwrap_or_default();
-                labels.extend(meta.labels.take().unwrap_or_default());
-                meta.labels = Some(labels);
-                let mut ann = old.metadata.annotations.clone().unwrap_or_default();
-                ann.extend(meta.annotations.take().unwrap_or_default());
-                meta.annotations = Some(ann);
-                meta.owner_references = old.metadata.owner_references.clone();
-                match self
-                    .secrets()
-                    .replace(
-                        &self.settings.secret_name,
-                        &PostParams::default(),
-                        &secret(meta),
-                    )
-                    .await
-                {
-                    Ok(s) => s,
-                    Err(kube::Error::Api(e)) if e.code == 409 => {
-                        return Err(anyhow::anyhow!(Conflict(
-                            "changed by another replica first".into()
-                        )));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        };
-        to_material(&stored).map_err(anyhow::Error::msg)
-    }
-
     /// Hot-swaps the served certificate when it changed.
     fn serve(&self, m: &Material) -> anyhow::Result<()> {
         let same = self
@@ -464,176 +390,6 @@ impl Manager {
         info!(expires = %ts(expires), "serving certificate loaded");
         Ok(())
     }
-
-    /// Whether every caBundle that must trust a CA before it signs what is served does: both
-    /// webhook configurations and the CRD's conversion settings (when kept).
-    async fn bundle_applied(&self, bundle: &str) -> anyhow::Result<bool> {
-        Ok(self.webhooks_trust(bundle).await? && self.crd_trusts(bundle).await?)
-    }
-
-    async fn webhooks_trust(&self, bundle: &str) -> anyhow::Result<bool> {
-        let name = &self.settings.webhook_config_name;
-        let m = Api::<MutatingWebhookConfiguration>::all(self.client.clone())
-            .get_opt(name)
-            .await?;
-        let v = Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
-            .get_opt(name)
-            .await?;
-        let trusts = |b: Option<&ByteString>| b.is_some_and(|b| bundle_contains(&b.0, bundle));
-        let m_ok = m.as_ref().is_some_and(|m| {
-            m.webhooks
-                .iter()
-                .flatten()
-                .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
-                && (self.owned.is_some() || m.webhooks.as_ref().is_some_and(|w| !w.is_empty()))
-        });
-        let v_ok = v.as_ref().is_some_and(|v| {
-            v.webhooks
-                .iter()
-                .flatten()
-                .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
-        });
-        Ok(m_ok && v_ok)
-    }
-
-    /// Whether the CRD's conversion settings (when kept) point here and trust `bundle`; true
-    /// when they are not kept or the CRD is not installed.
-    async fn crd_trusts(&self, bundle: &str) -> anyhow::Result<bool> {
-        let Some(target) = &self.settings.conversion else {
-            return Ok(true);
-        };
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let crd = Api::<CustomResourceDefinition>::all(self.client.clone())
-            .get_opt(sidecarset_core::api::CRD_NAME)
-            .await?;
-        Ok(crd.is_none_or(|crd| super::crd::conversion_ok(&crd, target, bundle)))
-    }
-
-    /// Writes the caBundle with server-side apply under our field manager (repairing it when
-    /// someone overwrote it); updates readiness. Ok(true) when every caBundle kept (the CRD's
-    /// too) trusts every CA of the material now.
-    async fn publish_bundle(&self, m: &Material) -> anyhow::Result<bool> {
-        let bundle = m.ca_bundle();
-        let mut crd_ok = true;
-        if let Some(target) = &self.settings.conversion {
-            // Conversion only matters for v1alpha1 clients; the operator itself reads v1beta1,
-            // so a failure here is reported but does not hold back the webhooks.
-            match super::crd::ensure(&self.client, target, &bundle, &self.settings.field_manager)
-                .await
-            {
-                Ok(super::crd::ConversionPass::NoCrd) => {
-                    // Nothing converts without the CRD: nothing to trust a CA either.
-                    self.mark_conversion(false);
-                    warn!(
-                        crd = sidecarset_core::api::CRD_NAME,
-                        "the SidecarSet CRD is not installed: install it (the chart's crds/, or `sidecarset-operator crd | kubectl apply -f -`)"
-                    )
-                }
-                Ok(_) => self.mark_conversion(true),
-                Err(e) => {
-                    crd_ok = false;
-                    self.mark_conversion(false);
-                    warn!(crd = sidecarset_core::api::CRD_NAME, error = %e, "cannot write the CRD's conversion webhook settings")
-                }
-            }
-        }
-        if self.webhooks_trust(&bundle).await? {
-            self.reports.ca_trusted.set(true);
-            return Ok(crd_ok);
-        }
-        let pp = PatchParams::apply(&self.settings.field_manager).force();
-        let name = &self.settings.webhook_config_name;
-        let mapi: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
-        let vapi: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
-        match &self.owned {
-            Some((mutating, validating)) => {
-                let mut mutating = mutating.clone();
-                let mut validating = validating.clone();
-                for w in mutating.webhooks.iter_mut().flatten() {
-                    w.client_config.ca_bundle = Some(ByteString(bundle.clone().into_bytes()));
-                }
-                for w in validating.webhooks.iter_mut().flatten() {
-                    w.client_config.ca_bundle = Some(ByteString(bundle.clone().into_bytes()));
-                }
-                mapi.patch(name, &pp, &Patch::Apply(&with_types(&mutating)?))
-                    .await?;
-                vapi.patch(name, &pp, &Patch::Apply(&with_types(&validating)?))
-                    .await?;
-            }
-            None => {
-                let b64 = ByteString(bundle.clone().into_bytes());
-                let mnames = webhook_names(
-                    mapi.get_opt(name).await?.map(|c| {
-                        c.webhooks
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|w| w.name)
-                            .collect()
-                    }),
-                    "MutatingWebhookConfiguration",
-                    name,
-                );
-                let vnames = webhook_names(
-                    vapi.get_opt(name).await?.map(|c| {
-                        c.webhooks
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|w| w.name)
-                            .collect()
-                    }),
-                    "ValidatingWebhookConfiguration",
-                    name,
-                );
-                let (mnames, vnames) = match (mnames, vnames) {
-                    (Ok(m), Ok(v)) => (m, v),
-                    (Err(e), _) | (_, Err(e)) => {
-                        self.reports.ca_trusted.set(false);
-                        return Err(e);
-                    }
-                };
-                let entries = |names: &[String]| -> Vec<serde_json::Value> {
-                    names
-                        .iter()
-                        .map(|n| json!({"name": n, "clientConfig": {"caBundle": b64}}))
-                        .collect()
-                };
-                let mpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-                                    "metadata": {"name": name}, "webhooks": entries(&mnames)});
-                let vpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-                                    "metadata": {"name": name}, "webhooks": entries(&vnames)});
-                mapi.patch(name, &pp, &Patch::Apply(&mpatch)).await?;
-                vapi.patch(name, &pp, &Patch::Apply(&vpatch)).await?;
-            }
-        }
-        info!(name = %name, cas = super::bundle_ders(bundle.as_bytes()).len(), "caBundle written to the webhook configurations");
-        crate::metrics::metrics().ca_bundle_writes.inc();
-        self.reports.ca_trusted.set(true);
-        Ok(crd_ok)
-    }
-}
-
-/// The webhook names of a configuration, or an error saying it must be installed.
-fn webhook_names(
-    names: Option<Vec<String>>,
-    kind: &str,
-    name: &str,
-) -> anyhow::Result<Vec<String>> {
-    names.ok_or_else(|| {
-        anyhow::anyhow!("{kind} {name} does not exist: install it (the Helm chart does) or run with --manage-webhooks")
-    })
-}
-
-#[derive(Debug)]
-struct Conflict(String);
-impl std::fmt::Display for Conflict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "conflict: {}", self.0)
-    }
-}
-impl std::error::Error for Conflict {}
-
-fn is_conflict(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<Conflict>().is_some()
 }
 
 /// An object as JSON with its apiVersion and kind (server-side apply needs them).
@@ -645,6 +401,11 @@ pub fn with_types<K: Resource<DynamicType = ()> + serde::Serialize>(
     v["kind"] = K::kind(&()).into();
     Ok(v)
 }
+
+mod ca_bundle;
+mod secret;
+
+use secret::{is_conflict, to_material};
 
 #[cfg(test)]
 mod against_a_mock_api_server;

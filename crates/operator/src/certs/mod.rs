@@ -25,7 +25,7 @@ use std::time::Duration;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::tls::pem_der;
-pub use crate::tls::{CertInfo, cert_info, ts};
+pub use crate::tls::{CLOCK_SKEW, CertInfo, bundle_ders, cert_info, ts};
 
 pub const KEY_CA_CERT: &str = "ca.crt";
 pub const KEY_CA_KEY: &str = "ca.key";
@@ -167,13 +167,6 @@ fn signed_by(cert_pem: &str, issuer_pem: &str) -> Result<bool, String> {
     let (_, issuer) = X509Certificate::from_der(&ider).map_err(|e| format!("ca.crt: {e}"))?;
     Ok(cert.verify_signature(Some(issuer.public_key())).is_ok())
 }
-
-/// How far in the future a certificate's start may be and still count as valid: the replicas'
-/// clocks may differ by this much (their own and the API server's). A certificate that starts
-/// later than that is "not yet valid" to this replica; that is a reason to wait and report the
-/// clock, never to make a new CA (which would take the trust away from every replica whose clock
-/// is right).
-pub const CLOCK_SKEW: i64 = 300;
 
 /// Why material cannot be used as it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -460,15 +453,6 @@ pub fn act(
             ..m.clone()
         }),
     }
-}
-
-/// Splits a PEM bundle into the DER of each certificate (to compare bundles whatever their text).
-pub fn bundle_ders(pem: &[u8]) -> Vec<Vec<u8>> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    CertificateDer::pem_slice_iter(pem)
-        .filter_map(|c| c.ok().map(|c| c.to_vec()))
-        .collect()
 }
 
 /// True when `published` (a caBundle) holds every CA of `wanted`.

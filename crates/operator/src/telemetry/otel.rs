@@ -162,18 +162,8 @@ pub fn export_settings(
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty())
     };
-    if set("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+    if !traces_wanted(&set)? {
         return Ok(None);
-    }
-    match set("OTEL_TRACES_EXPORTER").map(|v| v.to_ascii_lowercase()) {
-        None => {}
-        Some(v) if v == "otlp" => {}
-        Some(v) if v == "none" => return Ok(None),
-        Some(v) => {
-            return Err(format!(
-                "OTEL_TRACES_EXPORTER={v} is not supported: use otlp (or none to turn traces off)"
-            ));
-        }
     }
     let flag = flag.map(str::trim).filter(|f| !f.is_empty());
     let Some(effective) = flag
@@ -184,6 +174,40 @@ pub fn export_settings(
         return Ok(None);
     };
     let tls = effective.to_ascii_lowercase().starts_with("https://");
+    let protocol = protocol_setting(&set)?;
+    let endpoint = flag.map(|f| flag_endpoint(f, protocol)).transpose()?;
+    let (tls_files, ignored) = tls_files_for(tls_file_settings(&set)?, &effective, tls);
+    Ok(Some(Export {
+        protocol,
+        endpoint,
+        url: effective,
+        tls,
+        tls_files,
+        ignored,
+    }))
+}
+
+/// An environment variable's value, trimmed; None when unset or blank.
+type Setting<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// False when the environment turns traces off (`OTEL_SDK_DISABLED=true`,
+/// `OTEL_TRACES_EXPORTER=none`); an error for an exporter other than OTLP.
+fn traces_wanted(set: Setting) -> Result<bool, String> {
+    if set("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return Ok(false);
+    }
+    match set("OTEL_TRACES_EXPORTER").map(|v| v.to_ascii_lowercase()) {
+        None => Ok(true),
+        Some(v) if v == "otlp" => Ok(true),
+        Some(v) if v == "none" => Ok(false),
+        Some(v) => Err(format!(
+            "OTEL_TRACES_EXPORTER={v} is not supported: use otlp (or none to turn traces off)"
+        )),
+    }
+}
+
+/// The OTLP protocol the environment asks for (HTTP/protobuf by default).
+fn protocol_setting(set: Setting) -> Result<Protocol, String> {
     let (var, value) = match set("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") {
         Some(v) => ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v),
         None => (
@@ -191,37 +215,39 @@ pub fn export_settings(
             set("OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_or_else(|| "http/protobuf".into()),
         ),
     };
-    let protocol = match value.to_ascii_lowercase().as_str() {
-        "grpc" => Protocol::Grpc,
-        "http/protobuf" => Protocol::HttpProtobuf,
-        other => {
-            return Err(format!(
-                "{var}={other} is not supported: use grpc or http/protobuf"
-            ));
-        }
-    };
-    let endpoint = match flag {
-        None => None,
-        Some(f) => {
-            if !(f.starts_with("http://") || f.starts_with("https://")) {
-                return Err(format!(
-                    "--otlp-endpoint {f:?} is not a URL: give http(s)://host:port, e.g. http://otel-collector:4318"
-                ));
+    match value.to_ascii_lowercase().as_str() {
+        "grpc" => Ok(Protocol::Grpc),
+        "http/protobuf" => Ok(Protocol::HttpProtobuf),
+        other => Err(format!(
+            "{var}={other} is not supported: use grpc or http/protobuf"
+        )),
+    }
+}
+
+/// The endpoint `--otlp-endpoint` names, with the traces path added to a base URL over HTTP.
+fn flag_endpoint(f: &str, protocol: Protocol) -> Result<String, String> {
+    if !(f.starts_with("http://") || f.starts_with("https://")) {
+        return Err(format!(
+            "--otlp-endpoint {f:?} is not a URL: give http(s)://host:port, e.g. http://otel-collector:4318"
+        ));
+    }
+    Ok(match protocol {
+        Protocol::Grpc => f.to_string(),
+        // Like OTEL_EXPORTER_OTLP_ENDPOINT: a base URL gets the traces path.
+        Protocol::HttpProtobuf => {
+            let without_scheme = f.split_once("://").map(|x| x.1).unwrap_or(f);
+            if without_scheme.trim_end_matches('/').contains('/') {
+                f.to_string()
+            } else {
+                format!("{}/v1/traces", f.trim_end_matches('/'))
             }
-            Some(match protocol {
-                Protocol::Grpc => f.to_string(),
-                // Like OTEL_EXPORTER_OTLP_ENDPOINT: a base URL gets the traces path.
-                Protocol::HttpProtobuf => {
-                    let without_scheme = f.split_once("://").map(|x| x.1).unwrap_or(f);
-                    if without_scheme.trim_end_matches('/').contains('/') {
-                        f.to_string()
-                    } else {
-                        format!("{}/v1/traces", f.trim_end_matches('/'))
-                    }
-                }
-            })
         }
-    };
+    })
+}
+
+/// The CA and client certificate files the environment names; an error when only one of the
+/// client certificate and its key is given.
+fn tls_file_settings(set: Setting) -> Result<TlsFiles, String> {
     let file = |names: [&'static str; 2]| {
         names
             .into_iter()
@@ -255,29 +281,26 @@ pub fn export_settings(
             ));
         }
     };
-    let mut tls_files = TlsFiles { ca, client };
-    let mut ignored = Vec::new();
-    if !tls && !tls_files.is_empty() {
-        let vars: Vec<&str> = tls_files
-            .ca
-            .iter()
-            .map(|f| f.var)
-            .chain(tls_files.client.iter().flat_map(|(c, k)| [c.var, k.var]))
-            .collect();
-        ignored.push(format!(
-            "{} ignored: the endpoint {effective} is not https, so traces are sent without TLS",
-            vars.join(", ")
-        ));
-        tls_files = TlsFiles::default();
+    Ok(TlsFiles { ca, client })
+}
+
+/// The TLS files to use for `effective`: none when it is not https (`tls` false), with a note
+/// naming the settings ignored.
+fn tls_files_for(tls_files: TlsFiles, effective: &str, tls: bool) -> (TlsFiles, Vec<String>) {
+    if tls || tls_files.is_empty() {
+        return (tls_files, Vec::new());
     }
-    Ok(Some(Export {
-        protocol,
-        endpoint,
-        url: effective,
-        tls,
-        tls_files,
-        ignored,
-    }))
+    let vars: Vec<&str> = tls_files
+        .ca
+        .iter()
+        .map(|f| f.var)
+        .chain(tls_files.client.iter().flat_map(|(c, k)| [c.var, k.var]))
+        .collect();
+    let ignored = format!(
+        "{} ignored: the endpoint {effective} is not https, so traces are sent without TLS",
+        vars.join(", ")
+    );
+    (TlsFiles::default(), vec![ignored])
 }
 
 /// W3C trace-context headers of a request, for the propagator.

@@ -12,7 +12,7 @@
 //! latency.
 
 use super::{ServingCert, ts};
-use crate::registration::{POD_CREATE_WEBHOOK, WebhookConfigs};
+use crate::names::{POD_CREATE_WEBHOOK, WebhookConfigs};
 use axum_server::tls_rustls::RustlsConfig;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -42,7 +42,7 @@ pub fn trusted_by(cert_pem: &str, bundle: &[u8]) -> bool {
     let Ok((_, cert)) = X509Certificate::from_der(&der) else {
         return false;
     };
-    crate::certs::bundle_ders(bundle).iter().any(|ca| {
+    super::bundle_ders(bundle).iter().any(|ca| {
         X509Certificate::from_der(ca)
             .is_ok_and(|(_, ca)| cert.verify_signature(Some(ca.public_key())).is_ok())
     })
@@ -61,7 +61,7 @@ pub fn choose<'a>(
     }
     candidates.iter().find(|c| {
         super::cert_info(&c.cert_pem, &c.source)
-            .is_ok_and(|i| i.not_before <= now + crate::certs::CLOCK_SKEW && now < i.not_after)
+            .is_ok_and(|i| i.not_before <= now + super::CLOCK_SKEW && now < i.not_after)
             && bundles.iter().all(|b| trusted_by(&c.cert_pem, b))
     })
 }

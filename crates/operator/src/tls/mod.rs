@@ -1,7 +1,7 @@
 //! The serving certificate: reading certificates and keys (rustls configurations, X.509
 //! validity), the certificate being served ([`ServingCert`], which reports readiness through a
 //! [`Gate`]), and serving certificate files reloaded when they change ([`files`]). Issuing and
-//! rotating certificates is [`crate::certs`]'s job.
+//! rotating certificates is the job of the `certs` module, above this one.
 
 pub mod files;
 pub mod follow;
@@ -92,6 +92,15 @@ pub(crate) fn pem_der(pem: &str, what: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("{what}: bad PEM: {e}"))
 }
 
+/// Splits a PEM bundle into the DER of each certificate (to compare bundles whatever their text).
+pub fn bundle_ders(pem: &[u8]) -> Vec<Vec<u8>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem)
+        .filter_map(|c| c.ok().map(|c| c.to_vec()))
+        .collect()
+}
+
 /// Parses the first certificate of a PEM text.
 pub fn cert_info(pem: &str, what: &str) -> Result<CertInfo, String> {
     let der = pem_der(pem, what)?;
@@ -124,6 +133,13 @@ pub fn cert_info(pem: &str, what: &str) -> Result<CertInfo, String> {
         der: der.clone(),
     })
 }
+
+/// How far in the future a certificate's start may be and still count as valid: the replicas'
+/// clocks may differ by this much (their own and the API server's). A certificate that starts
+/// later than that is "not yet valid" to this replica; that is a reason to wait and report the
+/// clock, never to make a new CA (which would take the trust away from every replica whose clock
+/// is right).
+pub const CLOCK_SKEW: i64 = 300;
 
 /// RFC 3339 rendering of unix seconds, for messages.
 pub fn ts(secs: i64) -> String {

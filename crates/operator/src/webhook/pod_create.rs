@@ -81,6 +81,36 @@ pub fn admit_pod_from(state: &State, req: &Request, now: &str, source: &str) -> 
             );
         }
     };
+    let (namespace, name) = namespace_and_name(&pod, req);
+    let span = tracing::Span::current();
+    span.record("namespace", namespace.as_str());
+    span.record("pod", name);
+    let admitted = Admitted {
+        state,
+        req,
+        pod: &pod,
+        namespace: &namespace,
+        name,
+        dry_run: req.dry_run.unwrap_or(false),
+        source,
+    };
+    let create = req.operation == "CREATE";
+    if state.cluster.skip_namespaces.contains(&namespace) {
+        if create {
+            admitted.report_excluded_namespace();
+        }
+        return Response::allow(&req.uid);
+    }
+    if create {
+        admitted.inject(now)
+    } else {
+        Response::allow(&req.uid)
+    }
+}
+
+/// The pod's namespace (the request's, else "default") and its name (its generateName when it
+/// has no name yet).
+fn namespace_and_name<'p>(pod: &'p Pod, req: &Request) -> (String, &'p str) {
     let namespace = pod
         .metadata
         .namespace
@@ -95,84 +125,102 @@ pub fn admit_pod_from(state: &State, req: &Request, now: &str, source: &str) -> 
         .filter(|n| !n.is_empty())
         .or(pod.metadata.generate_name.as_deref())
         .unwrap_or("");
-    let span = tracing::Span::current();
-    span.record("namespace", namespace.as_str());
-    span.record("pod", name);
-    let m = crate::metrics::metrics();
-    let create = req.operation == "CREATE";
-    let dry_run = req.dry_run.unwrap_or(false);
-    if state.cluster.skip_namespaces.contains(&namespace) {
-        if create {
-            // Worth an Event only when a SidecarSet asks for this pod.
-            let index = state.cluster.index();
+    (namespace, name)
+}
+
+/// A pod being created, decoded, and where its request came from.
+struct Admitted<'a> {
+    state: &'a State,
+    req: &'a Request,
+    pod: &'a Pod,
+    namespace: &'a str,
+    name: &'a str,
+    dry_run: bool,
+    source: &'a str,
+}
+
+impl Admitted<'_> {
+    /// In a namespace the webhook skips: counts it, and reports the SidecarSets that ask for
+    /// the pod (worth an Event only when one does).
+    fn report_excluded_namespace(&self) {
+        let (state, namespace) = (self.state, self.namespace);
+        let index = state.cluster.index();
+        let empty = BTreeMap::new();
+        let labels = self.pod.metadata.labels.as_ref().unwrap_or(&empty);
+        let (wanted, _) = index.matching_split(labels, &state.cluster.namespace_labels(namespace));
+        let skipped: Vec<inject::Skipped> = wanted
+            .iter()
+            .map(|e| sidecarset_core::inject::excluded_namespace_skip(e.ss.name(), namespace))
+            .collect();
+        if skipped.is_empty() {
+            crate::metrics::metrics()
+                .injections_skipped
+                .get_or_create(&crate::metrics::reason("namespace_excluded"))
+                .inc();
+        }
+        self.report(skipped);
+    }
+
+    /// Injects the SidecarSets that select the pod: the patch, or a refusal when one does not
+    /// fit the pod.
+    fn inject(&self, now: &str) -> Response {
+        let (state, req, pod) = (self.state, self.req, self.pod);
+        let (namespace, name) = (self.namespace, self.name);
+        let span = tracing::Span::current();
+        let m = crate::metrics::metrics();
+        let ns_labels = state.cluster.namespace_labels(namespace);
+        let index = state.cluster.index();
+        let injection = inject::for_pod_pinned(&index, pod, &ns_labels, now, &|e| {
             let empty = BTreeMap::new();
             let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-            let (wanted, _) =
-                index.matching_split(labels, &state.cluster.namespace_labels(&namespace));
-            let skipped: Vec<inject::Skipped> = wanted
-                .iter()
-                .map(|e| sidecarset_core::inject::excluded_namespace_skip(e.ss.name(), &namespace))
-                .collect();
-            if skipped.is_empty() {
-                m.injections_skipped
-                    .get_or_create(&crate::metrics::reason("namespace_excluded"))
-                    .inc();
-            }
-            report_skipped(state, &pod, &namespace, name, dry_run, skipped, source);
+            // A generated name is not known yet: the request's uid decides instead.
+            let key = if name.is_empty() {
+                req.uid.clone()
+            } else {
+                format!("{namespace}/{name}")
+            };
+            state.cluster.pinned(e, labels, &key)
+        });
+        let dry_run = self.dry_run;
+        if let Some(denied) = &injection.denied {
+            // The SidecarSet and the pod do not fit together (OpenKruise refuses the pod
+            // too); the message names the SidecarSet, the sidecar and the field.
+            span.record("sidecarset", denied.sidecarset.as_str());
+            info!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarset = %denied.sidecarset,
+                  container = %denied.container, field = %denied.field, dry_run, "pod refused: {}", denied.message);
+            return Response::deny(&req.uid, 403, denied.to_string());
         }
-        return Response::allow(&req.uid);
+        for ss in &injection.injected {
+            m.injections.get_or_create(&crate::metrics::label(ss)).inc();
+        }
+        if !injection.injected.is_empty() {
+            span.record("sidecarsets", injection.injected.join(",").as_str());
+        }
+        if injection.injected.is_empty() && injection.skipped.is_empty() {
+            m.injections_skipped
+                .get_or_create(&crate::metrics::reason("no_sidecarset_to_inject"))
+                .inc();
+        } else if !injection.injected.is_empty() {
+            // Per pod at debug: the admission span, the metrics and the pod's annotations
+            // already say it, and info would be a line per pod created in the cluster.
+            debug!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarsets = ?injection.injected,
+                  dry_run, "injecting sidecars");
+        }
+        self.report(injection.skipped);
+        Response::allow(&req.uid).with_patch(injection.patch)
     }
-    match req.operation.as_str() {
-        "CREATE" => {
-            let ns_labels = state.cluster.namespace_labels(&namespace);
-            let index = state.cluster.index();
-            let injection = inject::for_pod_pinned(&index, &pod, &ns_labels, now, &|e| {
-                let empty = BTreeMap::new();
-                let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-                // A generated name is not known yet: the request's uid decides instead.
-                let key = if name.is_empty() {
-                    req.uid.clone()
-                } else {
-                    format!("{namespace}/{name}")
-                };
-                state.cluster.pinned(e, labels, &key)
-            });
-            if let Some(denied) = &injection.denied {
-                // The SidecarSet and the pod do not fit together (OpenKruise refuses the pod
-                // too); the message names the SidecarSet, the sidecar and the field.
-                span.record("sidecarset", denied.sidecarset.as_str());
-                info!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarset = %denied.sidecarset,
-                      container = %denied.container, field = %denied.field, dry_run, "pod refused: {}", denied.message);
-                return Response::deny(&req.uid, 403, denied.to_string());
-            }
-            for ss in &injection.injected {
-                m.injections.get_or_create(&crate::metrics::label(ss)).inc();
-            }
-            if !injection.injected.is_empty() {
-                span.record("sidecarsets", injection.injected.join(",").as_str());
-            }
-            if injection.injected.is_empty() && injection.skipped.is_empty() {
-                m.injections_skipped
-                    .get_or_create(&crate::metrics::reason("no_sidecarset_to_inject"))
-                    .inc();
-            } else if !injection.injected.is_empty() {
-                // Per pod at debug: the admission span, the metrics and the pod's annotations
-                // already say it, and info would be a line per pod created in the cluster.
-                debug!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarsets = ?injection.injected,
-                      dry_run, "injecting sidecars");
-            }
-            report_skipped(
-                state,
-                &pod,
-                &namespace,
-                name,
-                dry_run,
-                injection.skipped,
-                source,
-            );
-            Response::allow(&req.uid).with_patch(injection.patch)
-        }
-        _ => Response::allow(&req.uid),
+
+    /// [`report_skipped`] for this pod.
+    fn report(&self, skipped: Vec<inject::Skipped>) {
+        report_skipped(
+            self.state,
+            self.pod,
+            self.namespace,
+            self.name,
+            self.dry_run,
+            skipped,
+            self.source,
+        );
     }
 }
 

@@ -78,7 +78,7 @@ impl State {
             Ok(None) => return,
             Ok(Some(notice)) => match tx.try_send(notice) {
                 Ok(()) => return,
-                Err(_) => crate::events::dropped::QUEUE_FULL,
+                Err(_) => crate::metrics::dropped::QUEUE_FULL,
             },
             Err(reason) => reason,
         };

@@ -4,7 +4,8 @@
 use super::*;
 use crate::health::Readiness;
 use crate::mock_api::{self, ApiServer, Call};
-use serde_json::Value;
+use k8s_openapi::ByteString;
+use serde_json::{Value, json};
 
 const SECRET: &str = "/api/v1/namespaces/ns/secrets";
 const MUTATING: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sso";

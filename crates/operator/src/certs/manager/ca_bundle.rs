@@ -1,0 +1,202 @@
+//! The caBundles that must trust the CA: the webhook configurations' (written with server-side
+//! apply under our field manager) and the CRD's conversion settings (when kept).
+
+use super::{Manager, with_types};
+use crate::certs::{Material, bundle_contains, bundle_ders};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tracing::{info, warn};
+
+impl Manager {
+    /// Whether every caBundle that must trust a CA before it signs what is served does: both
+    /// webhook configurations and the CRD's conversion settings (when kept).
+    pub(super) async fn bundle_applied(&self, bundle: &str) -> anyhow::Result<bool> {
+        Ok(self.webhooks_trust(bundle).await? && self.crd_trusts(bundle).await?)
+    }
+
+    pub(super) async fn webhooks_trust(&self, bundle: &str) -> anyhow::Result<bool> {
+        let name = &self.settings.webhook_config_name;
+        let m = Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .get_opt(name)
+            .await?;
+        let v = Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .get_opt(name)
+            .await?;
+        let trusts = |b: Option<&ByteString>| b.is_some_and(|b| bundle_contains(&b.0, bundle));
+        let m_ok = m.as_ref().is_some_and(|m| {
+            m.webhooks
+                .iter()
+                .flatten()
+                .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
+                && (self.owned.is_some() || m.webhooks.as_ref().is_some_and(|w| !w.is_empty()))
+        });
+        let v_ok = v.as_ref().is_some_and(|v| {
+            v.webhooks
+                .iter()
+                .flatten()
+                .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
+        });
+        Ok(m_ok && v_ok)
+    }
+
+    /// Whether the CRD's conversion settings (when kept) point here and trust `bundle`; true
+    /// when they are not kept or the CRD is not installed.
+    pub(super) async fn crd_trusts(&self, bundle: &str) -> anyhow::Result<bool> {
+        let Some(target) = &self.settings.conversion else {
+            return Ok(true);
+        };
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crd = Api::<CustomResourceDefinition>::all(self.client.clone())
+            .get_opt(sidecarset_core::api::CRD_NAME)
+            .await?;
+        Ok(crd.is_none_or(|crd| crate::certs::crd::conversion_ok(&crd, target, bundle)))
+    }
+
+    /// Writes the caBundle with server-side apply under our field manager (repairing it when
+    /// someone overwrote it); updates readiness. Ok(true) when every caBundle kept (the CRD's
+    /// too) trusts every CA of the material now.
+    pub(super) async fn publish_bundle(&self, m: &Material) -> anyhow::Result<bool> {
+        let bundle = m.ca_bundle();
+        let crd_ok = self.publish_to_crd(&bundle).await;
+        if self.webhooks_trust(&bundle).await? {
+            self.reports.ca_trusted.set(true);
+            return Ok(crd_ok);
+        }
+        match &self.owned {
+            Some((mutating, validating)) => {
+                self.apply_owned_configurations(&bundle, mutating, validating)
+                    .await?
+            }
+            None => self.apply_bundle_only(&bundle).await?,
+        }
+        let name = &self.settings.webhook_config_name;
+        info!(name = %name, cas = bundle_ders(bundle.as_bytes()).len(), "caBundle written to the webhook configurations");
+        crate::metrics::metrics().ca_bundle_writes.inc();
+        self.reports.ca_trusted.set(true);
+        Ok(crd_ok)
+    }
+
+    /// Writes `bundle` into the CRD's conversion settings when they are kept; false when that
+    /// failed. Conversion only matters for v1alpha1 clients; the operator itself reads v1beta1,
+    /// so a failure here is reported but does not hold back the webhooks.
+    async fn publish_to_crd(&self, bundle: &str) -> bool {
+        let Some(target) = &self.settings.conversion else {
+            return true;
+        };
+        match crate::certs::crd::ensure(&self.client, target, bundle, &self.settings.field_manager)
+            .await
+        {
+            Ok(crate::certs::crd::ConversionPass::NoCrd) => {
+                // Nothing converts without the CRD: nothing to trust a CA either.
+                self.mark_conversion(false);
+                warn!(
+                    crd = sidecarset_core::api::CRD_NAME,
+                    "the SidecarSet CRD is not installed: install it (the chart's crds/, or `sidecarset-operator crd | kubectl apply -f -`)"
+                );
+                true
+            }
+            Ok(_) => {
+                self.mark_conversion(true);
+                true
+            }
+            Err(e) => {
+                self.mark_conversion(false);
+                warn!(crd = sidecarset_core::api::CRD_NAME, error = %e, "cannot write the CRD's conversion webhook settings");
+                false
+            }
+        }
+    }
+
+    /// Applies the configurations the operator owns whole, with `bundle` in every webhook.
+    async fn apply_owned_configurations(
+        &self,
+        bundle: &str,
+        mutating: &MutatingWebhookConfiguration,
+        validating: &ValidatingWebhookConfiguration,
+    ) -> anyhow::Result<()> {
+        let pp = PatchParams::apply(&self.settings.field_manager).force();
+        let name = &self.settings.webhook_config_name;
+        let mut mutating = mutating.clone();
+        let mut validating = validating.clone();
+        for w in mutating.webhooks.iter_mut().flatten() {
+            w.client_config.ca_bundle = Some(ByteString(bundle.to_string().into_bytes()));
+        }
+        for w in validating.webhooks.iter_mut().flatten() {
+            w.client_config.ca_bundle = Some(ByteString(bundle.to_string().into_bytes()));
+        }
+        Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .patch(name, &pp, &Patch::Apply(&with_types(&mutating)?))
+            .await?;
+        Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+            .patch(name, &pp, &Patch::Apply(&with_types(&validating)?))
+            .await?;
+        Ok(())
+    }
+
+    /// Applies only the caBundle of each webhook of the installed configurations (someone
+    /// else owns the rest); an error, and the CA not trusted, when one is not installed.
+    async fn apply_bundle_only(&self, bundle: &str) -> anyhow::Result<()> {
+        let pp = PatchParams::apply(&self.settings.field_manager).force();
+        let name = &self.settings.webhook_config_name;
+        let mapi: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let vapi: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        let b64 = ByteString(bundle.to_string().into_bytes());
+        let mnames = webhook_names(
+            mapi.get_opt(name).await?.map(|c| {
+                c.webhooks
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|w| w.name)
+                    .collect()
+            }),
+            "MutatingWebhookConfiguration",
+            name,
+        );
+        let vnames = webhook_names(
+            vapi.get_opt(name).await?.map(|c| {
+                c.webhooks
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|w| w.name)
+                    .collect()
+            }),
+            "ValidatingWebhookConfiguration",
+            name,
+        );
+        let (mnames, vnames) = match (mnames, vnames) {
+            (Ok(m), Ok(v)) => (m, v),
+            (Err(e), _) | (_, Err(e)) => {
+                self.reports.ca_trusted.set(false);
+                return Err(e);
+            }
+        };
+        let entries = |names: &[String]| -> Vec<serde_json::Value> {
+            names
+                .iter()
+                .map(|n| json!({"name": n, "clientConfig": {"caBundle": b64}}))
+                .collect()
+        };
+        let mpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                            "metadata": {"name": name}, "webhooks": entries(&mnames)});
+        let vpatch = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                            "metadata": {"name": name}, "webhooks": entries(&vnames)});
+        mapi.patch(name, &pp, &Patch::Apply(&mpatch)).await?;
+        vapi.patch(name, &pp, &Patch::Apply(&vpatch)).await?;
+        Ok(())
+    }
+}
+
+/// The webhook names of a configuration, or an error saying it must be installed.
+fn webhook_names(
+    names: Option<Vec<String>>,
+    kind: &str,
+    name: &str,
+) -> anyhow::Result<Vec<String>> {
+    names.ok_or_else(|| {
+        anyhow::anyhow!("{kind} {name} does not exist: install it (the Helm chart does) or run with --manage-webhooks")
+    })
+}

@@ -1,0 +1,319 @@
+//! The pod webhook's match conditions against a mock API server, on tokio's paused clock.
+
+use super::*;
+use crate::cluster::ClusterView;
+use crate::health::Readiness;
+use crate::mock_api::{self, ApiServer};
+use crate::names::{MATCH_CONDITIONS_FIELD_MANAGER, POD_CREATE_WEBHOOK, WebhookConfigs};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+const CONFIG: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sso";
+
+fn view(app: &str) -> Arc<ClusterView> {
+    let readiness = Readiness::default();
+    let view = Arc::new(ClusterView::new(Vec::<String>::new(), &readiness));
+    view.reset_sidecarsets(vec![sidecarset(app)]);
+    view
+}
+
+fn sidecarset(app: &str) -> sidecarset_core::api::SidecarSet {
+    let mut ss: sidecarset_core::api::SidecarSet = serde_json::from_value(json!({
+        "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+        "metadata": {"name": "mesh"},
+        "spec": {"selector": {"matchLabels": {"app": app}},
+                 "containers": [{"name": "proxy", "image": "proxy:1"}]}
+    }))
+    .unwrap();
+    sidecarset_core::api::default_sidecarset(&mut ss);
+    ss
+}
+
+/// The configuration as installed, with the pod CREATE webhook or without it.
+fn configuration(with_pod_webhook: bool) -> Value {
+    let mut webhooks = vec![json!({"name": "other.sidecarset-operator.io",
+        "admissionReviewVersions": ["v1"], "sideEffects": "None", "clientConfig": {}})];
+    if with_pod_webhook {
+        webhooks.push(
+            json!({"name": POD_CREATE_WEBHOOK, "admissionReviewVersions": ["v1"],
+                             "sideEffects": "None", "clientConfig": {}}),
+        );
+    }
+    json!({"apiVersion": "admissionregistration.k8s.io/v1",
+           "kind": "MutatingWebhookConfiguration", "metadata": {"name": "sso"},
+           "webhooks": webhooks})
+}
+
+/// The next write: its match condition's expression (None: the condition removed).
+async fn applied(api: &mut ApiServer) -> (Option<String>, mock_api::Call) {
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, configuration(true));
+    let apply = api.expect("PATCH", CONFIG).await;
+    assert_eq!(
+        apply.content_type.as_deref(),
+        Some("application/apply-patch+yaml")
+    );
+    assert!(
+        apply
+            .uri
+            .contains(&format!("fieldManager={MATCH_CONDITIONS_FIELD_MANAGER}")),
+        "{}",
+        apply.uri
+    );
+    assert!(apply.uri.contains("force=true"), "{}", apply.uri);
+    let entries = apply.body["webhooks"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "only the pod CREATE entry is applied");
+    assert_eq!(entries[0]["name"], POD_CREATE_WEBHOOK);
+    let expression = entries[0]["matchConditions"][0]["expression"]
+        .as_str()
+        .map(String::from);
+    (expression, apply)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_condition_follows_the_selectors_and_is_dropped_when_refused() {
+    let (client, mut api) = mock_api::client();
+    let view = view("web");
+    let task = tokio::spawn(keep_pod_match_conditions(
+        client,
+        view.clone(),
+        "sso".into(),
+        Default::default(),
+    ));
+    let (expression, apply) = applied(&mut api).await;
+    let expression = expression.expect("a condition for the selectors");
+    assert!(expression.contains("web"), "{expression}");
+    let expression_web = expression.clone();
+    apply.echo("2");
+    api.expect_nothing().await;
+
+    // A SidecarSet changes: the condition is rewritten at once; the API server refuses it
+    // (422), so the webhook goes without a condition rather than with a stale one.
+    view.reset_sidecarsets(vec![sidecarset("api")]);
+    let (expression, apply) = applied(&mut api).await;
+    assert!(expression.expect("the new selectors").contains("api"));
+    apply.fail(422, "Invalid");
+    // Read back (it still has the condition for "web"), then written without one.
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, configuration_with(Some(&expression_web)));
+    let apply = api.expect("PATCH", CONFIG).await;
+    assert_eq!(apply.body["webhooks"][0].get("matchConditions"), None);
+    apply.echo("3");
+    api.expect_nothing().await;
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_applied_before_the_pod_webhook_entry_exists() {
+    let (client, mut api) = mock_api::client();
+    let task = tokio::spawn(keep_pod_match_conditions(
+        client,
+        view("web"),
+        "sso".into(),
+        Default::default(),
+    ));
+    // Never an apply that would create an incomplete entry: the configuration is read
+    // again (after a backoff) until the entry is there.
+    for _ in 0..3 {
+        api.expect("GET", CONFIG)
+            .await
+            .answer(200, configuration(false));
+    }
+    let (expression, apply) = applied(&mut api).await;
+    assert!(expression.is_some());
+    apply.echo("2");
+    task.abort();
+}
+
+/// OLM's configurations: random names, found by label; each one carries the condition.
+#[tokio::test(start_paused = true)]
+async fn configurations_found_by_label_each_get_the_condition() {
+    let (client, mut api) = mock_api::client();
+    let selector = "olm.webhook-description-generate-name=mpod.sidecarset-operator.io";
+    let task = tokio::spawn(keep_pod_match_conditions(
+        client,
+        view("web"),
+        WebhookConfigs::Selected(selector.into()),
+        Default::default(),
+    ));
+    const LIST: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations?";
+    // None yet (OLM has not created it): nothing is written, the list is asked again.
+    let list = api.expect("GET", LIST).await;
+    assert!(
+        list.uri.contains(
+            "labelSelector=olm.webhook-description-generate-name%3Dmpod.sidecarset-operator.io"
+        ),
+        "{}",
+        list.uri
+    );
+    list.answer(
+        200,
+        json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": []}),
+    );
+    // Two (a CSV being replaced): both get the condition, by their own names.
+    let named = |name: &str, with: Option<&str>| {
+        let mut c = configuration_with(with);
+        c["metadata"]["name"] = json!(name);
+        c
+    };
+    api.expect("GET", LIST).await.answer(
+        200,
+        json!({"apiVersion": "v1", "kind": "List", "metadata": {},
+               "items": [named("mpod.sidecarset-operator.io-abcde", None),
+                         named("mpod.sidecarset-operator.io-fghij", None)]}),
+    );
+    let mut expressions = vec![];
+    for name in ["abcde", "fghij"] {
+        let path = format!(
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/mpod.sidecarset-operator.io-{name}?"
+        );
+        let apply = api.expect("PATCH", &path).await;
+        assert_eq!(
+            apply.body["metadata"]["name"],
+            json!(format!("mpod.sidecarset-operator.io-{name}"))
+        );
+        expressions.push(
+            apply.body["webhooks"][0]["matchConditions"][0]["expression"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+        apply.echo("2");
+    }
+    assert!(expressions[0].contains("web") && expressions[0] == expressions[1]);
+    api.expect_nothing().await;
+    // A minute later: read back; the one OLM rewrote (an update drops the condition) is
+    // written again, the other is left alone.
+    tokio::time::sleep(RESYNC).await;
+    api.expect("GET", LIST).await.answer(
+        200,
+        json!({"apiVersion": "v1", "kind": "List", "metadata": {},
+               "items": [named("mpod.sidecarset-operator.io-abcde", Some(&expressions[0])),
+                         named("mpod.sidecarset-operator.io-fghij", None)]}),
+    );
+    let apply = api
+        .expect(
+            "PATCH",
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/mpod.sidecarset-operator.io-fghij?",
+        )
+        .await;
+    apply.echo("3");
+    api.expect_nothing().await;
+    task.abort();
+}
+
+/// The configuration with our condition set to `expression`.
+fn configuration_with(expression: Option<&str>) -> Value {
+    let mut c = configuration(true);
+    if let Some(e) = expression {
+        c["webhooks"][1]["matchConditions"] =
+            json!([{"name": MATCH_CONDITION_NAME, "expression": e}]);
+    }
+    c
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_condition_is_read_back_on_every_pass_and_a_changed_one_written_again() {
+    let (client, mut api) = mock_api::client();
+    let view = view("web");
+    let task = tokio::spawn(keep_pod_match_conditions(
+        client,
+        view.clone(),
+        "sso".into(),
+        Default::default(),
+    ));
+    let (expression, apply) = applied(&mut api).await;
+    let expression = expression.unwrap();
+    apply.echo("2");
+    let before = crate::metrics::metrics().match_condition_repairs.get();
+    // A minute later the configuration is read again: as written, nothing is written.
+    tokio::time::sleep(RESYNC).await;
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, configuration_with(Some(&expression)));
+    api.expect_nothing().await;
+    // Someone dropped our condition (a Helm upgrade, kubectl apply): the next pass sees it
+    // and writes it back, and counts the repair.
+    tokio::time::sleep(RESYNC).await;
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, configuration_with(None));
+    let apply = api.expect("PATCH", CONFIG).await;
+    assert_eq!(
+        apply.body["webhooks"][0]["matchConditions"][0]["expression"],
+        json!(expression)
+    );
+    apply.echo("4");
+    api.expect_nothing().await;
+    assert_eq!(
+        crate::metrics::metrics().match_condition_repairs.get(),
+        before + 1
+    );
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selector() {
+    let (client, mut api) = mock_api::client();
+    let view = view("web");
+    let coverage = Arc::new(MatchCoverage::default());
+    let task = tokio::spawn(keep_pod_match_conditions(
+        client,
+        view.clone(),
+        "sso".into(),
+        coverage.clone(),
+    ));
+    let (web, apply) = applied(&mut api).await;
+    let web = web.unwrap();
+    apply.echo("2");
+    api.expect_nothing().await;
+    // The SidecarSet in the index is covered at once; one selecting app=api is not: its
+    // admission waits while the condition is widened to cover both.
+    assert!(coverage.covers(&sidecarset("web")));
+    let mut api_ss = sidecarset("api");
+    api_ss.metadata.name = Some("api-mesh".into());
+    assert!(!coverage.covers(&api_ss));
+    let admission = tokio::spawn({
+        let (c, ss) = (coverage.clone(), api_ss.clone());
+        async move { c.widen_for(&ss, Duration::from_secs(2)).await }
+    });
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, configuration_with(Some(&web)));
+    let apply = api.expect("PATCH", CONFIG).await;
+    let widened = apply.body["webhooks"][0]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        widened.contains("'web'") && widened.contains("'api'"),
+        "{widened}"
+    );
+    assert!(
+        !admission.is_finished(),
+        "admitted before the condition was written"
+    );
+    apply.echo("3");
+    admission.await.unwrap().expect("admitted once covered");
+    // Once the index holds it, the condition made from the index alone is the same: not
+    // written again.
+    view.reset_sidecarsets(vec![sidecarset("web"), api_ss.clone()]);
+    api.expect_nothing().await;
+    assert!(coverage.covers(&api_ss));
+
+    // When the condition cannot be written, the admission is refused after its timeout
+    // (the SidecarSet write fails with a message to retry), never admitted uncovered.
+    let mut other = sidecarset("shop");
+    other.metadata.name = Some("shop-mesh".into());
+    let admission = tokio::spawn({
+        let (c, ss) = (coverage.clone(), other.clone());
+        async move { c.widen_for(&ss, Duration::from_secs(2)).await }
+    });
+    api.expect("GET", CONFIG).await.fail(500, "InternalError");
+    let refused = admission.await.unwrap().unwrap_err();
+    assert!(refused.contains("retry"), "{refused}");
+    task.abort();
+}
