@@ -1,7 +1,7 @@
 //! The controller: keeps each SidecarSet's status and revisions current and rolls sidecar
 //! upgrades out in place. Event-driven: a reconcile runs when the SidecarSet changes (not its
 //! status: see [`relevant`]), when one of its pods changes, or when this replica becomes the
-//! leader; while pods are in flight it is looked at again in 5 s (through [`slots::Gate`], in
+//! leader; while pods are in flight it is looked at again in 5 s (through [`queue::ReconcileQueue`], in
 //! turn with the SidecarSets woken by their pods).
 //!
 //! One reconcile is three steps: observe (the SidecarSet's own pods from [`pods::PodIndex`],
@@ -15,9 +15,9 @@ pub mod leader;
 pub mod missing;
 pub mod plan;
 pub mod pods;
+pub mod queue;
 pub mod revisions;
 pub mod slim;
-pub mod slots;
 
 use crate::cluster::ClusterView;
 use crate::events::SidecarSetEvents;
@@ -68,9 +68,9 @@ pub struct Ctx {
     pub resync: Duration,
     /// How many SidecarSets are reconciled at once (`--max-concurrent-reconciles`).
     pub concurrency: u16,
-    /// The queue of SidecarSets woken by their pods, in turn ([`slots`]); made for
+    /// The queue of SidecarSets woken by their pods, in turn ([`queue`]); made for
     /// `concurrency` by [`run`].
-    gate: Arc<slots::Gate>,
+    queue: Arc<queue::ReconcileQueue>,
     /// SidecarSet → (uid, generation) its pods were last scanned for missing sidecars at.
     scanned: Mutex<HashMap<String, Scanned>>,
     /// SidecarSet → the status this process last wrote and the resourceVersions its recent
@@ -109,7 +109,7 @@ impl Ctx {
             evictions: None,
             resync: Duration::from_secs(36_000),
             concurrency: 8,
-            gate: slots::Gate::new(8),
+            queue: queue::ReconcileQueue::new(8),
             scanned: Default::default(),
             written: Default::default(),
             conflict_wake: {
@@ -323,8 +323,8 @@ pub async fn run(
     let client = watches;
     let (pods, writer) = reflector::store();
     ctx.pods = pods;
-    ctx.gate = slots::Gate::new(ctx.concurrency);
-    let gate = ctx.gate.clone();
+    ctx.queue = queue::ReconcileQueue::new(ctx.concurrency);
+    let queue = ctx.queue.clone();
     let index = ctx.pod_index.clone();
     let cluster = ctx.cluster.clone();
     // One SidecarSet matching per pod event, shared by the pod index (the pods running without
@@ -356,11 +356,11 @@ pub async fn run(
             .map(|mut i| i.step(&ev, &cluster.skip_namespaces, &selects))
             .unwrap_or_default();
         for name in wake {
-            gate.wake(&name);
+            queue.wake(&name);
         }
         std::future::ready(())
     });
-    // The pod watch runs on its own and queues the SidecarSets it wakes in the gate, which hands
+    // The pod watch runs on its own and puts the SidecarSets it wakes in the reconcile queue, which hands
     // them to the controller in turn.
     // Stopped with the controller, also when `run` itself is dropped.
     struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -384,12 +384,12 @@ pub async fn run(
         .stream(sidecarsets.clone())
         .filter(move |ss| std::future::ready(changes.changed(ss)))
         .map(Ok::<_, watcher::Error>);
-    // The gate's limit, and a reserve for what does not go through it (see [`slots`]).
+    // The queue's limit, and a reserve for what does not go through it (see [`queue`]).
     let config =
-        kube::runtime::controller::Config::default().concurrency(ctx.gate.controller_limit());
+        kube::runtime::controller::Config::default().concurrency(ctx.queue.controller_limit());
     let woken = {
         let store = sidecarsets.clone();
-        ctx.gate.clone().stream(move |r| store.get(r).is_some())
+        ctx.queue.clone().stream(move |r| store.get(r).is_some())
     };
     Controller::for_stream(trigger, sidecarsets)
         .with_config(config)
@@ -445,7 +445,7 @@ fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Actio
 async fn measured_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // Followers keep their caches warm and wait: becoming the leader reconciles everything.
     // A leader's reconcile is dropped, with any write in flight, the moment it stops leading.
-    let _running = ctx.gate.started(&stored.name_any());
+    let _running = ctx.queue.started(&stored.name_any());
     let leadership = ctx.leadership.clone();
     match leadership.run(leading_reconcile(stored, ctx)).await {
         Some(res) => res,
@@ -624,7 +624,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     span.record("ready", planned.counts.ready);
     record_metrics(&name, &planned);
     // A rollout in progress: pods still to move to the current sidecars, some of them in flight.
-    ctx.gate.set_rolling(
+    ctx.queue.set_rolling(
         &name,
         planned.counts.updated < planned.counts.matched
             && matches!(planned.next, plan::Next::After(_)),
@@ -649,12 +649,12 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         let step = step.as_ref().map_err(|e| Error::Invalid(e.clone()))?;
         act::rollout_step(&ctx, &ss, &entry, &pods, &planned, step, &latest_revision).await?;
     }
-    // The recheck goes through the gate, in turn with the pods' wake-ups, and is dropped when
+    // The recheck goes through the queue, in turn with the pods' wake-ups, and is dropped when
     // one of them reconciles this first: under load, requeues straight into the controller took
     // every slot (a SidecarSet with pods in flight asks for one every 5 s) while the wake-ups
     // that carry news waited.
     if let plan::Next::After(d) = planned.next {
-        ctx.gate.wake_after(&name, d);
+        ctx.queue.wake_after(&name, d);
     }
     Ok(Action::await_change())
 }
