@@ -110,6 +110,32 @@ fn upgraded_in_place(pod: &SlimPod, ss: &str) -> bool {
         .is_some_and(|v| v.get(ss).is_some())
 }
 
+/// The SidecarSet's state for its conditions (see [`conditions::assess`]); the pods' container
+/// statuses are read only for matched pods that are not ready (image pull failures).
+fn health(
+    entry: &Entry,
+    pods: &[Arc<SlimPod>],
+    views: &[rollout::PodView],
+    st: &rollout::Status,
+    planned: &Result<rollout::Plan, String>,
+) -> conditions::Health {
+    let pull_failures: Vec<(String, String)> = pods
+        .iter()
+        .zip(views)
+        .filter(|(_, v)| v.matched() && !v.ready_and_consistent())
+        .filter_map(|(p, v)| {
+            conditions::image_pull_failure(&p.to_pod(), &entry.ss).map(|why| (v.key.clone(), why))
+        })
+        .collect();
+    conditions::assess(&conditions::HealthInputs {
+        status: st,
+        strategy: &entry.ss.spec.update_strategy,
+        plan: planned.as_ref().map_err(String::as_str),
+        views,
+        pull_failures: &pull_failures,
+    })
+}
+
 /// Plans one reconcile.
 pub fn plan(o: &Observation) -> ReconcilePlan {
     let name = o.ss.name_any();
@@ -117,7 +143,7 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
     let strategy = &o.entry.ss.spec.update_strategy;
     let not_update = strategy.type_ == Some(UpdateStrategyType::NotUpdate);
     let planned = rollout::plan_with(strategy, o.views, o.rules);
-    let health = super::health(o.entry, o.pods, o.views, &counts, &planned);
+    let health = health(o.entry, o.pods, o.views, &counts, &planned);
     let previous = o.ss.status.as_ref().map_or(&[][..], |s| &s.conditions);
     let mut conditions = conditions::conditions(&health, o.ss.metadata.generation, previous, o.now);
     let mut notes = Vec::new();
