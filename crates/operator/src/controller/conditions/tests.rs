@@ -1,4 +1,3 @@
-
 use super::*;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
