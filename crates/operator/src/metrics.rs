@@ -308,6 +308,7 @@ fn build() -> Metrics {
         "The memory allocator's figures at the last scrape, by kind (allocated: in live objects; active: in pages holding them; resident: in memory, allocator metadata included; metadata; retained: address space kept but returned to the system)",
         m.allocator_bytes.clone(),
     );
+    register_reconcile_errors(&mut registry);
     Metrics { registry, ..m }
 }
 
@@ -385,6 +386,21 @@ pub fn reason(s: &str) -> ReasonLabel {
     ReasonLabel {
         reason: s.to_string(),
     }
+}
+
+/// Failed reconciles, by reason: the controller's error kinds (`kube`, `invalid`, `conflict`;
+/// see `controller::Error::reason`). Kept apart from [`Metrics`], registered by [`build`].
+pub fn reconcile_errors() -> &'static Family<ReasonLabel, Counter> {
+    static ERRORS: OnceLock<Family<ReasonLabel, Counter>> = OnceLock::new();
+    ERRORS.get_or_init(Family::default)
+}
+
+fn register_reconcile_errors(registry: &mut Registry) {
+    registry.register(
+        "reconcile_errors",
+        "SidecarSet reconciles that failed, by reason (kube: an API call failed; invalid: the SidecarSet cannot be read or planned; conflict: a conditional write was refused and is replanned)",
+        reconcile_errors().clone(),
+    );
 }
 
 #[cfg(test)]

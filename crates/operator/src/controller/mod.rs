@@ -18,6 +18,7 @@ pub mod observe;
 pub mod plan;
 pub mod pods;
 pub mod queue;
+pub mod retry;
 pub mod revisions;
 pub mod slim;
 pub mod wakes;
@@ -75,6 +76,8 @@ pub struct Ctx {
     /// The queue of SidecarSets woken by their pods, in turn ([`queue`]); made for
     /// `concurrency` by [`run`].
     queue: Arc<queue::ReconcileQueue>,
+    /// Each failing SidecarSet's next retry delay (the error policy's).
+    retries: retry::Backoffs,
     /// SidecarSet → (uid, generation) its pods were last scanned for missing sidecars at.
     scanned: Mutex<HashMap<String, Scanned>>,
     /// SidecarSet → the status this process last wrote and the resourceVersions its recent
@@ -114,6 +117,7 @@ impl Ctx {
             resync: Duration::from_secs(36_000),
             concurrency: 8,
             queue: queue::ReconcileQueue::new(8),
+            retries: Default::default(),
             scanned: Default::default(),
             written: Default::default(),
             conflict_wake: {
@@ -171,6 +175,17 @@ pub enum Error {
     Conflict(String),
 }
 
+impl Error {
+    /// The metric's reason label: the variant, in snake case.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Invalid(_) => "invalid",
+            Error::Conflict(_) => "conflict",
+        }
+    }
+}
+
 /// Runs the controller until the process ends. `sidecarsets` and `trigger`: the SidecarSet
 /// store kept by the cluster view's watch, and the objects it sees added or changed.
 pub async fn run(
@@ -221,13 +236,20 @@ pub async fn run(
         .await;
 }
 
-fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+/// Counts the failure by reason and retries the SidecarSet after its next delay ([`retry`]:
+/// 1 s doubling to 5 min, started over by a successful reconcile).
+fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let name = ss.name_any();
+    crate::metrics::reconcile_errors()
+        .get_or_create(&crate::metrics::reason(err.reason()))
+        .inc();
+    let delay = ctx.retries.next_delay(&name);
     if let Error::Conflict(why) = err {
-        tracing::debug!(sidecarset = %ss.name_any(), %why, "conditional write refused; replanning in 1 s");
-        return Action::requeue(Duration::from_secs(1));
+        tracing::debug!(sidecarset = %name, %why, retry_in = ?delay, "conditional write refused; replanning");
+    } else {
+        warn!(sidecarset = %name, error = %err, retry_in = ?delay, "reconcile failed; retrying");
     }
-    warn!(sidecarset = %ss.name_any(), error = %err, "reconcile failed; retrying in 5 s");
-    Action::requeue(Duration::from_secs(5))
+    Action::requeue(delay)
 }
 
 async fn measured_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -235,8 +257,14 @@ async fn measured_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Res
     // A leader's reconcile is dropped, with any write in flight, the moment it stops leading.
     let _running = ctx.queue.started(&stored.name_any());
     let leadership = ctx.leadership.clone();
-    match leadership.run(leading_reconcile(stored, ctx)).await {
-        Some(res) => res,
+    let name = stored.name_any();
+    match leadership.run(leading_reconcile(stored, ctx.clone())).await {
+        Some(res) => {
+            if res.is_ok() {
+                ctx.retries.reset(&name);
+            }
+            res
+        }
         None => Ok(Action::await_change()),
     }
 }
