@@ -389,12 +389,13 @@ pub fn reason(s: &str) -> ReasonLabel {
 }
 
 /// Failed reconciles, by reason: the controller's error kinds (`kube`, `invalid`, `conflict`;
-/// see `controller::Error::reason`). Kept apart from [`Metrics`], registered by [`build`].
+/// see `controller::Error::reason`). Kept apart from [`Metrics`], registered by `build`.
 pub fn reconcile_errors() -> &'static Family<ReasonLabel, Counter> {
     static ERRORS: OnceLock<Family<ReasonLabel, Counter>> = OnceLock::new();
     ERRORS.get_or_init(Family::default)
 }
 
+/// Registers [`reconcile_errors`] (called by [`build`]).
 fn register_reconcile_errors(registry: &mut Registry) {
     registry.register(
         "reconcile_errors",

@@ -361,7 +361,7 @@ async fn set_upgradable(ctx: &Ctx, pod: &Pod, ss: &str, upgradable: bool) {
     }
 }
 
-/// Queues a `SidecarSetNamespaceExcluded` Event for each pod [`excluded_but_selected`] finds, once
+/// Queues a `SidecarSetNamespaceExcluded` Event for each pod [`super::excluded_but_selected`] finds, once
 /// per pod and SidecarSet in this process (the webhook never sees these pods: the webhook
 /// configurations leave excluded namespaces out).
 /// Reports the pods running without the SidecarSet's sidecars on their owners (a

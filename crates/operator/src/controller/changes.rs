@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 /// produced (to tell a repair from a change).
 pub(super) type WrittenStatuses = Arc<Mutex<HashMap<String, Written>>>;
 
+/// A digest of a status, to compare it with the one last written.
 fn status_digest(st: &SidecarSetStatus) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -12,6 +12,7 @@ use sidecarset_core::index::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+/// The SidecarSets the pod was injected with (its annotation).
 fn injected_into(p: &SlimPod) -> std::collections::BTreeSet<String> {
     sidecarset_core::api::injected_list(p.annotations())
 }
@@ -22,7 +23,7 @@ pub(super) fn observe_pods(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
     pods_of(&ctx.pod_index, &ctx.pods, &ctx.cluster, entry)
 }
 
-/// [`observe_pods`] from the parts of the context it reads (the simulation calls it too).
+/// `observe_pods` from the parts of the context it reads (the simulation calls it too).
 pub fn pods_of(
     pod_index: &Mutex<pods::PodIndex>,
     store: &Store<SlimPod>,
@@ -65,7 +66,7 @@ pub(super) fn observe_missing(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
     pods
 }
 
-/// [`observe_missing`] from the parts of the context it reads (the simulation calls it too);
+/// `observe_missing` from the parts of the context it reads (the simulation calls it too);
 /// with `rescan`, every pod is scanned first.
 pub fn missing_pods(
     pod_index: &Mutex<pods::PodIndex>,

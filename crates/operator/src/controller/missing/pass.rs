@@ -192,6 +192,7 @@ struct Evicting<'a> {
 }
 
 impl Evicting<'_> {
+    /// The pods of namespace `ns`.
     fn pods_api(&self, ns: &str) -> Api<Pod> {
         Api::namespaced(self.client.clone(), ns)
     }

@@ -155,7 +155,7 @@ pub fn precheck(
 
 /// Whether `pod`, missing its sidecars, is the replacement of a pod evicted for this SidecarSet:
 /// its owner had a pod evicted, and it was created after that eviction (in its second: not one of
-/// the pods that were already there, [`Evicted::same_second`]). Returns the
+/// the pods that were already there, [`super::Evicted::same_second`]). Returns the
 /// owner's uid and `namespace/Kind/name`.
 pub fn came_back_missing(pod: &SlimPod, state: &SidecarSetState) -> Option<(String, String)> {
     let owner = pod

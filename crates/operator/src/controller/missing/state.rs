@@ -73,7 +73,7 @@ impl SidecarSetState {
 
 impl SidecarSetState {
     /// Opens the circuit of `owner` (`what`: `namespace/Kind/name`), closing the oldest first
-    /// when [`MAX_CIRCUITS`] are open.
+    /// when `MAX_CIRCUITS` are open.
     pub fn open_circuit(&mut self, owner: String, what: String) {
         if self.open_circuits.len() >= MAX_CIRCUITS
             && let Some(first) = self.open_circuits.keys().next().cloned()
