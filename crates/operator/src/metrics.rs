@@ -153,6 +153,7 @@ fn build() -> Metrics {
     register_watches(&mut registry, &m);
     register_safeguards(&mut registry, &m);
     register_process(&mut registry, &m);
+    register_reconcile_errors(&mut registry);
     Metrics { registry, ..m }
 }
 
@@ -437,6 +438,22 @@ pub fn reason(s: &str) -> ReasonLabel {
     ReasonLabel {
         reason: s.to_string(),
     }
+}
+
+/// Failed reconciles, by reason: the controller's error kinds (`kube`, `invalid`, `conflict`;
+/// see `controller::Error::reason`). Kept apart from [`Metrics`], registered by `build`.
+pub fn reconcile_errors() -> &'static Family<ReasonLabel, Counter> {
+    static ERRORS: OnceLock<Family<ReasonLabel, Counter>> = OnceLock::new();
+    ERRORS.get_or_init(Family::default)
+}
+
+/// Registers [`reconcile_errors`] (called by [`build`]).
+fn register_reconcile_errors(registry: &mut Registry) {
+    registry.register(
+        "reconcile_errors",
+        "SidecarSet reconciles that failed, by reason (kube: an API call failed; invalid: the SidecarSet cannot be read or planned; conflict: a conditional write was refused and is replanned)",
+        reconcile_errors().clone(),
+    );
 }
 
 #[cfg(test)]

@@ -120,9 +120,9 @@ impl ViewedKind for Namespaces {
 }
 
 /// The SidecarSets' ControllerRevisions (in the operator's namespace).
-pub struct Revisions;
+pub struct ControllerRevisions;
 
-impl ViewedKind for Revisions {
+impl ViewedKind for ControllerRevisions {
     type Object = ControllerRevision;
     type Item = KnownRevision;
     const NAME: &'static str = "ControllerRevision";

@@ -1,6 +1,6 @@
 //! The cluster view fed with watch events, no server.
 
-use super::feed::{Feed, Namespaces, Revisions, SidecarSets};
+use super::feed::{ControllerRevisions, Feed, Namespaces, SidecarSets};
 use super::*;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Namespace;
@@ -178,7 +178,7 @@ fn revision(name: &str, ss: &str, number: i64, custom: Option<&str>) -> Controll
 fn revisions_feed_pinning_and_history() {
     let readiness = Readiness::default();
     let view = ClusterView::new(Vec::<String>::new(), &readiness);
-    let mut feed = Feed::<Revisions>::default();
+    let mut feed = Feed::<ControllerRevisions>::default();
     feed.step(&view, Event::Init);
     feed.step(
         &view,

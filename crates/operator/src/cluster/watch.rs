@@ -7,7 +7,7 @@
 //! under `failurePolicy: Fail` while their views still answer as of the last event.
 
 use super::ClusterView;
-use super::feed::{Feed, Namespaces, Revisions, SidecarSets, ViewedKind};
+use super::feed::{ControllerRevisions, Feed, Namespaces, SidecarSets, ViewedKind};
 use crate::health::{Gate, Readiness};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -180,7 +180,7 @@ impl Watches {
         let (v, h) = (view, self.revisions.clone());
         tokio::spawn(async move {
             let stream = watcher::watcher(api, cfg).default_backoff();
-            drive::<Revisions, _>(stream, &v, &h).await
+            drive::<ControllerRevisions, _>(stream, &v, &h).await
         });
 
         tokio::spawn(async move {

@@ -92,6 +92,9 @@ enum Step {
     Reset,
 }
 
+/// Writes `step` into the planned pods, 16 at a time; returns the keys of the pods written.
+/// The first error of the API (other than a pod that changed meanwhile) fails the step, after
+/// every pod was tried.
 async fn patch_pods(
     ctx: &Ctx,
     entry: &Entry,
@@ -100,18 +103,10 @@ async fn patch_pods(
     revision: &str,
     step: Step,
 ) -> Result<Vec<String>, Error> {
-    let name = entry.ss.name().to_string();
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
-    // The cache keeps only the injection annotations: with patchPodMetadata that reads the
-    // pod's own values (Retain, MergePatchJson) the pod is read whole first.
-    let read_whole = entry
-        .ss
-        .spec
-        .patch_pod_metadata
-        .iter()
-        .any(|p| p.patch_policy != Some(sidecarset_core::api::PatchPolicy::Overwrite));
+    let read_whole = reads_whole_pods(entry);
     let planned: Vec<(String, Pod)> = keys
         .iter()
         .filter_map(|key| Some((key.clone(), pods.get(key)?.to_pod())))
@@ -119,53 +114,22 @@ async fn patch_pods(
     tracing::Span::current().record("upgrading", planned.len());
     let results: Vec<(String, Result<Option<Pod>, kube::Error>)> = futures::stream::iter(planned)
         .map(|(key, pod)| {
-            let client = ctx.client.clone();
-            let ns = pod.namespace().unwrap_or_default();
             let span = tracing::info_span!(
                 "upgrade pod",
-                namespace = %ns,
+                namespace = %pod.namespace().unwrap_or_default(),
                 pod = %pod.name_any(),
                 error = tracing::field::Empty,
             );
-            let (now, revision) = (&now, revision);
+            let write = PodWrite {
+                entry,
+                step,
+                now: &now,
+                revision,
+                read_whole,
+            };
+            let client = ctx.client.clone();
             async move {
-                let api: Api<Pod> = Api::namespaced(client, &ns);
-                let r = async {
-                    let pod = if read_whole {
-                        api.get(&pod.name_any()).await?
-                    } else {
-                        pod
-                    };
-                    let patch = match step {
-                        Step::Upgrade => rollout::upgrade_patch(&pod, entry, now, revision),
-                        Step::Reset => rollout::reset_patch(&pod, entry, now),
-                    };
-                    let Some(mut patch) = patch else {
-                        return Ok(None);
-                    };
-                    // Only if the pod is still what we planned on (a stale cache or another
-                    // leader).
-                    if let Some(rv) = pod.resource_version() {
-                        patch.0.insert(
-                            0,
-                            json_patch::PatchOperation::Test(json_patch::TestOperation {
-                                path: jsonptr::PointerBuf::from_tokens([
-                                    "metadata",
-                                    "resourceVersion",
-                                ]),
-                                value: rv.into(),
-                            }),
-                        );
-                    }
-                    api.patch(
-                        &pod.name_any(),
-                        &PatchParams::default(),
-                        &Patch::<()>::Json(patch),
-                    )
-                    .await
-                    .map(Some)
-                }
-                .await;
+                let r = write.patch(client, pod).await;
                 if let Err(e) = &r {
                     tracing::Span::current().record("error", e.to_string().as_str());
                 }
@@ -176,50 +140,21 @@ async fn patch_pods(
         .buffer_unordered(16)
         .collect()
         .await;
-    let m = crate::metrics::metrics();
+    let name = entry.ss.name();
     let mut upgraded = Vec::new();
     let mut first_error = None;
     for (key, r) in results {
         match r {
             Ok(None) => {}
-            Ok(Some(pod)) if step == Step::Reset => {
-                info!(sidecarset = %name, pod = %key, "old hot-upgrade containers reset to the empty image");
-                ctx.events
-                    .publish(
-                        pod.object_ref(&()),
-                        crate::events::EventType::Normal,
-                        "ResetContainerSucceed",
-                        format!("SidecarSet {name}: the old hot-upgrade containers were reset to the empty image"),
-                    )
-                    .await;
-                upgraded.push(key);
-            }
             Ok(Some(pod)) => {
-                info!(sidecarset = %name, pod = %key, "sidecar images upgraded in place");
-                m.pods_upgraded
-                    .get_or_create(&crate::metrics::label(&name))
-                    .inc();
-                // As OpenKruise: upgraded, so upgradable (True once every SidecarSet agrees).
-                set_upgradable(ctx, &pod, &name, true).await;
+                written(ctx, name, &key, &pod, step).await;
                 upgraded.push(key);
             }
             Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
                 info!(sidecarset = %name, pod = %key, reason = %e.message, "pod changed meanwhile; replanning");
             }
             Err(e) => {
-                warn!(sidecarset = %name, pod = %key, error = %e, step = ?step, "in-place pod write failed");
-                if step == Step::Reset
-                    && let Some(pod) = pods.get(&key)
-                {
-                    ctx.events
-                        .publish(
-                            pod.to_pod().object_ref(&()),
-                            crate::events::EventType::Warning,
-                            "ResetContainerFailed",
-                            format!("SidecarSet {name}: resetting the old hot-upgrade containers to the empty image failed: {e}"),
-                        )
-                        .await;
-                }
+                failed(ctx, name, &key, pods, &e, step).await;
                 first_error.get_or_insert(e);
             }
         }
@@ -227,6 +162,117 @@ async fn patch_pods(
     match first_error {
         Some(e) => Err(e.into()),
         None => Ok(upgraded),
+    }
+}
+
+/// Whether the pods must be read whole before their patch: the cache keeps only the injection
+/// annotations, and patchPodMetadata that reads the pod's own values (Retain, MergePatchJson)
+/// needs the rest.
+fn reads_whole_pods(entry: &Entry) -> bool {
+    entry
+        .ss
+        .spec
+        .patch_pod_metadata
+        .iter()
+        .any(|p| p.patch_policy != Some(sidecarset_core::api::PatchPolicy::Overwrite))
+}
+
+/// What one pod's write of a step needs.
+#[derive(Clone, Copy)]
+struct PodWrite<'a> {
+    entry: &'a Entry,
+    step: Step,
+    /// The time written into the pod's annotations.
+    now: &'a str,
+    revision: &'a str,
+    read_whole: bool,
+}
+
+impl PodWrite<'_> {
+    /// Patches `pod` (read whole first if need be), conditional on its resourceVersion; None:
+    /// nothing to write.
+    async fn patch(self, client: kube::Client, pod: Pod) -> Result<Option<Pod>, kube::Error> {
+        let api: Api<Pod> = Api::namespaced(client, &pod.namespace().unwrap_or_default());
+        let pod = if self.read_whole {
+            api.get(&pod.name_any()).await?
+        } else {
+            pod
+        };
+        let patch = match self.step {
+            Step::Upgrade => rollout::upgrade_patch(&pod, self.entry, self.now, self.revision),
+            Step::Reset => rollout::reset_patch(&pod, self.entry, self.now),
+        };
+        let Some(mut patch) = patch else {
+            return Ok(None);
+        };
+        // Only if the pod is still what we planned on (a stale cache or another leader).
+        if let Some(rv) = pod.resource_version() {
+            patch.0.insert(
+                0,
+                json_patch::PatchOperation::Test(json_patch::TestOperation {
+                    path: jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+                    value: rv.into(),
+                }),
+            );
+        }
+        api.patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+        .map(Some)
+    }
+}
+
+/// Reports a pod written by `step`: an Event for a reset; the metric and the pod's
+/// `SidecarSetUpgradable` entry for an upgrade.
+async fn written(ctx: &Ctx, name: &str, key: &str, pod: &Pod, step: Step) {
+    match step {
+        Step::Reset => {
+            info!(sidecarset = %name, pod = %key, "old hot-upgrade containers reset to the empty image");
+            ctx.events
+                .publish(
+                    pod.object_ref(&()),
+                    crate::events::EventType::Normal,
+                    "ResetContainerSucceed",
+                    format!("SidecarSet {name}: the old hot-upgrade containers were reset to the empty image"),
+                )
+                .await;
+        }
+        Step::Upgrade => {
+            info!(sidecarset = %name, pod = %key, "sidecar images upgraded in place");
+            crate::metrics::metrics()
+                .pods_upgraded
+                .get_or_create(&crate::metrics::label(name))
+                .inc();
+            // As OpenKruise: upgraded, so upgradable (True once every SidecarSet agrees).
+            set_upgradable(ctx, pod, name, true).await;
+        }
+    }
+}
+
+/// Reports a pod whose write failed (a Warning Event on the pod for a reset).
+async fn failed(
+    ctx: &Ctx,
+    name: &str,
+    key: &str,
+    pods: &BTreeMap<String, &Arc<SlimPod>>,
+    e: &kube::Error,
+    step: Step,
+) {
+    warn!(sidecarset = %name, pod = %key, error = %e, step = ?step, "in-place pod write failed");
+    if step == Step::Reset
+        && let Some(pod) = pods.get(key)
+    {
+        ctx.events
+            .publish(
+                pod.to_pod().object_ref(&()),
+                crate::events::EventType::Warning,
+                "ResetContainerFailed",
+                format!("SidecarSet {name}: resetting the old hot-upgrade containers to the empty image failed: {e}"),
+            )
+            .await;
     }
 }
 
@@ -315,7 +361,7 @@ async fn set_upgradable(ctx: &Ctx, pod: &Pod, ss: &str, upgradable: bool) {
     }
 }
 
-/// Queues a `SidecarSetNamespaceExcluded` Event for each pod [`excluded_but_selected`] finds, once
+/// Queues a `SidecarSetNamespaceExcluded` Event for each pod [`super::excluded_but_selected`] finds, once
 /// per pod and SidecarSet in this process (the webhook never sees these pods: the webhook
 /// configurations leave excluded namespaces out).
 /// Reports the pods running without the SidecarSet's sidecars on their owners (a

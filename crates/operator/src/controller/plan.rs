@@ -4,7 +4,7 @@
 use super::conditions;
 use super::slim::SlimPod;
 use crate::events::EventType;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use sidecarset_core::api::{SidecarSet, SidecarSetStatus, UpdateStrategyType};
 use sidecarset_core::index::Entry;
@@ -110,6 +110,32 @@ fn upgraded_in_place(pod: &SlimPod, ss: &str) -> bool {
         .is_some_and(|v| v.get(ss).is_some())
 }
 
+/// The SidecarSet's state for its conditions (see [`conditions::assess`]); the pods' container
+/// statuses are read only for matched pods that are not ready (image pull failures).
+fn health(
+    entry: &Entry,
+    pods: &[Arc<SlimPod>],
+    views: &[rollout::PodView],
+    st: &rollout::Status,
+    planned: &Result<rollout::Plan, String>,
+) -> conditions::Health {
+    let pull_failures: Vec<(String, String)> = pods
+        .iter()
+        .zip(views)
+        .filter(|(_, v)| v.matched() && !v.ready_and_consistent())
+        .filter_map(|(p, v)| {
+            conditions::image_pull_failure(&p.to_pod(), &entry.ss).map(|why| (v.key.clone(), why))
+        })
+        .collect();
+    conditions::assess(&conditions::HealthInputs {
+        status: st,
+        strategy: &entry.ss.spec.update_strategy,
+        plan: planned.as_ref().map_err(String::as_str),
+        views,
+        pull_failures: &pull_failures,
+    })
+}
+
 /// Plans one reconcile.
 pub fn plan(o: &Observation) -> ReconcilePlan {
     let name = o.ss.name_any();
@@ -117,31 +143,14 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
     let strategy = &o.entry.ss.spec.update_strategy;
     let not_update = strategy.type_ == Some(UpdateStrategyType::NotUpdate);
     let planned = rollout::plan_with(strategy, o.views, o.rules);
-    let health = super::health(o.entry, o.pods, o.views, &counts, &planned);
+    let health = health(o.entry, o.pods, o.views, &counts, &planned);
     let previous = o.ss.status.as_ref().map_or(&[][..], |s| &s.conditions);
     let mut conditions = conditions::conditions(&health, o.ss.metadata.generation, previous, o.now);
     let mut notes = Vec::new();
     if o.ss.spec.injection_strategy.revision.is_some() {
-        let pin = pin_label(o.ss);
-        conditions.push(conditions::pinned_revision_condition(
-            o.pin_resolves,
-            &pin,
-            o.ss.metadata.generation,
-            previous,
-            o.now,
-        ));
-        if !o.pin_resolves {
-            // New pods get the current spec instead: say so where users look (the webhook
-            // cannot write Events per pod for this without flooding).
-            notes.push(Note {
-                kind: EventType::Warning,
-                reason: "PinnedRevisionNotFound",
-                note: format!(
-                    "spec.injectionStrategy.revision pins {pin} but no such ControllerRevision of this SidecarSet exists in {ns}; new pods get the current spec. Pin an existing revision (kubectl get controllerrevisions -n {ns} -l kruise.io/sidecarset-name={name})",
-                    ns = o.revisions_namespace
-                ),
-            });
-        }
+        let (condition, note) = pinned_revision(o, &name, previous);
+        conditions.push(condition);
+        notes.extend(note);
     }
     // A conflict that got in anyway (written at the same moment as the other, or while the
     // webhook was away).
@@ -163,54 +172,13 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
         conditions,
     };
     let write_status = o.ss.status.as_ref() != Some(&status);
-
-    // A pod recorded as not upgradable that is again (the SidecarSet went back to what the pod
-    // runs, or changed images only since): its entry goes back to true. Also a pod running our
-    // current sidecars whose entry is missing from a condition others keep (our write after the
-    // upgrade lost a race).
-    let upgradable_again = o
-        .pods
-        .iter()
-        .zip(o.views)
-        .filter(|(pod, view)| {
-            view.matched()
-                && (view.updated || view.upgradable)
-                && match recorded_upgradable(pod) {
-                    Some(m) => {
-                        m.get(&name) == Some(&false) || (view.updated && !m.contains_key(&name))
-                    }
-                    // No condition at all: our write after an in-place upgrade lost a race
-                    // (pods/status conflict) before any SidecarSet kept one. Only a pod this
-                    // SidecarSet upgraded in place gets it (as in OpenKruise, a pod injected
-                    // with the current revision has none).
-                    None => view.updated && upgraded_in_place(pod, &name),
-                }
-        })
-        .map(|(_, v)| v.key.clone())
-        .collect();
-
-    let in_flight = o
-        .views
-        .iter()
-        .any(|v| v.matched() && v.updated && !v.ready_and_consistent());
-    // Pods waiting for eviction: the rate lets more go in a while.
-    let evict_soon = o.evicting && o.without_sidecars > 0;
-    let (rollout, mut next) = if not_update {
+    let upgradable_again = upgradable_again(o, &name);
+    let (rollout, next) = if not_update {
         (None, Next::OnChange)
     } else {
-        let next = match &planned {
-            Ok(p) if !p.done && (in_flight || !p.upgrade.is_empty() || !p.reset.is_empty()) => {
-                Next::After(IN_FLIGHT_RECHECK)
-            }
-            // Done, paused, held by a partition, waiting for pods that cannot be upgraded in
-            // place or for unavailable pods to recover: their changes wake the reconcile.
-            _ => Next::OnChange,
-        };
+        let next = next_for_rollout(o, &planned);
         (Some(planned), next)
     };
-    if evict_soon && next == Next::OnChange {
-        next = Next::After(super::missing::EVICTION_RECHECK);
-    }
     ReconcilePlan {
         status,
         write_status,
@@ -219,8 +187,87 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
         rollout,
         upgradable_again,
         notes,
-        next,
+        next: with_evictions(o, next),
     }
+}
+
+/// The `PinnedRevisionFound` condition of a SidecarSet that pins a revision, and, when the pin
+/// does not resolve, the Warning that says so.
+fn pinned_revision(
+    o: &Observation,
+    name: &str,
+    previous: &[Condition],
+) -> (Condition, Option<Note>) {
+    let pin = pin_label(o.ss);
+    let condition = conditions::pinned_revision_condition(
+        o.pin_resolves,
+        &pin,
+        o.ss.metadata.generation,
+        previous,
+        o.now,
+    );
+    // New pods get the current spec instead: say so where users look (the webhook cannot write
+    // Events per pod for this without flooding).
+    let note = (!o.pin_resolves).then(|| Note {
+        kind: EventType::Warning,
+        reason: "PinnedRevisionNotFound",
+        note: format!(
+            "spec.injectionStrategy.revision pins {pin} but no such ControllerRevision of this SidecarSet exists in {ns}; new pods get the current spec. Pin an existing revision (kubectl get controllerrevisions -n {ns} -l kruise.io/sidecarset-name={name})",
+            ns = o.revisions_namespace
+        ),
+    });
+    (condition, note)
+}
+
+/// Pods recorded as not upgradable that are again (the SidecarSet went back to what the pod
+/// runs, or changed images only since): their entry goes back to true. Also a pod running our
+/// current sidecars whose entry is missing from a condition others keep (our write after the
+/// upgrade lost a race).
+fn upgradable_again(o: &Observation, name: &str) -> Vec<String> {
+    o.pods
+        .iter()
+        .zip(o.views)
+        .filter(|(pod, view)| {
+            view.matched()
+                && (view.updated || view.upgradable)
+                && match recorded_upgradable(pod) {
+                    Some(m) => {
+                        m.get(name) == Some(&false) || (view.updated && !m.contains_key(name))
+                    }
+                    // No condition at all: our write after an in-place upgrade lost a race
+                    // (pods/status conflict) before any SidecarSet kept one. Only a pod this
+                    // SidecarSet upgraded in place gets it (as in OpenKruise, a pod injected
+                    // with the current revision has none).
+                    None => view.updated && upgraded_in_place(pod, name),
+                }
+        })
+        .map(|(_, v)| v.key.clone())
+        .collect()
+}
+
+/// When to look again for the rollout: soon while pods are in flight or being written.
+fn next_for_rollout(o: &Observation, planned: &Result<rollout::Plan, String>) -> Next {
+    let in_flight = o
+        .views
+        .iter()
+        .any(|v| v.matched() && v.updated && !v.ready_and_consistent());
+    match planned {
+        Ok(p) if !p.done && (in_flight || !p.upgrade.is_empty() || !p.reset.is_empty()) => {
+            Next::After(IN_FLIGHT_RECHECK)
+        }
+        // Done, paused, held by a partition, waiting for pods that cannot be upgraded in
+        // place or for unavailable pods to recover: their changes wake the reconcile.
+        _ => Next::OnChange,
+    }
+}
+
+/// `next`, or a look in a while when pods wait for eviction (the rate lets more go).
+fn with_evictions(o: &Observation, next: Next) -> Next {
+    let evict_soon = o.evicting && o.without_sidecars > 0;
+    if evict_soon && next == Next::OnChange {
+        return Next::After(super::missing::EVICTION_RECHECK);
+    }
+    next
 }
 
 /// First keys of a list, for Event notes.

@@ -9,12 +9,12 @@
 //! queue on a semaphore is not an option: kube-runtime polls every running reconcile on each
 //! wake-up, and 1,000 of them made each reconcile take 0.4 s of the controller's thread.
 //!
-//! So the pod events go through this [`Gate`] first: a queue in the order the SidecarSets were
+//! So the pod events go through this [`ReconcileQueue`] first: a queue in the order the SidecarSets were
 //! woken (a SidecarSet already waiting keeps its place), handed to the controller only while
 //! fewer than `n` reconciles run or have been handed and not started. A SidecarSet that waits
 //! keeps collecting its pods' changes, so one reconcile covers them all, and none waits longer
 //! than one pass over the others. The rechecks a reconcile asks for (pods in flight: look again
-//! in 5 s) go through the gate too, and are dropped when a wake-up reconciles the SidecarSet
+//! in 5 s) go through the queue too, and are dropped when a wake-up reconciles the SidecarSet
 //! first: as the controller's requeues, they took every slot while 900 SidecarSets had pods
 //! starting. The SidecarSets' own changes, a new leader's pass and the retries after an error go
 //! to the controller directly, which keeps a few more slots for them (`n + max(1, n / 4)`), so a
@@ -34,7 +34,7 @@ use sidecarset_core::api::v1beta1::SidecarSet as StoredSidecarSet;
 const HANDED_EXPIRY: Duration = Duration::from_secs(30);
 
 /// The queue of woken SidecarSets in front of the controller.
-pub struct Gate {
+pub struct ReconcileQueue {
     limit: usize,
     state: Mutex<State>,
     notify: Notify,
@@ -51,7 +51,7 @@ struct State {
     running: usize,
     /// SidecarSets whose last plan had a rollout in progress.
     rolling: HashSet<String>,
-    /// Rechecks asked for by a reconcile ([`Gate::wake_after`]): when each is due.
+    /// Rechecks asked for by a reconcile ([`ReconcileQueue::wake_after`]): when each is due.
     later: HashMap<String, Instant>,
 }
 
@@ -70,7 +70,7 @@ impl State {
 }
 
 /// Held while a reconcile runs; counts it as running.
-pub struct Running(Arc<Gate>);
+pub struct Running(Arc<ReconcileQueue>);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -81,18 +81,18 @@ impl Drop for Running {
     }
 }
 
-impl Gate {
-    /// At most `limit` (at least 1) reconciles running or handed over before the gate waits.
+impl ReconcileQueue {
+    /// At most `limit` (at least 1) reconciles running or handed over before the queue waits.
     pub fn new(limit: u16) -> Arc<Self> {
-        Arc::new(Gate {
+        Arc::new(ReconcileQueue {
             limit: usize::from(limit.max(1)),
             state: Mutex::default(),
             notify: Notify::new(),
         })
     }
 
-    /// What the controller itself may run at once: the gate's limit and a reserve for what
-    /// does not go through the gate.
+    /// What the controller itself may run at once: the queue's limit and a reserve for what
+    /// does not go through the queue.
     pub fn controller_limit(&self) -> u16 {
         u16::try_from(self.limit + (self.limit / 4).max(1)).unwrap_or(u16::MAX)
     }
@@ -118,7 +118,7 @@ impl Gate {
         self.notify.notify_one();
     }
 
-    /// A reconcile of `name` starts (from the gate or not): counted as running until the guard
+    /// A reconcile of `name` starts (from the queue or not): counted as running until the guard
     /// is dropped.
     pub fn started(self: &Arc<Self>, name: &str) -> Running {
         if let Ok(mut s) = self.state.lock() {
@@ -202,23 +202,23 @@ impl Gate {
         exists: impl Fn(&ObjectRef<StoredSidecarSet>) -> bool + Send + Sync + 'static,
     ) -> impl futures::Stream<Item = ObjectRef<StoredSidecarSet>> + Send {
         let exists = Arc::new(exists);
-        futures::stream::unfold(self, move |gate| {
+        futures::stream::unfold(self, move |queue| {
             let exists = exists.clone();
             async move {
                 loop {
-                    let notified = gate.notify.notified();
-                    if let Some(name) = gate.next(Instant::now()) {
+                    let notified = queue.notify.notified();
+                    if let Some(name) = queue.next(Instant::now()) {
                         let r = ObjectRef::new(&name);
                         if !exists(&r) {
-                            gate.forget(&name);
+                            queue.forget(&name);
                             continue;
                         }
                         drop(notified);
-                        return Some((r, gate));
+                        return Some((r, queue));
                     }
                     // Idle (nothing handed, no recheck due): only a wake-up or a finished
                     // reconcile.
-                    match gate.sleep_for(Instant::now()) {
+                    match queue.sleep_for(Instant::now()) {
                         Some(d) => {
                             let _ = tokio::time::timeout(d, notified).await;
                         }
@@ -239,56 +239,57 @@ mod tests {
         v.iter().map(|r| r.name.clone()).collect()
     }
 
-    /// What the gate hands over now, without waiting.
-    fn drain(gate: &Gate) -> Vec<String> {
-        std::iter::from_fn(|| gate.next(Instant::now())).collect()
+    /// What the queue hands over now, without waiting.
+    fn drain(queue: &ReconcileQueue) -> Vec<String> {
+        std::iter::from_fn(|| queue.next(Instant::now())).collect()
     }
 
     #[test]
     fn woken_sidecarsets_are_handed_over_in_the_order_woken_and_once() {
-        let gate = Gate::new(8);
+        let queue = ReconcileQueue::new(8);
         for n in ["c", "a", "b", "a", "c", "d"] {
-            gate.wake(n);
+            queue.wake(n);
         }
-        assert_eq!(drain(&gate), ["c", "a", "b", "d"]);
+        assert_eq!(drain(&queue), ["c", "a", "b", "d"]);
         // Woken again after being handed over: queued again.
-        gate.wake("a");
-        assert_eq!(drain(&gate), ["a"]);
+        queue.wake("a");
+        assert_eq!(drain(&queue), ["a"]);
     }
 
     #[test]
     fn no_more_than_the_limit_running_or_handed_over() {
-        let gate = Gate::new(2);
+        let queue = ReconcileQueue::new(2);
         for n in ["a", "b", "c", "d"] {
-            gate.wake(n);
+            queue.wake(n);
         }
-        assert_eq!(drain(&gate), ["a", "b"]);
+        assert_eq!(drain(&queue), ["a", "b"]);
         // "a" starts: still 2 counted; it ends: one more goes.
-        let a = gate.started("a");
-        assert!(drain(&gate).is_empty());
+        let a = queue.started("a");
+        assert!(drain(&queue).is_empty());
         drop(a);
-        assert_eq!(drain(&gate), ["c"]);
-        // A reconcile that did not come through the gate counts too.
-        let other = gate.started("x");
-        let b = gate.started("b");
-        let c = gate.started("c");
+        assert_eq!(drain(&queue), ["c"]);
+        // A reconcile that did not come through the queue counts too.
+        let other = queue.started("x");
+        let b = queue.started("b");
+        let c = queue.started("c");
         drop(b);
-        assert!(drain(&gate).is_empty(), "2 running, limit 2");
+        assert!(drain(&queue).is_empty(), "2 running, limit 2");
         drop(c);
-        assert_eq!(drain(&gate), ["d"]);
+        assert_eq!(drain(&queue), ["d"]);
         drop(other);
     }
 
     #[test]
     fn a_name_handed_over_that_never_starts_stops_counting() {
-        let gate = Gate::new(1);
-        gate.wake("gone");
-        gate.wake("next");
+        let queue = ReconcileQueue::new(1);
+        queue.wake("gone");
+        queue.wake("next");
         let t0 = Instant::now();
-        assert_eq!(gate.next(t0).as_deref(), Some("gone"));
-        assert_eq!(gate.next(t0 + Duration::from_secs(1)), None);
+        assert_eq!(queue.next(t0).as_deref(), Some("gone"));
+        assert_eq!(queue.next(t0 + Duration::from_secs(1)), None);
         assert_eq!(
-            gate.next(t0 + HANDED_EXPIRY + Duration::from_secs(1))
+            queue
+                .next(t0 + HANDED_EXPIRY + Duration::from_secs(1))
                 .as_deref(),
             Some("next")
         );
@@ -296,64 +297,65 @@ mod tests {
 
     #[test]
     fn a_rolling_sidecarset_goes_to_the_front() {
-        let gate = Gate::new(8);
-        gate.set_rolling("mesh", true);
+        let queue = ReconcileQueue::new(8);
+        queue.set_rolling("mesh", true);
         for n in ["a", "b", "mesh"] {
-            gate.wake(n);
+            queue.wake(n);
         }
-        assert_eq!(drain(&gate), ["mesh", "a", "b"]);
-        gate.set_rolling("mesh", false);
+        assert_eq!(drain(&queue), ["mesh", "a", "b"]);
+        queue.set_rolling("mesh", false);
         for n in ["a", "mesh"] {
-            gate.wake(n);
+            queue.wake(n);
         }
-        assert_eq!(drain(&gate), ["a", "mesh"]);
+        assert_eq!(drain(&queue), ["a", "mesh"]);
     }
 
     #[test]
     fn a_recheck_comes_when_due_unless_a_reconcile_started_before() {
-        let gate = Gate::new(8);
+        let queue = ReconcileQueue::new(8);
         let t0 = Instant::now();
-        gate.wake_after("slow", Duration::from_secs(5));
-        gate.wake_after("woken", Duration::from_secs(5));
-        assert!(gate.next(t0).is_none(), "not due yet");
+        queue.wake_after("slow", Duration::from_secs(5));
+        queue.wake_after("woken", Duration::from_secs(5));
+        assert!(queue.next(t0).is_none(), "not due yet");
         assert!(
-            gate.sleep_for(Instant::now())
+            queue
+                .sleep_for(Instant::now())
                 .is_some_and(|d| d <= Duration::from_secs(5))
         );
         // "woken" is woken by a pod and reconciled before its recheck is due.
-        gate.wake("woken");
-        assert_eq!(drain(&gate), ["woken"]);
-        drop(gate.started("woken"));
+        queue.wake("woken");
+        assert_eq!(drain(&queue), ["woken"]);
+        drop(queue.started("woken"));
         let due = t0 + Duration::from_secs(6);
-        assert_eq!(gate.next(due).as_deref(), Some("slow"));
+        assert_eq!(queue.next(due).as_deref(), Some("slow"));
         assert_eq!(
-            gate.next(due),
+            queue.next(due),
             None,
             "the started one's recheck was dropped"
         );
-        drop(gate.started("slow"));
-        assert_eq!(gate.sleep_for(due), None, "idle: nothing to look at");
+        drop(queue.started("slow"));
+        assert_eq!(queue.sleep_for(due), None, "idle: nothing to look at");
     }
 
     #[test]
     fn the_controller_keeps_a_reserve() {
-        assert_eq!(Gate::new(8).controller_limit(), 10);
-        assert_eq!(Gate::new(1).controller_limit(), 2);
-        assert_eq!(Gate::new(16).controller_limit(), 20);
+        assert_eq!(ReconcileQueue::new(8).controller_limit(), 10);
+        assert_eq!(ReconcileQueue::new(1).controller_limit(), 2);
+        assert_eq!(ReconcileQueue::new(16).controller_limit(), 20);
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_stream_waits_for_a_free_slot() {
-        let gate = Gate::new(1);
-        let mut s = Box::pin(gate.clone().stream(|r| r.name != "gone"));
-        gate.wake("gone");
-        gate.wake("a");
-        gate.wake("b");
+        let queue = ReconcileQueue::new(1);
+        let mut s = Box::pin(queue.clone().stream(|r| r.name != "gone"));
+        queue.wake("gone");
+        queue.wake("a");
+        queue.wake("b");
         let first = tokio::time::timeout(Duration::from_secs(2), s.next())
             .await
             .expect("\"gone\" kept the only slot")
             .unwrap();
-        let running = gate.started(&first.name);
+        let running = queue.started(&first.name);
         let second = tokio::time::timeout(Duration::from_millis(100), s.next()).await;
         assert!(second.is_err(), "handed over while the slot was taken");
         drop(running);

@@ -1,0 +1,242 @@
+//! Which SidecarSet events wake a reconcile: a change of what a reconcile depends on
+//! ([`relevant`]), or a status this process did not write (a former leader's late write,
+//! anyone else's), repaired on the event itself.
+
+use super::Ctx;
+use kube::ResourceExt;
+use sidecarset_core::api::SidecarSetStatus;
+use sidecarset_core::api::v1beta1::SidecarSet as StoredSidecarSet;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// SidecarSet → the status this process last wrote and the resourceVersions its recent writes
+/// produced (to tell a repair from a change).
+pub(super) type WrittenStatuses = Arc<Mutex<HashMap<String, Written>>>;
+
+/// A digest of a status, to compare it with the one last written.
+fn status_digest(st: &SidecarSetStatus) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(st).unwrap_or_default().hash(&mut h);
+    h.finish()
+}
+
+/// What of a SidecarSet a reconcile depends on, apart from its status: a change of anything
+/// else (the status we write, resourceVersion, managedFields) does not wake it.
+pub fn relevant(ss: &StoredSidecarSet) -> (Option<i64>, u64) {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ss.metadata.labels.hash(&mut h);
+    ss.metadata.annotations.hash(&mut h);
+    ss.metadata.deletion_timestamp.is_some().hash(&mut h);
+    ss.metadata.uid.hash(&mut h);
+    (ss.metadata.generation, h.finish())
+}
+
+/// What this process last wrote to a SidecarSet's status.
+#[derive(Debug, Default)]
+pub(super) struct Written {
+    /// Digest of the status last written.
+    digest: u64,
+    /// The resourceVersions of the last [`Written::VERSIONS`] writes: the watch delivers the
+    /// event of an earlier write of ours after a later one was made, and that older status is
+    /// not someone else's (under load, taking it for one turned every write into two reconciles).
+    versions: std::collections::VecDeque<String>,
+}
+
+impl Written {
+    const VERSIONS: usize = 8;
+}
+
+/// Remembers in `written` the status just written for `name`, and the resourceVersion the write
+/// produced.
+pub(super) fn remember(
+    written: &WrittenStatuses,
+    name: &str,
+    status: &SidecarSetStatus,
+    resource_version: Option<String>,
+) {
+    if let Ok(mut w) = written.lock() {
+        if w.len() > 100_000 {
+            w.clear();
+        }
+        let e = w.entry(name.to_string()).or_default();
+        e.digest = status_digest(status);
+        if let Some(rv) = resource_version {
+            if e.versions.len() == Written::VERSIONS {
+                e.versions.pop_front();
+            }
+            e.versions.push_back(rv);
+        }
+    }
+}
+
+/// Whether the stored status of `name` is not the one this process last wrote, nor one of its
+/// recent writes seen late (false when it never wrote one: a replica that has not led has
+/// nothing to repair).
+pub(super) fn foreign_status(
+    written: &Mutex<HashMap<String, Written>>,
+    name: &str,
+    resource_version: Option<&str>,
+    stored: Option<&SidecarSetStatus>,
+) -> bool {
+    let Ok(w) = written.lock() else {
+        return false;
+    };
+    let Some(mine) = w.get(name) else {
+        return false;
+    };
+    if resource_version.is_some_and(|rv| mine.versions.iter().any(|v| v == rv)) {
+        return false;
+    }
+    match stored {
+        Some(st) => mine.digest != status_digest(st),
+        None => true,
+    }
+}
+
+/// Passes a SidecarSet on only when [`relevant`] changed since it last passed, or when its
+/// status is not the one this process last wrote (a former leader's late write, anyone else's:
+/// repaired on the event itself, without a periodic resync).
+#[derive(Default)]
+pub struct RelevantChanges {
+    seen: HashMap<String, (Option<i64>, u64)>,
+    written: WrittenStatuses,
+}
+
+impl RelevantChanges {
+    /// Also passes SidecarSets whose status differs from what `ctx` last wrote.
+    pub fn repairing(ctx: &Ctx) -> Self {
+        RelevantChanges {
+            seen: HashMap::new(),
+            written: ctx.written.clone(),
+        }
+    }
+
+    pub fn changed(&mut self, ss: &StoredSidecarSet) -> bool {
+        let now = relevant(ss);
+        let name = ss.name_any();
+        if self.seen.get(&name) == Some(&now) {
+            return foreign_status(
+                &self.written,
+                &name,
+                ss.metadata.resource_version.as_deref(),
+                ss.status.as_ref(),
+            );
+        }
+        if self.seen.len() > 100_000 {
+            self.seen.clear();
+        }
+        self.seen.insert(name, now);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::ClusterView;
+    use crate::controller::leader;
+    use kube::Client;
+    use serde_json::json;
+    use sidecarset_core::rollout;
+
+    #[test]
+    fn status_only_changes_and_our_own_writes_do_not_wake_a_reconcile() {
+        let mut ss: StoredSidecarSet = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+            "metadata": {"name": "mesh", "generation": 1, "resourceVersion": "10",
+                         "annotations": {"kruise.io/sidecarset-hash": "h1"}},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "containers": []}
+        }))
+        .unwrap();
+        let mut f = RelevantChanges::default();
+        assert!(f.changed(&ss), "first sight");
+        assert!(!f.changed(&ss), "the same object again (a relist)");
+        ss.status = Some(Default::default());
+        ss.metadata.resource_version = Some("11".into());
+        ss.metadata.managed_fields = Some(vec![Default::default()]);
+        assert!(
+            !f.changed(&ss),
+            "status, resourceVersion and managedFields only"
+        );
+        ss.metadata.generation = Some(2);
+        assert!(f.changed(&ss), "a spec change");
+        ss.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("kruise.io/sidecarset-hash".into(), "h2".into());
+        assert!(f.changed(&ss), "an annotation change");
+        ss.metadata.labels = Some(
+            [(
+                "apps.kruise.io/sidecarset-custom-version".to_string(),
+                "v2".to_string(),
+            )]
+            .into(),
+        );
+        assert!(f.changed(&ss), "a label change");
+        let mut other = ss.clone();
+        other.metadata.name = Some("other".into());
+        assert!(f.changed(&other), "another SidecarSet");
+    }
+
+    #[tokio::test]
+    async fn a_status_this_process_did_not_write_wakes_a_reconcile() {
+        let mut ss: StoredSidecarSet = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet",
+            "metadata": {"name": "mesh", "generation": 1, "resourceVersion": "10"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "containers": []},
+            "status": {"matchedPods": 2, "updatedPods": 2, "readyPods": 2}
+        }))
+        .unwrap();
+        let (client, _handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let readiness = crate::health::Readiness::default();
+        let ctx = Ctx::new(
+            Client::new(client, "default"),
+            "ops".into(),
+            leader::Leadership::always(),
+            "test".into(),
+            Arc::new(ClusterView::new(Vec::<String>::new(), &readiness)),
+            crate::events::queue().0,
+            rollout::Rules::OpenKruise,
+        );
+        let mut f = RelevantChanges::repairing(&ctx);
+        assert!(f.changed(&ss), "first sight");
+        ss.metadata.resource_version = Some("11".into());
+        assert!(
+            !f.changed(&ss),
+            "a status change while this process never wrote one (not the leader yet)"
+        );
+        let ours = ss.status.clone().unwrap();
+        ctx.remember_status("mesh", &ours, Some("11".into()));
+        assert!(!f.changed(&ss), "the status it wrote, seen again");
+        // Two writes in a row (RVs 13, then 14), the event of the first seen after the second:
+        // its own, not a repair.
+        let mut first = ours.clone();
+        first.matched_pods = 5;
+        ctx.remember_status("mesh", &first, Some("13".into()));
+        let mut second = ours.clone();
+        second.matched_pods = 6;
+        ctx.remember_status("mesh", &second, Some("14".into()));
+        ss.status = Some(first.clone());
+        ss.metadata.resource_version = Some("13".into());
+        assert!(!f.changed(&ss), "an earlier write of its own, seen late");
+        assert!(!ctx.status_repair("mesh", Some("13"), Some(&first)));
+        // A former leader's late write (a resourceVersion this process did not produce).
+        ss.status = Some(ours.clone());
+        ss.status.as_mut().unwrap().matched_pods = 7;
+        ss.metadata.resource_version = Some("15".into());
+        assert!(f.changed(&ss), "a status it did not write");
+        assert!(ctx.status_repair("mesh", Some("15"), ss.status.as_ref()));
+        ss.status = None;
+        ss.metadata.resource_version = Some("16".into());
+        assert!(f.changed(&ss), "its status removed");
+        ss.status = Some(second);
+        ss.metadata.resource_version = Some("17".into());
+        assert!(!f.changed(&ss), "repaired: its own again");
+    }
+}

@@ -1,0 +1,238 @@
+//! The observe step of a reconcile: the SidecarSet's pods, those it selects that run without
+//! its sidecars, those selected in excluded namespaces, and the SidecarSets it conflicts with.
+
+use super::slim::SlimPod;
+use super::{Ctx, conditions, pods};
+use crate::cluster::ClusterView;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use sidecarset_core::api::SidecarSet;
+use sidecarset_core::index::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// The SidecarSets the pod was injected with (its annotation).
+fn injected_into(p: &SlimPod) -> std::collections::BTreeSet<String> {
+    sidecarset_core::api::injected_list(p.annotations())
+}
+
+/// The SidecarSet's pods: injected with it and still selected by it (as OpenKruise: narrowing
+/// the selector stops counting and upgrading the pods it no longer selects).
+pub(super) fn observe_pods(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
+    pods_of(&ctx.pod_index, &ctx.pods, &ctx.cluster, entry)
+}
+
+/// `observe_pods` from the parts of the context it reads (the simulation calls it too).
+pub fn pods_of(
+    pod_index: &Mutex<pods::PodIndex>,
+    store: &Store<SlimPod>,
+    cluster: &ClusterView,
+    entry: &Entry,
+) -> Vec<Arc<SlimPod>> {
+    let name = entry.ss.name();
+    let keys = pod_index
+        .lock()
+        .map(|i| i.pods_of(name))
+        .unwrap_or_default();
+    // Each namespace's labels once per reconcile, not once per pod.
+    let mut ns_labels: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+    keys.into_iter()
+        .filter_map(|k| store.get(&k))
+        .filter(|p| injected_into(p.as_ref()).contains(name))
+        .filter(|p| {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("");
+            let labels = ns_labels
+                .entry(ns.to_string())
+                .or_insert_with(|| cluster.namespace_labels(ns));
+            entry.matches(p.labels(), labels)
+        })
+        .collect()
+}
+
+/// The active pods the SidecarSet selects that run without its sidecars. Their own events keep
+/// the list; after the SidecarSet is created or changed, every pod is scanned once.
+pub(super) fn observe_missing(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
+    let name = entry.ss.name();
+    let now = (entry.ss.metadata.uid.clone(), entry.ss.metadata.generation);
+    let fresh = ctx.scanned.lock().is_ok_and(|s| s.get(name) == Some(&now));
+    let pods = missing_pods(&ctx.pod_index, &ctx.pods, &ctx.cluster, entry, !fresh);
+    if !fresh && let Ok(mut s) = ctx.scanned.lock() {
+        if s.len() > 100_000 {
+            s.clear();
+        }
+        s.insert(name.to_string(), now);
+    }
+    pods
+}
+
+/// `observe_missing` from the parts of the context it reads (the simulation calls it too);
+/// with `rescan`, every pod is scanned first.
+pub fn missing_pods(
+    pod_index: &Mutex<pods::PodIndex>,
+    store: &Store<SlimPod>,
+    cluster: &ClusterView,
+    entry: &Entry,
+    rescan: bool,
+) -> Vec<Arc<SlimPod>> {
+    let name = entry.ss.name();
+    let ns_labels: Mutex<HashMap<String, BTreeMap<String, String>>> = Default::default();
+    let selected = |p: &SlimPod| {
+        let ns = p.metadata.namespace.as_deref().unwrap_or("");
+        let Ok(mut cache) = ns_labels.lock() else {
+            return false;
+        };
+        let labels = cache
+            .entry(ns.to_string())
+            .or_insert_with(|| cluster.namespace_labels(ns));
+        !entry.ss.spec.injection_strategy.paused && entry.matches(p.labels(), labels)
+    };
+    if rescan {
+        let all = store.state();
+        if let Ok(mut i) = pod_index.lock() {
+            i.rescan(
+                name,
+                all.iter().map(|p| p.as_ref()),
+                &cluster.skip_namespaces,
+                &selected,
+            );
+        }
+    }
+    let keys = pod_index
+        .lock()
+        .map(|i| i.missing(name))
+        .unwrap_or_default();
+    let mut pods: Vec<Arc<SlimPod>> = keys
+        .into_iter()
+        .filter_map(|k| store.get(&k))
+        .filter(|p| p.is_active() && !injected_into(p.as_ref()).contains(name))
+        .filter(|p| selected(p))
+        .collect();
+    pods.sort_by_key(|p| (p.namespace(), p.name_any()));
+    pods
+}
+
+/// What `ss` conflicts with among the view's SidecarSets (for its `Conflict` condition), and,
+/// when that condition is new, the others are woken so that they show it too.
+pub(super) fn observe_conflicts(ctx: &Ctx, ss: &SidecarSet, entry: &Entry) -> Option<String> {
+    let index = ctx.cluster.index();
+    let found = sidecarset_core::api::conflicts(&entry.ss, index.iter().map(|s| s.as_ref()))
+        .err()
+        .map(|e| e.to_string())?;
+    let had = ss
+        .status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == conditions::CONFLICT));
+    if !had {
+        for other in index.iter().filter(|o| o.name() != entry.ss.name()) {
+            if sidecarset_core::api::conflicts(&entry.ss, [other.as_ref()]).is_err() {
+                let _ = ctx.conflict_wake.0.send(other.name().to_string());
+            }
+        }
+    }
+    Some(found)
+}
+
+/// Pods in excluded namespaces that `entry` selects and would have injected: active, created
+/// after the SidecarSet (older pods were never going to be injected) and without it.
+pub fn excluded_but_selected<'a>(
+    entry: &Entry,
+    pods: impl IntoIterator<Item = &'a Pod>,
+    excluded: &std::collections::BTreeSet<String>,
+    ns_labels: &dyn Fn(&str) -> BTreeMap<String, String>,
+) -> Vec<&'a Pod> {
+    let since = entry.ss.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    pods.into_iter()
+        .filter(|p| {
+            let Some(ns) = p.metadata.namespace.as_deref() else {
+                return false;
+            };
+            excluded.contains(ns)
+                && sidecarset_core::inject::pod_is_active(p)
+                && !sidecarset_core::api::injected_list(p.annotations()).contains(entry.ss.name())
+                && match (since, p.metadata.creation_timestamp.as_ref()) {
+                    (Some(since), Some(created)) => created.0 >= since,
+                    _ => false,
+                }
+                && entry.matches(p.labels(), &ns_labels(ns))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pods_selected_in_excluded_namespaces() {
+        let ss: SidecarSet = serde_json::from_value(json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": "mesh", "creationTimestamp": "2026-11-30T10:00:00Z"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "containers": [{"name": "proxy", "image": "p:1"}]}
+        }))
+        .unwrap();
+        let entry = Entry::new(Arc::new(ss)).unwrap();
+        let pod =
+            |name: &str, ns: &str, app: &str, created: Option<&str>, extra: serde_json::Value| {
+                let mut v =
+                    json!({"metadata": {"name": name, "namespace": ns, "labels": {"app": app}}});
+                if let Some(t) = created {
+                    v["metadata"]["creationTimestamp"] = json!(t);
+                }
+                if let Some(o) = extra.as_object() {
+                    for (k, x) in o {
+                        if k == "annotations" {
+                            v["metadata"]["annotations"] = x.clone();
+                        } else {
+                            v[k] = x.clone();
+                        }
+                    }
+                }
+                serde_json::from_value::<Pod>(v).unwrap()
+            };
+        let after = Some("2026-11-30T10:05:00Z");
+        let pods = [
+            pod("selected", "kube-system", "web", after, json!({})),
+            pod(
+                "same-second",
+                "kube-system",
+                "web",
+                Some("2026-11-30T10:00:00Z"),
+                json!({}),
+            ),
+            pod(
+                "older-than-the-sidecarset",
+                "kube-system",
+                "web",
+                Some("2026-11-30T09:59:59Z"),
+                json!({}),
+            ),
+            pod("no-creation-time", "kube-system", "web", None, json!({})),
+            pod("not-excluded", "shop", "web", after, json!({})),
+            pod("other-label", "kube-system", "api", after, json!({})),
+            pod(
+                "finished",
+                "kube-system",
+                "web",
+                after,
+                json!({"status": {"phase": "Succeeded"}}),
+            ),
+            pod(
+                "already-injected",
+                "kube-system",
+                "web",
+                after,
+                json!({"annotations": {"kruise.io/sidecarset-injected-list": "mesh"}}),
+            ),
+        ];
+        let excluded: std::collections::BTreeSet<String> = ["kube-system".to_string()].into();
+        let found: Vec<String> = excluded_but_selected(&entry, pods.iter(), &excluded, &|ns| {
+            sidecarset_core::index::namespace_labels(ns, &BTreeMap::new())
+        })
+        .into_iter()
+        .map(|p| p.name_any())
+        .collect();
+        assert_eq!(found, ["selected", "same-second"]);
+    }
+}
