@@ -13,7 +13,7 @@ mod gather;
 mod rbac;
 
 use crate::inspect::cluster::Cluster;
-use crate::inspect::{Format, Outcome, ToolError};
+use crate::inspect::{OutputFormat, ToolError, ToolOutput};
 use eval::CheckStatus;
 
 pub use cert::verify_leaf;
@@ -30,7 +30,7 @@ pub struct CheckArgs {
     pub pre: bool,
     /// Output format (json: one object per check with check, status, message, remedy).
     #[arg(short = 'o', long = "output", value_enum, default_value = "human")]
-    pub output: Format,
+    pub output: OutputFormat,
     /// The kube context to use (default: the current one).
     #[arg(long)]
     pub context: Option<String>,
@@ -59,7 +59,7 @@ pub struct CheckArgs {
 }
 
 /// `check` (`--pre`: before installing): the lines, printed as asked, and the exit code of the worst.
-pub async fn check(args: &CheckArgs) -> Result<Outcome, ToolError> {
+pub async fn check(args: &CheckArgs) -> Result<ToolOutput, ToolError> {
     let c = Cluster::connect(args.context.as_deref()).await?;
     let lines = if args.pre {
         eval::evaluate_pre(&gather::gather_pre(&c).await?)
@@ -72,18 +72,18 @@ pub async fn check(args: &CheckArgs) -> Result<Outcome, ToolError> {
         CheckStatus::Fail => EXIT_FAIL,
     };
     let stdout = match args.output {
-        Format::Human => eval::human(&lines),
-        Format::Json => {
+        OutputFormat::Human => eval::human(&lines),
+        OutputFormat::Json => {
             let mut s = serde_json::to_string_pretty(&serde_json::json!({"checks": lines}))
                 .unwrap_or_default();
             s.push('\n');
             s
         }
-        Format::Yaml => {
+        OutputFormat::Yaml => {
             serde_saphyr::to_string(&serde_json::json!({"checks": lines})).unwrap_or_default()
         }
     };
-    Ok(Outcome {
+    Ok(ToolOutput {
         stdout,
         stderr: Vec::new(),
         code,

@@ -96,7 +96,7 @@ pub struct FromOpenKruiseArgs {
 }
 
 /// What the command printed and its exit code.
-pub struct Outcome {
+pub struct MigrateOutput {
     pub stdout: String,
     pub code: u8,
 }
@@ -526,7 +526,7 @@ async fn apply_crd(c: &Client) -> Result<(), MigrateError> {
         .map_err(|e| access("applying our SidecarSet CRD schema", e))
 }
 
-pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, MigrateError> {
+pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<MigrateOutput, MigrateError> {
     let c = connect(args.context.as_deref()).await?;
     let options = Options {
         release: args.release.clone(),
@@ -540,13 +540,13 @@ pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, Migra
     let p = plan::plan(&before.snapshot, &options);
     let mut out = plan::render(&p, &before.snapshot, args.apply);
     if !p.blockers.is_empty() {
-        return Ok(Outcome {
+        return Ok(MigrateOutput {
             stdout: out,
             code: EXIT_REFUSED,
         });
     }
     if !args.apply || p.phase == Phase::NothingToDo {
-        return Ok(Outcome {
+        return Ok(MigrateOutput {
             stdout: out,
             code: EXIT_OK,
         });
@@ -568,7 +568,7 @@ pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, Migra
     ));
     if p.phase == Phase::InstallOperator {
         out.push_str("Nothing else was changed: OpenKruise runs as before.\n");
-        return Ok(Outcome {
+        return Ok(MigrateOutput {
             stdout: out,
             code: EXIT_OK,
         });
@@ -644,7 +644,7 @@ pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, Migra
         for l in &lost {
             out.push_str(&format!("  - {l}\n"));
         }
-        return Ok(Outcome {
+        return Ok(MigrateOutput {
             stdout: out,
             code: EXIT_REFUSED,
         });
@@ -658,7 +658,7 @@ pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, Migra
     for n in &p.next {
         out.push_str(&format!("  {n}\n"));
     }
-    Ok(Outcome {
+    Ok(MigrateOutput {
         stdout: out,
         code: EXIT_OK,
     })
