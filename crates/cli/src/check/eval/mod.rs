@@ -54,6 +54,7 @@ pub struct Line {
     pub remedy: String,
 }
 
+/// An ok line.
 fn ok(check: &'static str, message: impl Into<String>) -> Line {
     Line {
         check,
@@ -63,6 +64,7 @@ fn ok(check: &'static str, message: impl Into<String>) -> Line {
     }
 }
 
+/// A warning, with the remedy.
 fn warn(check: &'static str, message: impl Into<String>, remedy: impl Into<String>) -> Line {
     Line {
         check,
@@ -72,6 +74,7 @@ fn warn(check: &'static str, message: impl Into<String>, remedy: impl Into<Strin
     }
 }
 
+/// A failure, with the remedy.
 fn fail(check: &'static str, message: impl Into<String>, remedy: impl Into<String>) -> Line {
     Line {
         check,

@@ -17,6 +17,7 @@ pub struct PreObserved {
     pub crd_exists: bool,
 }
 
+/// Every check before install, in the order they are printed.
 pub fn evaluate_pre(o: &PreObserved) -> Vec<Line> {
     vec![
         kubernetes_version(o),
@@ -29,6 +30,7 @@ pub fn evaluate_pre(o: &PreObserved) -> Vec<Line> {
     ]
 }
 
+/// The API server is 1.30 or newer (1.28 and 1.29 with limits).
 fn kubernetes_version(o: &PreObserved) -> Line {
     const C: &str = "kubernetes-version";
     match o.version {
@@ -63,6 +65,7 @@ fn kubernetes_version(o: &PreObserved) -> Line {
     }
 }
 
+/// The API server serves admission webhooks and does not disable them.
 fn admission_plugins(o: &PreObserved) -> Line {
     const C: &str = "admission-plugins";
     if !o.admission_api {
@@ -108,6 +111,7 @@ fn admission_plugins(o: &PreObserved) -> Line {
     }
 }
 
+/// Whether the SidecarSet CRD exists already (Helm then keeps it as it is).
 fn existing_crd(o: &PreObserved) -> Line {
     const C: &str = "crd";
     if o.crd_exists {

@@ -3,6 +3,7 @@
 
 use super::{CERT_WARN_DAYS, Line, Observed, Target, fail, ok, url_base, warn, webhook_target};
 
+/// The webhook Service has Ready endpoints (two or more).
 pub(super) fn endpoints(o: &Observed) -> Line {
     const C: &str = "endpoints";
     match webhook_target(o) {
@@ -85,6 +86,7 @@ pub(super) fn endpoints(o: &Observed) -> Line {
     }
 }
 
+/// A replica holds the leader Lease and renews it.
 pub(super) fn leader(o: &Observed) -> Line {
     const C: &str = "leader";
     let ns = &o.operator_namespace;
@@ -154,6 +156,7 @@ pub(super) fn leader(o: &Observed) -> Line {
     )
 }
 
+/// OpenKruise is not installed alongside.
 pub(super) fn openkruise(o: &Observed) -> Line {
     const C: &str = "openkruise";
     if o.openkruise.is_empty() {
@@ -170,6 +173,7 @@ pub(super) fn openkruise(o: &Observed) -> Line {
     }
 }
 
+/// The operator's metrics can be scraped.
 pub(super) fn metrics(o: &Observed) -> Line {
     const C: &str = "metrics";
     match &o.metrics {
@@ -203,6 +207,7 @@ pub(super) fn metrics(o: &Observed) -> Line {
     }
 }
 
+/// The serving certificate is trusted by the caBundle and not about to expire.
 pub(super) fn certificate(o: &Observed) -> Line {
     const C: &str = "certificate";
     let Some(found) = &o.served_cert else {
@@ -267,6 +272,7 @@ pub(super) fn certificate(o: &Observed) -> Line {
     }
 }
 
+/// A duration in days, hours or minutes, for the messages.
 fn human_duration(secs: i64) -> String {
     if secs >= 2 * 86400 {
         format!("{} days", secs / 86400)
@@ -277,6 +283,7 @@ fn human_duration(secs: i64) -> String {
     }
 }
 
+/// The operator's ServiceAccount has every permission it uses.
 pub(super) fn rbac(o: &Observed) -> Line {
     const C: &str = "rbac";
     if o.permissions.is_empty() {
