@@ -114,7 +114,7 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
 /// Runs a tool command that talks to the cluster (explain, diff) on a small runtime and prints
 /// what it says.
 fn on_cluster(
-    f: impl std::future::Future<Output = Result<inspect::Outcome, inspect::ToolError>>,
+    f: impl std::future::Future<Output = Result<inspect::ToolOutput, inspect::ToolError>>,
 ) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

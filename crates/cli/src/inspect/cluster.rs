@@ -2,7 +2,7 @@
 //! one-line errors they give when they cannot.
 
 use super::ToolError;
-use super::explain::KnownRevision;
+use super::explain::SidecarSetRevision;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -215,7 +215,11 @@ impl Cluster {
 
     /// The ControllerRevisions of `sidecarset` in `namespace` (the operator's), by hash. None when
     /// they cannot be read (the explanation then names the revision recorded at injection).
-    pub async fn revisions(&self, namespace: &str, sidecarset: &str) -> Option<Vec<KnownRevision>> {
+    pub async fn revisions(
+        &self,
+        namespace: &str,
+        sidecarset: &str,
+    ) -> Option<Vec<SidecarSetRevision>> {
         let lp = ListParams::default().labels(&format!(
             "{}={sidecarset}",
             sidecarset_core::api::LABEL_SIDECARSET_NAME
@@ -229,7 +233,7 @@ impl Cluster {
                 .into_iter()
                 .filter_map(|r| {
                     let hash = r.annotations().get(ANNOTATION_HASH)?.clone();
-                    Some(KnownRevision {
+                    Some(SidecarSetRevision {
                         sidecarset: sidecarset.to_string(),
                         name: r.name_any(),
                         hash,

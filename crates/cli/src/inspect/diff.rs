@@ -114,20 +114,7 @@ pub fn diff(input: &DiffInput) -> Result<DiffReport, String> {
     let name = new.name().to_string();
     let entry = Entry::new(Arc::new(new.clone())).map_err(|e| e.to_string())?;
     let classifier = Classifier::new(&entry)?;
-    let spec_json = |ss: &SidecarSet| serde_json::to_value(&ss.spec).unwrap_or_default();
-    let (changes, images_only) = match input.current {
-        Some(cur) => {
-            let cur_entry = Entry::new(Arc::new(cur.clone())).ok();
-            (
-                spec_changes(&spec_json(cur), &spec_json(new)),
-                cur_entry.is_some_and(|c| c.hash_without_image == entry.hash_without_image),
-            )
-        }
-        None => (
-            vec!["created (no SidecarSet of this name exists)".into()],
-            false,
-        ),
-    };
+    let (changes, images_only) = spec_changes_of(input, &entry);
     let conflicts = match conflicts(new, input.sidecarsets.iter()) {
         Ok(()) => vec![],
         Err(e) => e.0.iter().map(|f| f.to_string()).collect(),
@@ -137,45 +124,117 @@ pub fn diff(input: &DiffInput) -> Result<DiffReport, String> {
         .iter()
         .filter(|p| sidecarset_core::inject::pod_is_active(p))
         .collect();
-    let empty = BTreeMap::new();
-    let ns_of = |p: &Pod| {
-        p.metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into())
-    };
-    let selects = |p: &Pod| {
-        entry.matches(
-            p.metadata.labels.as_ref().unwrap_or(&empty),
-            &(input.namespace_labels)(&ns_of(p)),
-        )
-    };
-    // As the controller picks a SidecarSet's pods: by their injected list.
-    let is_injected =
-        |p: &Pod| injected_list(p.metadata.annotations.as_ref().unwrap_or(&empty)).contains(&name);
-    let injected: Vec<&Pod> = active.iter().copied().filter(|p| is_injected(p)).collect();
+    let injected: Vec<&Pod> = active
+        .iter()
+        .copied()
+        .filter(|p| is_injected(p, &name))
+        .collect();
     let views: Vec<sidecarset_core::rollout::PodView> =
         injected.iter().map(|p| classifier.view(p)).collect();
     let rollout = Rollout::new(&new.spec.update_strategy, views);
+    let mut pods = injected_pod_changes(input, &entry, &rollout, &injected);
+    let selected: Vec<&Pod> = active
+        .iter()
+        .copied()
+        .filter(|p| selects(input, &entry, p))
+        .collect();
+    for p in selected.iter().filter(|p| !is_injected(p, &name)) {
+        pods.push(selected_pod_change(input, &name, p));
+    }
+    // Rollout order first, then the others by kind and name.
+    let position = |k: &str| {
+        rollout
+            .order
+            .iter()
+            .position(|o| o == k)
+            .unwrap_or(usize::MAX)
+    };
+    pods.sort_by(|a, b| {
+        (position(&a.pod), a.change, &a.pod).cmp(&(position(&b.pod), b.change, &b.pod))
+    });
+    let preview = rollout_preview(new, &rollout, &pods);
+    Ok(DiffReport {
+        hot_upgrade: hot_upgrade_notes(input),
+        sidecarset: name,
+        exists: input.current.is_some(),
+        changes,
+        images_only,
+        conflicts,
+        selected: selected.len(),
+        injected: injected.len(),
+        pods,
+        rollout: preview,
+    })
+}
+
+/// The changed spec fields, and whether only images change (the hashes without images agree).
+fn spec_changes_of(input: &DiffInput, entry: &Entry) -> (Vec<String>, bool) {
+    let spec_json = |ss: &SidecarSet| serde_json::to_value(&ss.spec).unwrap_or_default();
+    match input.current {
+        Some(cur) => {
+            let cur_entry = Entry::new(Arc::new(cur.clone())).ok();
+            (
+                spec_changes(&spec_json(cur), &spec_json(input.new)),
+                cur_entry.is_some_and(|c| c.hash_without_image == entry.hash_without_image),
+            )
+        }
+        None => (
+            vec!["created (no SidecarSet of this name exists)".into()],
+            false,
+        ),
+    }
+}
+
+/// The pod's namespace (`default` when unset).
+fn ns_of(p: &Pod) -> String {
+    p.metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into())
+}
+
+/// The new version's scope covers the pod.
+fn selects(input: &DiffInput, entry: &Entry, p: &Pod) -> bool {
+    let empty = BTreeMap::new();
+    entry.matches(
+        p.metadata.labels.as_ref().unwrap_or(&empty),
+        &(input.namespace_labels)(&ns_of(p)),
+    )
+}
+
+/// As the controller picks a SidecarSet's pods: by their injected list.
+fn is_injected(p: &Pod, name: &str) -> bool {
+    injected_list(p.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new())).contains(name)
+}
+
+/// What happens to each pod the SidecarSet injected: its next rollout step and how it is
+/// upgraded.
+fn injected_pod_changes(
+    input: &DiffInput,
+    entry: &Entry,
+    rollout: &Rollout,
+    injected: &[&Pod],
+) -> Vec<PodChange> {
     let mut pods = Vec::new();
-    for p in &injected {
+    for p in injected {
         let k = key(p);
         let Some(view) = rollout.view(&k) else {
             continue;
         };
-        let next = rollout.next_step(view, || differences(p, &entry, input.now));
+        let next = rollout.next_step(view, || differences(p, entry, input.now));
         let change = match &next {
             NextStep::NotUpgradable { .. } => Change::NotUpgradable,
             NextStep::UpToDate | NextStep::Updating { .. } => Change::Unchanged,
             _ => Change::UpgradeInPlace,
         };
-        let mut detail = if selects(p) {
+        let mut detail = if selects(input, entry, p) {
             String::new()
         } else {
             "no longer selected by the new scope; still upgraded (the controller follows the pod's injected list)".into()
         };
         if change == Change::UpgradeInPlace {
-            for (sidecar, to, other) in sidecarset_core::rollout::hot::upgrade_targets(p, new) {
+            for (sidecar, to, other) in sidecarset_core::rollout::hot::upgrade_targets(p, input.new)
+            {
                 if !detail.is_empty() {
                     detail.push_str("; ");
                 }
@@ -191,39 +250,34 @@ pub fn diff(input: &DiffInput) -> Result<DiffReport, String> {
             detail,
         });
     }
-    let selected: Vec<&Pod> = active.iter().copied().filter(|p| selects(p)).collect();
-    for p in selected.iter().filter(|p| !is_injected(p)) {
-        let ns = ns_of(p);
-        let (change, detail) = if input.skip_namespaces.contains(&ns) {
-            (
-                Change::NamespaceExcluded,
-                sidecarset_core::inject::excluded_namespace_skip(&name, &ns).detail,
-            )
-        } else {
-            (
-                Change::InjectedWhenRecreated,
-                "selected, not injected: sidecars are injected only when a pod is created; it gets them when recreated".into(),
-            )
-        };
-        pods.push(PodChange {
-            pod: key(p),
-            change,
-            next: None,
-            detail,
-        });
-    }
-    // Rollout order first, then the others by kind and name.
-    let position = |k: &str| {
-        rollout
-            .order
-            .iter()
-            .position(|o| o == k)
-            .unwrap_or(usize::MAX)
+    pods
+}
+
+/// What happens to a pod the new version selects but the SidecarSet did not inject.
+fn selected_pod_change(input: &DiffInput, name: &str, p: &Pod) -> PodChange {
+    let ns = ns_of(p);
+    let (change, detail) = if input.skip_namespaces.contains(&ns) {
+        (
+            Change::NamespaceExcluded,
+            sidecarset_core::inject::excluded_namespace_skip(name, &ns).detail,
+        )
+    } else {
+        (
+            Change::InjectedWhenRecreated,
+            "selected, not injected: sidecars are injected only when a pod is created; it gets them when recreated".into(),
+        )
     };
-    pods.sort_by(|a, b| {
-        (position(&a.pod), a.change, &a.pod).cmp(&(position(&b.pod), b.change, &b.pod))
-    });
-    let preview = match &rollout.plan {
+    PodChange {
+        pod: key(p),
+        change,
+        next: None,
+        detail,
+    }
+}
+
+/// The rollout after the change: its strategy, order, first step and what partition keeps.
+fn rollout_preview(new: &SidecarSet, rollout: &Rollout, pods: &[PodChange]) -> RolloutPreview {
+    match &rollout.plan {
         Ok(plan) => {
             let kept: Vec<String> = pods
                 .iter()
@@ -260,8 +314,11 @@ pub fn diff(input: &DiffInput) -> Result<DiffReport, String> {
             strategy: format!("invalid: {e}"),
             ..Default::default()
         },
-    };
-    // Hot-upgrade sidecars whose image changes: how their pods move.
+    }
+}
+
+/// Hot-upgrade sidecars whose image changes: how their pods move.
+fn hot_upgrade_notes(input: &DiffInput) -> Vec<String> {
     let current_image = |n: &str| {
         input.current.and_then(|c| {
             c.spec
@@ -271,7 +328,8 @@ pub fn diff(input: &DiffInput) -> Result<DiffReport, String> {
                 .and_then(|x| x.container.image.clone())
         })
     };
-    let hot_upgrade = new
+    input
+        .new
         .hot_upgrade_containers()
         .filter(|c| input.current.is_some() && current_image(c.name()) != c.container.image)
         .map(|c| {
@@ -283,21 +341,10 @@ pub fn diff(input: &DiffInput) -> Result<DiffReport, String> {
                 empty = c.hot_upgrade_empty_image().unwrap_or("-"),
             )
         })
-        .collect();
-    Ok(DiffReport {
-        hot_upgrade,
-        sidecarset: name,
-        exists: input.current.is_some(),
-        changes,
-        images_only,
-        conflicts,
-        selected: selected.len(),
-        injected: injected.len(),
-        pods,
-        rollout: preview,
-    })
+        .collect()
 }
 
+/// How the human output names a change.
 fn change_label(c: Change) -> &'static str {
     match c {
         Change::UpgradeInPlace => "upgrade in place",

@@ -16,10 +16,11 @@ pub mod pods;
 mod tests;
 
 use crate::offline::InputError;
+use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 use sidecarset_core::index::Index;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_INPUT: u8 = 1;
@@ -58,27 +59,27 @@ pub(crate) fn invalid_input(what: &str, message: &str) -> InputError {
 
 /// `-o`: human (default), json, yaml.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub enum OutputFormat {
     Human,
     Json,
     Yaml,
 }
 
-fn render<T: Serialize>(v: &T, format: Format, human: fn(&T) -> String) -> String {
+fn render<T: Serialize>(v: &T, format: OutputFormat, human: fn(&T) -> String) -> String {
     match format {
-        Format::Human => human(v),
-        Format::Json => {
+        OutputFormat::Human => human(v),
+        OutputFormat::Json => {
             let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
             s.push('\n');
             s
         }
-        Format::Yaml => serde_saphyr::to_string(v).unwrap_or_default(),
+        OutputFormat::Yaml => serde_saphyr::to_string(v).unwrap_or_default(),
     }
 }
 
 /// What a tool command printed and how it ends.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub struct ToolOutput {
     pub stdout: String,
     /// Lines for stderr (notes, or why the exit code is not 0).
     pub stderr: Vec<String>,
@@ -90,7 +91,7 @@ pub struct Outcome {
 pub struct CommonArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "human")]
-    pub output: Format,
+    pub output: OutputFormat,
     /// The kube context to use (default: the current one).
     #[arg(long)]
     pub context: Option<String>,
@@ -179,89 +180,131 @@ fn now() -> String {
         .to_string()
 }
 
+/// What `explain pod` explains the pod with, from files or from the cluster.
+struct PodContext {
+    pod: Pod,
+    namespace_labels: BTreeMap<String, String>,
+    index: Index,
+    skip: BTreeSet<String>,
+    peers: BTreeMap<String, Vec<Pod>>,
+    revisions: Vec<explain::SidecarSetRevision>,
+}
+
+/// Offline: the pod and the SidecarSets from files (`-f`, `--sidecarsets`).
+fn context_from_files(args: &ExplainPodArgs, file: &Path) -> Result<PodContext, ToolError> {
+    let (_, pod) = crate::offline::read_pod(file)?;
+    let dir = args.sidecarsets.as_ref().ok_or_else(|| {
+        ToolError::Usage("-f needs --sidecarsets FILE_OR_DIR (offline mode)".into())
+    })?;
+    let docs = crate::offline::read_sidecarset_docs(dir)?;
+    let labels = crate::offline::parse_labels(&args.namespace_labels)
+        .map_err(|e| ToolError::Usage(format!("--namespace-labels: {e}")))?;
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let (index, _) = Index::from_sidecarsets(docs.into_iter().map(|d| d.ss));
+    Ok(PodContext {
+        pod,
+        namespace_labels: sidecarset_core::index::namespace_labels(&ns, &labels),
+        index,
+        skip: args.common.skip_set(),
+        peers: BTreeMap::new(),
+        revisions: Vec::new(),
+    })
+}
+
+/// The pod named on the command line (`NAMESPACE/NAME`, or `NAME` with `-n`): namespace (if
+/// given) and name.
+fn pod_name(args: &ExplainPodArgs) -> Result<(Option<String>, String), ToolError> {
+    let Some(target) = args.pod.as_deref() else {
+        return Err(ToolError::Usage(
+            "name the pod (NAMESPACE/NAME, or NAME -n NAMESPACE), or give -f POD_FILE --sidecarsets DIR to work offline".into(),
+        ));
+    };
+    match target.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((Some(ns.to_string()), name.to_string()))
+        }
+        Some(_) => Err(ToolError::Usage(format!(
+            "{target:?} is not NAMESPACE/NAME"
+        ))),
+        None => Ok((args.namespace.clone(), target.to_string())),
+    }
+}
+
+/// From the cluster: the pod, its namespace's labels, the SidecarSets, and for each that
+/// injected it the other pods and its ControllerRevisions (notes on `stderr` for what is missing).
+async fn context_from_cluster(
+    args: &ExplainPodArgs,
+    stderr: &mut Vec<String>,
+) -> Result<PodContext, ToolError> {
+    let (ns, name) = pod_name(args)?;
+    let c = cluster::Cluster::connect(args.common.context.as_deref()).await?;
+    let ns = ns.unwrap_or_else(|| c.default_namespace.clone());
+    let pod = c.pod(&ns, &name).await?;
+    let ns_labels = c.namespace_labels(&ns).await?;
+    let sidecarsets = c.sidecarsets().await?;
+    let (index, bad) = Index::from_sidecarsets(sidecarsets);
+    for (n, e) in bad {
+        stderr.push(format!("note: SidecarSet {n:?} left out: {e}"));
+    }
+    let skip = args.common.skip_set_of(&c).await;
+    let injected: BTreeSet<String> = sidecarset_core::api::injected_list(
+        pod.metadata
+            .annotations
+            .as_ref()
+            .unwrap_or(&BTreeMap::new()),
+    );
+    let mut peers = BTreeMap::new();
+    let mut revisions = Vec::new();
+    for ss in index.iter().filter(|s| injected.contains(s.name())) {
+        match c.pods_selected(ss).await {
+            Ok(pods) => {
+                peers.insert(ss.name().to_string(), pods);
+            }
+            // Without the other pods the step is planned with this one alone.
+            Err(e) => stderr.push(format!(
+                "note: the next rollout step of {:?} is planned with this pod alone: {e}",
+                ss.name()
+            )),
+        }
+        match c.revisions(&args.common.operator_namespace, ss.name()).await {
+            Some(r) => revisions.extend(r),
+            None => stderr.push(format!(
+                "note: cannot list the ControllerRevisions of {:?} in {}: revisions are named as recorded at injection",
+                ss.name(),
+                args.common.operator_namespace
+            )),
+        }
+    }
+    Ok(PodContext {
+        pod,
+        namespace_labels: ns_labels,
+        index,
+        skip,
+        peers,
+        revisions,
+    })
+}
+
 /// `explain pod`.
-pub async fn explain_pod(args: &ExplainPodArgs) -> Result<Outcome, ToolError> {
+pub async fn explain_pod(args: &ExplainPodArgs) -> Result<ToolOutput, ToolError> {
     let now = now();
     let mut stderr = Vec::new();
-    let (pod, ns_labels, index, skip, peers, revisions) = if let Some(file) = &args.file {
-        let (_, pod) = crate::offline::read_pod(file)?;
-        let dir = args.sidecarsets.as_ref().ok_or_else(|| {
-            ToolError::Usage("-f needs --sidecarsets FILE_OR_DIR (offline mode)".into())
-        })?;
-        let docs = crate::offline::read_sidecarset_docs(dir)?;
-        let labels = crate::offline::parse_labels(&args.namespace_labels)
-            .map_err(|e| ToolError::Usage(format!("--namespace-labels: {e}")))?;
-        let ns = pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let (index, _) = Index::from_sidecarsets(docs.into_iter().map(|d| d.ss));
-        (
-            pod,
-            sidecarset_core::index::namespace_labels(&ns, &labels),
-            index,
-            args.common.skip_set(),
-            BTreeMap::new(),
-            Vec::new(),
-        )
-    } else {
-        let Some(target) = args.pod.as_deref() else {
-            return Err(ToolError::Usage(
-                "name the pod (NAMESPACE/NAME, or NAME -n NAMESPACE), or give -f POD_FILE --sidecarsets DIR to work offline".into(),
-            ));
-        };
-        let (ns, name) = match target.split_once('/') {
-            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-                (Some(ns.to_string()), name.to_string())
-            }
-            Some(_) => {
-                return Err(ToolError::Usage(format!(
-                    "{target:?} is not NAMESPACE/NAME"
-                )));
-            }
-            None => (args.namespace.clone(), target.to_string()),
-        };
-        let c = cluster::Cluster::connect(args.common.context.as_deref()).await?;
-        let ns = ns.unwrap_or_else(|| c.default_namespace.clone());
-        let pod = c.pod(&ns, &name).await?;
-        let ns_labels = c.namespace_labels(&ns).await?;
-        let sidecarsets = c.sidecarsets().await?;
-        let (index, bad) = Index::from_sidecarsets(sidecarsets);
-        for (n, e) in bad {
-            stderr.push(format!("note: SidecarSet {n:?} left out: {e}"));
-        }
-        let skip = args.common.skip_set_of(&c).await;
-        let injected: BTreeSet<String> = sidecarset_core::api::injected_list(
-            pod.metadata
-                .annotations
-                .as_ref()
-                .unwrap_or(&BTreeMap::new()),
-        );
-        let mut peers = BTreeMap::new();
-        let mut revisions = Vec::new();
-        for ss in index.iter().filter(|s| injected.contains(s.name())) {
-            match c.pods_selected(ss).await {
-                Ok(pods) => {
-                    peers.insert(ss.name().to_string(), pods);
-                }
-                // Without the other pods the step is planned with this one alone.
-                Err(e) => stderr.push(format!(
-                    "note: the next rollout step of {:?} is planned with this pod alone: {e}",
-                    ss.name()
-                )),
-            }
-            match c.revisions(&args.common.operator_namespace, ss.name()).await {
-                Some(r) => revisions.extend(r),
-                None => stderr.push(format!(
-                    "note: cannot list the ControllerRevisions of {:?} in {}: revisions are named as recorded at injection",
-                    ss.name(),
-                    args.common.operator_namespace
-                )),
-            }
-        }
-        (pod, ns_labels, index, skip, peers, revisions)
+    let ctx = match &args.file {
+        Some(file) => context_from_files(args, file)?,
+        None => context_from_cluster(args, &mut stderr).await?,
     };
+    let PodContext {
+        pod,
+        namespace_labels: ns_labels,
+        index,
+        skip,
+        peers,
+        revisions,
+    } = ctx;
     let e = explain::explain_pod(&explain::PodInput {
         pod: &pod,
         namespace_labels: ns_labels,
@@ -277,7 +320,7 @@ pub async fn explain_pod(args: &ExplainPodArgs) -> Result<Outcome, ToolError> {
             "note: offline: the next rollout step is planned with this pod alone (in a cluster, the SidecarSet's other pods count for partition and maxUnavailable)".to_string(),
         );
     }
-    Ok(Outcome {
+    Ok(ToolOutput {
         stdout: render(&e, args.common.output, explain::human),
         stderr,
         code: EXIT_OK,
@@ -307,14 +350,14 @@ pub fn sidecarsets_as_admitted(
 }
 
 /// `diff -f FILE`.
-pub async fn diff(args: &DiffArgs) -> Result<Outcome, ToolError> {
+pub async fn diff(args: &DiffArgs) -> Result<ToolOutput, ToolError> {
     let now = now();
     let new_sets = sidecarsets_as_admitted(&args.file)?;
     let c = cluster::Cluster::connect(args.common.context.as_deref()).await?;
     let cluster_sets = c.sidecarsets().await?;
     let ns_labels = c.all_namespace_labels().await?;
     let skip = args.common.skip_set_of(&c).await;
-    let mut out = Outcome::default();
+    let mut out = ToolOutput::default();
     let mut reports = Vec::new();
     for new in &new_sets {
         let current = cluster_sets.iter().find(|s| s.name() == new.name());
@@ -360,7 +403,7 @@ pub async fn diff(args: &DiffArgs) -> Result<Outcome, ToolError> {
         reports.push(report);
     }
     out.stdout = match (args.common.output, reports.len()) {
-        (Format::Human, _) => reports
+        (OutputFormat::Human, _) => reports
             .iter()
             .map(diff::human)
             .collect::<Vec<_>>()

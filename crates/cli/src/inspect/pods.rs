@@ -119,6 +119,13 @@ impl Rollout {
                     .into(),
             );
         }
+        self.step_in_plan(plan, view)
+    }
+
+    /// Where a pod that can be upgraded now stands in the plan: in the next step, or held by
+    /// partition or maxUnavailable.
+    fn step_in_plan(&self, plan: &Plan, view: &PodView) -> NextStep {
+        let held = |by: Hold, detail: String| NextStep::Held { by, detail };
         if let Some(i) = plan.upgrade.iter().position(|k| *k == view.key) {
             return NextStep::UpgradeNow {
                 position: i + 1,

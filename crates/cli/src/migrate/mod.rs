@@ -28,18 +28,11 @@
 pub mod plan;
 pub mod release;
 
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
-use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-};
-use kube::{Client, ResourceExt};
-use plan::{CrdState, FoundRelease, Obj, Options, OtherKinds, Ours, Phase, Snapshot};
-use serde_json::{Value, json};
+mod apply;
+mod read;
+
+use kube::Client;
+use plan::{MigrationPhase, Options, OtherKinds};
 use std::path::PathBuf;
 
 /// Exit codes: 0 done (or a dry run); 1 bad usage or input; 2 no access to the cluster;
@@ -96,7 +89,7 @@ pub struct FromOpenKruiseArgs {
 }
 
 /// What the command printed and its exit code.
-pub struct Outcome {
+pub struct MigrateOutput {
     pub stdout: String,
     pub code: u8,
 }
@@ -118,12 +111,14 @@ impl MigrateError {
     }
 }
 
+/// An API error, with what was being done and what to check.
 fn access(what: &str, e: kube::Error) -> MigrateError {
     MigrateError::Access(format!(
         "{what}: {e}; check the kube context and that you may read (and, with --apply, delete) it"
     ))
 }
 
+/// A client for the kube context given (else the default one).
 async fn connect(context: Option<&str>) -> Result<Client, MigrateError> {
     let config = match context {
         Some(c) => kube::Config::from_kubeconfig(&kube::config::KubeConfigOptions {
@@ -142,391 +137,8 @@ async fn connect(context: Option<&str>) -> Result<Client, MigrateError> {
         .map_err(|e| MigrateError::Access(format!("cannot build a client for the cluster: {e}")))
 }
 
-fn sidecarset_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("apps.kruise.io", "v1beta1", "SidecarSet"),
-        "sidecarsets",
-    )
-}
-
-fn obj_of(meta: &kube::api::ObjectMeta) -> Obj {
-    Obj {
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        name: meta.name.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
-    }
-}
-
-/// Every OpenKruise release: the latest record of each Helm release (any namespace) whose
-/// chart is `kruise` or whose manifest renders OpenKruise's SidecarSet CRD or pod webhook.
-async fn releases(c: &Client) -> Result<(Vec<FoundRelease>, Vec<Secret>), MigrateError> {
-    let secrets: Api<Secret> = Api::all(c.clone());
-    let lp = ListParams::default()
-        .fields(&format!("type={}", release::RELEASE_SECRET_TYPE))
-        .labels("owner=helm");
-    let list = secrets
-        .list(&lp)
-        .await
-        .map_err(|e| access("listing Helm's release Secrets", e))?
-        .items;
-    let mut latest: std::collections::BTreeMap<(String, String), (u64, &Secret)> =
-        Default::default();
-    for s in &list {
-        let secret_name = s.name_any();
-        let Some((name, version)) = release::secret_name_parts(&secret_name) else {
-            continue;
-        };
-        let key = (s.namespace().unwrap_or_default(), name.to_string());
-        if latest.get(&key).is_none_or(|(v, _)| *v < version) {
-            latest.insert(key, (version, s));
-        }
-    }
-    let mut found = Vec::new();
-    let mut records = Vec::new();
-    for ((ns, name), (_, s)) in latest {
-        let where_ = format!("Secret {ns}/{}", s.name_any());
-        let Some(data) = s.data.as_ref().and_then(|d| d.get("release")) else {
-            continue;
-        };
-        let v =
-            release::decode(&data.0).map_err(|e| MigrateError::Input(format!("{where_}: {e}")))?;
-        let rel = release::parse(&v, &where_).map_err(MigrateError::Input)?;
-        let objects = release::objects(&rel.manifest, &rel.namespace)
-            .map_err(|e| MigrateError::Input(format!("{where_}: {e}")))?;
-        let is_kruise = rel.chart_name == "kruise"
-            || objects.iter().any(|o| {
-                (o.kind == "CustomResourceDefinition" && o.name == sidecarset_operator_crd())
-                    || (o.kind == "MutatingWebhookConfiguration" && o.name == plan::KRUISE_MUTATING)
-            });
-        if !is_kruise {
-            continue;
-        }
-        let mut all: Vec<&Secret> = list
-            .iter()
-            .filter(|x| {
-                x.namespace().as_deref() == Some(ns.as_str())
-                    && release::secret_name_parts(&x.name_any()).is_some_and(|(n, _)| n == name)
-            })
-            .collect();
-        all.sort_by_key(|x| release::secret_name_parts(&x.name_any()).map(|(_, v)| v));
-        records.extend(all.iter().map(|x| (*x).clone()));
-        found.push(FoundRelease {
-            release: rel,
-            objects,
-            secret_namespace: ns.clone(),
-            secrets: all.iter().map(|x| x.name_any()).collect(),
-        });
-    }
-    Ok((found, records))
-}
-
-fn sidecarset_operator_crd() -> &'static str {
-    sidecarset_core::api::CRD_NAME
-}
-
-/// Everything the plan needs, read (never written).
-struct Read {
-    snapshot: Snapshot,
-    /// Full objects for the backup.
-    sidecarsets: Vec<DynamicObject>,
-    revisions: Vec<ControllerRevision>,
-    records: Vec<Secret>,
-    /// Pod UID → its hash annotation (checked unchanged after).
-    pod_hashes: std::collections::BTreeMap<String, String>,
-}
-
-async fn read(c: &Client, o: &FromOpenKruiseArgs) -> Result<Read, MigrateError> {
-    let (found, records) = releases(c).await?;
-    let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
-    let crd = crds
-        .get_opt(sidecarset_core::api::CRD_NAME)
-        .await
-        .map_err(|e| access("reading the SidecarSet CRD", e))?;
-    let crd_state = crd.as_ref().map(|crd| CrdState {
-        uid: crd.uid().unwrap_or_default(),
-        served: crd
-            .spec
-            .versions
-            .iter()
-            .filter(|v| v.served)
-            .map(|v| v.name.clone())
-            .collect(),
-        storage: crd
-            .spec
-            .versions
-            .iter()
-            .find(|v| v.storage)
-            .map(|v| v.name.clone())
-            .unwrap_or_default(),
-        deleting: crd.metadata.deletion_timestamp.is_some(),
-    });
-    // v1beta1 is the storage version: listing it needs no conversion webhook (OpenKruise's may
-    // be unreachable, ours not there yet).
-    let serves_beta = crd_state
-        .as_ref()
-        .is_some_and(|c| c.served.iter().any(|v| v == "v1beta1"));
-    let sidecarsets = if serves_beta {
-        Api::<DynamicObject>::all_with(c.clone(), &sidecarset_resource())
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| access("listing SidecarSets (v1beta1)", e))?
-            .items
-    } else {
-        Vec::new()
-    };
-    let revisions = Api::<ControllerRevision>::all(c.clone())
-        .list(&ListParams::default().labels("kruise.io/sidecarset-name"))
-        .await
-        .map_err(|e| access("listing the SidecarSets' ControllerRevisions", e))?
-        .items;
-    let pods = Api::<Pod>::all(c.clone())
-        .list_metadata(&ListParams::default())
-        .await
-        .map_err(|e| access("listing pods", e))?
-        .items;
-    let injected: Vec<_> = pods
-        .iter()
-        .filter(|p| p.annotations().contains_key(INJECTED_LIST))
-        .collect();
-    let pod_hashes = injected
-        .iter()
-        .map(|p| {
-            (
-                p.uid().unwrap_or_default(),
-                p.annotations().get(HASH).cloned().unwrap_or_default(),
-            )
-        })
-        .collect();
-
-    // Other OpenKruise objects in use.
-    let mut others = Vec::new();
-    let discovery = kube::Discovery::new(c.clone())
-        .filter(&["apps.kruise.io", "policy.kruise.io"])
-        .run()
-        .await
-        .map_err(|e| access("discovering OpenKruise's APIs", e))?;
-    for g in discovery.groups() {
-        // Every resource at its most stable version: the preferred version of apps.kruise.io
-        // (v1beta1, for SidecarSets) does not serve CloneSets (v1alpha1).
-        for (ar, _) in g.resources_by_stability() {
-            if INFRASTRUCTURE.contains(&ar.plural.as_str()) {
-                continue;
-            }
-            let n = Api::<DynamicObject>::all_with(c.clone(), &ar)
-                .list_metadata(&ListParams::default())
-                .await
-                .map_err(|e| access(&format!("listing {}.{}", ar.plural, ar.group), e))?
-                .items
-                .len();
-            others.push((format!("{}.{}", ar.plural, ar.group), n));
-        }
-    }
-
-    let mut kruise_webhooks = Vec::new();
-    let m: Api<MutatingWebhookConfiguration> = Api::all(c.clone());
-    let v: Api<ValidatingWebhookConfiguration> = Api::all(c.clone());
-    if m.get_opt(plan::KRUISE_MUTATING)
-        .await
-        .map_err(|e| access("reading OpenKruise's webhook configuration", e))?
-        .is_some()
-    {
-        kruise_webhooks.push(format!(
-            "mutatingwebhookconfiguration/{}",
-            plan::KRUISE_MUTATING
-        ));
-    }
-    if v.get_opt(plan::KRUISE_VALIDATING)
-        .await
-        .map_err(|e| access("reading OpenKruise's webhook configuration", e))?
-        .is_some()
-    {
-        kruise_webhooks.push(format!(
-            "validatingwebhookconfiguration/{}",
-            plan::KRUISE_VALIDATING
-        ));
-    }
-
-    let ours_cfg = m
-        .get_opt(&o.webhook_config_name)
-        .await
-        .map_err(|e| access("reading our webhook configuration", e))?;
-    let ready_replicas = match Api::<Deployment>::namespaced(c.clone(), &o.operator_namespace)
-        .list(&ListParams::default().labels("app.kubernetes.io/name=sidecarset-operator"))
-        .await
-    {
-        Ok(l) => {
-            let wanted: i32 = l.items.iter().map(|d| d.spec.replicas.unwrap_or(1)).sum();
-            (wanted > 0).then(|| {
-                l.items
-                    .iter()
-                    .map(|d| {
-                        d.status
-                            .as_ref()
-                            .and_then(|s| s.ready_replicas)
-                            .unwrap_or(0)
-                    })
-                    .sum()
-            })
-        }
-        Err(_) => None,
-    };
-    let ours = Ours {
-        registered: ours_cfg.is_some(),
-        ca_bundle: ours_cfg.as_ref().is_some_and(|cfg| {
-            let hooks = cfg.webhooks.as_deref().unwrap_or_default();
-            !hooks.is_empty()
-                && hooks.iter().all(|w| {
-                    w.client_config
-                        .ca_bundle
-                        .as_ref()
-                        .is_some_and(|b| !b.0.is_empty())
-                })
-        }),
-        ready_replicas,
-    };
-
-    Ok(Read {
-        snapshot: Snapshot {
-            releases: found,
-            crd: crd_state,
-            sidecarsets: sidecarsets.iter().map(|s| obj_of(&s.metadata)).collect(),
-            revisions: revisions.iter().map(|r| obj_of(&r.metadata)).collect(),
-            injected_pods: injected.iter().map(|p| obj_of(&p.metadata)).collect(),
-            others,
-            kruise_webhooks,
-            ours,
-        },
-        sidecarsets,
-        revisions,
-        records,
-        pod_hashes,
-    })
-}
-
-/// An object for the backup: what `kubectl create -f` takes back (no resourceVersion, no
-/// managedFields), with its UID kept for the record (the API server assigns a new one).
-fn for_backup(mut v: Value) -> Value {
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        for k in [
-            "resourceVersion",
-            "managedFields",
-            "generation",
-            "creationTimestamp",
-        ] {
-            m.remove(k);
-        }
-    }
-    v
-}
-
-fn write_backup(r: &Read, path: &std::path::Path) -> Result<usize, MigrateError> {
-    let mut items = Vec::new();
-    for s in &r.sidecarsets {
-        let mut v = serde_json::to_value(s).unwrap_or_default();
-        v["apiVersion"] = json!("apps.kruise.io/v1beta1");
-        v["kind"] = json!("SidecarSet");
-        items.push(for_backup(v));
-    }
-    for x in &r.revisions {
-        let mut v = serde_json::to_value(x).unwrap_or_default();
-        v["apiVersion"] = json!("apps/v1");
-        v["kind"] = json!("ControllerRevision");
-        items.push(for_backup(v));
-    }
-    for x in &r.records {
-        let mut v = serde_json::to_value(x).unwrap_or_default();
-        v["apiVersion"] = json!("v1");
-        v["kind"] = json!("Secret");
-        items.push(for_backup(v));
-    }
-    let n = items.len();
-    let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items});
-    let text = serde_json::to_string_pretty(&list).unwrap_or_default();
-    // Written whole, then renamed: a backup file is never half a backup.
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, text.as_bytes())
-        .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(|e| {
-            MigrateError::Input(format!(
-                "cannot write the backup {}: {e}; pass --backup with a writable path",
-                path.display()
-            ))
-        })?;
-    Ok(n)
-}
-
-async fn delete(c: &Client, d: &plan::Deletion) -> Result<(), MigrateError> {
-    let (group, version) = match d.api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", d.api_version.as_str()),
-    };
-    let gvk = GroupVersionKind::gvk(group, version, &d.kind);
-    let what = if d.namespace.is_empty() {
-        format!("{} {}", d.kind, d.name)
-    } else {
-        format!("{} {}/{}", d.kind, d.namespace, d.name)
-    };
-    let (ar, caps) = match kube::discovery::pinned_kind(c, &gvk).await {
-        Ok(x) => x,
-        // The API is gone: so is the object.
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-        Err(e) => return Err(access(&format!("discovering {what}"), e)),
-    };
-    let api: Api<DynamicObject> = match caps.scope {
-        kube::discovery::Scope::Cluster => Api::all_with(c.clone(), &ar),
-        kube::discovery::Scope::Namespaced => Api::namespaced_with(c.clone(), &d.namespace, &ar),
-    };
-    match api.delete(&d.name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(access(&format!("deleting {what}"), e)),
-    }
-}
-
-/// Takes Helm's ownership marks off a kept object, so no release claims it (a later
-/// `helm install` of OpenKruise would otherwise adopt it again, and its uninstall delete it).
-async fn disown(c: &Client, kind: &str, name: &str) -> Result<(), MigrateError> {
-    let patch = json!({"metadata": {
-        "annotations": {"meta.helm.sh/release-name": null, "meta.helm.sh/release-namespace": null},
-        "labels": {"app.kubernetes.io/managed-by": null}}});
-    let pp = PatchParams::default();
-    let r = match kind {
-        "CustomResourceDefinition" => Api::<CustomResourceDefinition>::all(c.clone())
-            .patch(name, &pp, &Patch::Merge(&patch))
-            .await
-            .map(|_| ()),
-        "Namespace" => Api::<k8s_openapi::api::core::v1::Namespace>::all(c.clone())
-            .patch(name, &pp, &Patch::Merge(&patch))
-            .await
-            .map(|_| ()),
-        _ => Ok(()),
-    };
-    match r {
-        Ok(()) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(access(&format!("taking Helm's marks off {kind} {name}"), e)),
-    }
-}
-
-/// Our CRD's schema over OpenKruise's, without its conversion settings (the running operator
-/// owns those: its Service or URL and caBundle).
-async fn apply_crd(c: &Client) -> Result<(), MigrateError> {
-    let mut v = serde_json::to_value(sidecarset_core::api::crd()).unwrap_or_default();
-    if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("conversion");
-    }
-    Api::<CustomResourceDefinition>::all(c.clone())
-        .patch(
-            sidecarset_core::api::CRD_NAME,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&v),
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| access("applying our SidecarSet CRD schema", e))
-}
-
-pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, MigrateError> {
+/// `migrate from-openkruise`: the plan, and with `--apply` its next step (see the module).
+pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<MigrateOutput, MigrateError> {
     let c = connect(args.context.as_deref()).await?;
     let options = Options {
         release: args.release.clone(),
@@ -536,17 +148,17 @@ pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, Migra
         operator_release: args.operator_release.clone(),
         chart: args.chart.clone(),
     };
-    let before = read(&c, args).await?;
+    let before = read::read(&c, args).await?;
     let p = plan::plan(&before.snapshot, &options);
     let mut out = plan::render(&p, &before.snapshot, args.apply);
     if !p.blockers.is_empty() {
-        return Ok(Outcome {
+        return Ok(MigrateOutput {
             stdout: out,
             code: EXIT_REFUSED,
         });
     }
-    if !args.apply || p.phase == Phase::NothingToDo {
-        return Ok(Outcome {
+    if !args.apply || p.phase == MigrationPhase::NothingToDo {
+        return Ok(MigrateOutput {
             stdout: out,
             code: EXIT_OK,
         });
@@ -558,7 +170,7 @@ pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, Migra
             jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ")
         ))
     });
-    let n = write_backup(&before, &path)?;
+    let n = apply::write_backup(&before, &path)?;
     out.push_str(&format!(
         "\nBacked up {n} objects ({} SidecarSets, {} ControllerRevisions, {} Helm records) to {}\n",
         before.sidecarsets.len(),
@@ -566,75 +178,18 @@ pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, Migra
         before.records.len(),
         path.display()
     ));
-    if p.phase == Phase::InstallOperator {
+    if p.phase == MigrationPhase::InstallOperator {
         out.push_str("Nothing else was changed: OpenKruise runs as before.\n");
-        return Ok(Outcome {
+        return Ok(MigrateOutput {
             stdout: out,
             code: EXIT_OK,
         });
     }
-
-    for d in &p.deletions {
-        delete(&c, d).await?;
-        out.push_str(&format!("deleted {} {}\n", d.kind, d.name));
-    }
-    for k in &p.kept {
-        let name = k.name.rsplit('/').next().unwrap_or(&k.name);
-        disown(&c, &k.kind, name).await?;
-    }
-    apply_crd(&c).await?;
-    for r in &p.release_secrets {
-        let (ns, name) = r.split_once('/').unwrap_or(("", r));
-        match Api::<Secret>::namespaced(c.clone(), ns)
-            .delete(name, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(access(&format!("deleting Helm's record {r}"), e)),
-        }
-    }
-    out.push_str(&format!(
-        "deleted Helm's release record ({} Secrets); OpenKruise's objects listed as kept stay, unowned\n",
-        p.release_secrets.len()
-    ));
+    apply::remove_openkruise(&c, &p, &mut out).await?;
 
     // Verify: nothing lost, nothing recreated, every injected pod's hashes unchanged.
-    let after = read(&c, args).await?;
-    let mut lost = plan::lost(
-        "SidecarSet",
-        &before.snapshot.sidecarsets,
-        &after.snapshot.sidecarsets,
-    );
-    lost.extend(plan::lost(
-        "ControllerRevision",
-        &before.snapshot.revisions,
-        &after.snapshot.revisions,
-    ));
-    lost.extend(plan::lost(
-        "pod",
-        &before.snapshot.injected_pods,
-        &after.snapshot.injected_pods,
-    ));
-    if let (Some(b), Some(a)) = (&before.snapshot.crd, &after.snapshot.crd)
-        && a.uid != b.uid
-    {
-        lost.push(format!(
-            "the CRD {} was recreated",
-            sidecarset_core::api::CRD_NAME
-        ));
-    }
-    for (uid, hash) in &before.pod_hashes {
-        if after.pod_hashes.get(uid).is_some_and(|now| now != hash) {
-            lost.push(format!("pod uid {uid}: its {HASH} annotation changed"));
-        }
-    }
-    if !after.snapshot.kruise_webhooks.is_empty() {
-        lost.push(format!(
-            "OpenKruise's {} still exist (recreated?)",
-            after.snapshot.kruise_webhooks.join(" and ")
-        ));
-    }
+    let after = read::read(&c, args).await?;
+    let lost = apply::lost_between(&before, &after);
     if !lost.is_empty() {
         out.push_str(&format!(
             "\nVerification FAILED ({}); restore from {} with `kubectl create -f`:\n",
@@ -644,7 +199,7 @@ pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, Migra
         for l in &lost {
             out.push_str(&format!("  - {l}\n"));
         }
-        return Ok(Outcome {
+        return Ok(MigrateOutput {
             stdout: out,
             code: EXIT_REFUSED,
         });
@@ -658,7 +213,7 @@ pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<Outcome, Migra
     for n in &p.next {
         out.push_str(&format!("  {n}\n"));
     }
-    Ok(Outcome {
+    Ok(MigrateOutput {
         stdout: out,
         code: EXIT_OK,
     })

@@ -2,12 +2,14 @@
 //! (RFC 6902) of only what changes, addressed against the pod exactly as it was received, so
 //! fields this build does not know about (a newer Kubernetes) are never touched.
 
+mod annotations;
 pub mod resources;
+
+pub use annotations::patch_metadata;
 
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, ENV_IS_INJECTED,
-    PatchPolicy, PodInjectPolicy, SidecarContainer, SidecarSet, SidecarSetUpgradeSpec,
-    parse_hash_annotation,
+    PodInjectPolicy, SidecarContainer, SidecarSet, SidecarSetUpgradeSpec, parse_hash_annotation,
 };
 use crate::index::Entry;
 use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
@@ -199,9 +201,83 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
     if !pod_is_active(pod) {
         return Injection::default();
     }
-    // Container names are claimed by the SidecarSets already in the pod, then in order by those
-    // injected now; a SidecarSet that would inject a claimed name is left out whole (two
-    // containers of one name make the pod invalid, and replacing would take another's sidecar).
+    let (todo, skipped) = claim_container_names(&recorded, sidecarsets);
+    if todo.is_empty() {
+        return Injection {
+            skipped,
+            ..Default::default()
+        };
+    }
+    let empty_spec = Default::default();
+    let spec = pod.spec.as_ref().unwrap_or(&empty_spec);
+    let mut ops = Vec::new();
+    // A pod sent without a spec (the API server calls mutating webhooks before validating): the
+    // patch must still apply, the API server then names what is missing.
+    if pod.spec.is_none() {
+        ops.push(add(ptr(&["spec"]), Value::Object(Default::default())));
+    }
+
+    // 1. Metadata patches, then the hash and list annotations.
+    let new_ann = annotations::injected_annotations(&annotations, recorded, &todo, now);
+    annotations::annotation_ops(
+        pod.metadata.annotations.is_some(),
+        &annotations,
+        &new_ann,
+        &mut ops,
+    );
+
+    // 2. Containers, built from the app containers the pod came with. A resourcesPolicy reads
+    //    the pod's containers other than those of the matching SidecarSets.
+    let (sidecars, mut init_sidecars, volumes_needed) =
+        match build_sidecars(pod, spec, sidecarsets, &todo) {
+            Ok(built) => built,
+            Err(denied) => {
+                return Injection {
+                    skipped,
+                    denied: Some(denied),
+                    ..Default::default()
+                };
+            }
+        };
+    init_sidecars.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+    // No containers (the list is empty or absent: the typed pod cannot tell): the whole list
+    // is added, which applies in both cases.
+    merge_containers(
+        "containers",
+        &spec.containers,
+        &sidecars,
+        spec.containers.is_empty(),
+        &mut ops,
+    );
+    merge_containers(
+        "initContainers",
+        spec.init_containers.as_deref().unwrap_or(&[]),
+        &init_sidecars,
+        spec.init_containers.is_none(),
+        &mut ops,
+    );
+
+    // 3. Volumes: only those mounted by injected containers; the pod's own win on a name clash.
+    volume_ops(spec, &volumes_needed, &mut ops);
+    // 4. Image pull secrets, without duplicates.
+    pull_secret_ops(spec, &todo, &mut ops);
+
+    Injection {
+        patch: Patch(ops),
+        injected: todo.iter().map(|e| e.ss.name().to_string()).collect(),
+        skipped,
+        denied: None,
+    }
+}
+
+/// The SidecarSets to inject now, in order, and those left out for a container name another
+/// one claims. Container names are claimed by the SidecarSets already in the pod, then in order
+/// by those injected now; a SidecarSet that would inject a claimed name is left out whole (two
+/// containers of one name make the pod invalid, and replacing would take another's sidecar).
+fn claim_container_names<'e>(
+    recorded: &BTreeMap<String, SidecarSetUpgradeSpec>,
+    sidecarsets: &[&'e Entry],
+) -> (Vec<&'e Entry>, Vec<Skipped>) {
     let mut claimed: BTreeMap<String, String> = recorded
         .values()
         .flat_map(|e| {
@@ -255,79 +331,20 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         }
         todo.push(e);
     }
-    if todo.is_empty() {
-        return Injection {
-            skipped,
-            ..Default::default()
-        };
-    }
-    let empty_spec = Default::default();
-    let spec = pod.spec.as_ref().unwrap_or(&empty_spec);
-    let mut ops = Vec::new();
-    // A pod sent without a spec (the API server calls mutating webhooks before validating): the
-    // patch must still apply, the API server then names what is missing.
-    if pod.spec.is_none() {
-        ops.push(add(ptr(&["spec"]), Value::Object(Default::default())));
-    }
+    (todo, skipped)
+}
 
-    // 1. Metadata patches, then the hash and list annotations.
-    let mut new_ann = annotations.clone();
-    for e in &todo {
-        patch_metadata(&e.ss, &mut new_ann);
-    }
-    let mut hash = recorded;
-    let mut hash_wo = annotations
-        .get(ANNOTATION_HASH_WITHOUT_IMAGE)
-        .and_then(|v| parse_hash_annotation(v))
-        .unwrap_or_default();
-    let mut list = crate::api::injected_list(&annotations);
-    for e in &todo {
-        let ss = &e.ss;
-        let entry = SidecarSetUpgradeSpec {
-            update_timestamp: now.to_string(),
-            hash: e.hash.to_string(),
-            sidecar_set_name: ss.name().to_string(),
-            sidecar_list: ss.sidecar_list(),
-            // The revision of the spec injected, never an older one: the status names it only
-            // once the controller has seen this generation (a pinned entry sets both).
-            controller_revision: ss
-                .status
-                .as_ref()
-                .filter(|s| {
-                    ss.metadata.generation.is_none()
-                        || s.observed_generation == ss.metadata.generation
-                })
-                .and_then(|s| s.latest_revision.clone())
-                .unwrap_or_default(),
-        };
-        let wo = SidecarSetUpgradeSpec {
-            hash: e.hash_without_image.to_string(),
-            controller_revision: String::new(),
-            ..entry.clone()
-        };
-        hash.insert(ss.name().to_string(), entry);
-        hash_wo.insert(ss.name().to_string(), wo);
-        list.insert(ss.name().to_string());
-    }
-    new_ann.insert(ANNOTATION_HASH.into(), to_value(&hash).to_string());
-    new_ann.insert(
-        ANNOTATION_HASH_WITHOUT_IMAGE.into(),
-        to_value(&hash_wo).to_string(),
-    );
-    new_ann.insert(
-        ANNOTATION_INJECTED_LIST.into(),
-        list.into_iter().collect::<Vec<_>>().join(","),
-    );
-    hot_upgrade_annotations(&todo, &mut new_ann);
-    annotation_ops(
-        pod.metadata.annotations.is_some(),
-        &annotations,
-        &new_ann,
-        &mut ops,
-    );
+/// A SidecarSet's sidecars as built, with the SidecarSet's container spec.
+type Built<'a> = Vec<(&'a SidecarContainer, Container)>;
 
-    // 2. Containers, built from the app containers the pod came with. A resourcesPolicy reads
-    //    the pod's containers other than those of the matching SidecarSets.
+/// The containers and init containers of the SidecarSets injected now, and the volumes they
+/// mount; `Err` when a resourcesPolicy refuses the pod.
+fn build_sidecars<'a>(
+    pod: &Pod,
+    spec: &PodSpec,
+    sidecarsets: &[&Entry],
+    todo: &[&'a Entry],
+) -> Result<(Built<'a>, Built<'a>, Vec<&'a Volume>), Denial> {
     let apps: Vec<&Container> = spec.containers.iter().collect();
     let sidecar_names: BTreeSet<String> = sidecarsets
         .iter()
@@ -352,13 +369,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         let build = |init| build_all(ss, init, pod, spec, &apps, &sidecar_names);
         let (built_init, built) = match (build(true), build(false)) {
             (Ok(i), Ok(c)) => (i, c),
-            (Err(denied), _) | (_, Err(denied)) => {
-                return Injection {
-                    skipped,
-                    denied: Some(denied),
-                    ..Default::default()
-                };
-            }
+            (Err(denied), _) | (_, Err(denied)) => return Err(denied),
         };
         for (_, c) in built.iter().chain(built_init.iter()) {
             let mounted = c.volume_mounts.iter().flatten().map(|m| m.name.as_str());
@@ -374,25 +385,11 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         sidecars.extend(built);
         init_sidecars.extend(built_init);
     }
-    init_sidecars.sort_by(|a, b| a.1.name.cmp(&b.1.name));
-    // No containers (the list is empty or absent: the typed pod cannot tell): the whole list
-    // is added, which applies in both cases.
-    merge_containers(
-        "containers",
-        &spec.containers,
-        &sidecars,
-        spec.containers.is_empty(),
-        &mut ops,
-    );
-    merge_containers(
-        "initContainers",
-        spec.init_containers.as_deref().unwrap_or(&[]),
-        &init_sidecars,
-        spec.init_containers.is_none(),
-        &mut ops,
-    );
+    Ok((sidecars, init_sidecars, volumes_needed))
+}
 
-    // 3. Volumes: only those mounted by injected containers; the pod's own win on a name clash.
+/// Adds the volumes the injected containers mount, except those the pod has by that name.
+fn volume_ops(spec: &PodSpec, volumes_needed: &[&Volume], ops: &mut Vec<PatchOperation>) {
     let pod_volumes: BTreeSet<&str> = spec
         .volumes
         .iter()
@@ -404,9 +401,11 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         .filter(|v| !pod_volumes.contains(v.name.as_str()))
         .map(|v| to_value(*v))
         .collect();
-    append_ops("volumes", spec.volumes.is_none(), new_volumes, &mut ops);
+    append_ops("volumes", spec.volumes.is_none(), new_volumes, ops);
+}
 
-    // 4. Image pull secrets, without duplicates.
+/// Adds the SidecarSets' image pull secrets the pod does not have.
+fn pull_secret_ops(spec: &PodSpec, todo: &[&Entry], ops: &mut Vec<PatchOperation>) {
     let mut secrets: BTreeSet<&str> = spec
         .image_pull_secrets
         .iter()
@@ -414,7 +413,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         .map(|s| s.name.as_str())
         .collect();
     let mut new_secrets = Vec::new();
-    for e in &todo {
+    for e in todo {
         for s in &e.ss.spec.image_pull_secrets {
             if secrets.insert(s.name.as_str()) {
                 new_secrets.push(to_value(&LocalObjectReference {
@@ -427,15 +426,8 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         "imagePullSecrets",
         spec.image_pull_secrets.is_none(),
         new_secrets,
-        &mut ops,
+        ops,
     );
-
-    Injection {
-        patch: Patch(ops),
-        injected: todo.iter().map(|e| e.ss.name().to_string()).collect(),
-        skipped,
-        denied: None,
-    }
 }
 
 /// Builds the sidecars of a SidecarSet's init containers or containers, with the resources their
@@ -523,88 +515,7 @@ fn hot_upgrade_pair(sc: &SidecarContainer, built: Container) -> (Container, Cont
     (with_versions(n1, image), with_versions(n2, empty))
 }
 
-/// The annotations of the hot-upgrade sidecars of the SidecarSets injected now (OpenKruise's
-/// `injectHotUpgradeContainers`): versions "1"/"0" for `<name>-1` (working) and "0"/"1" for
-/// `<name>-2` (empty), and `<name>-1` recorded as the working container, added to the map the
-/// pod came with.
-fn hot_upgrade_annotations(todo: &[&Entry], ann: &mut BTreeMap<String, String>) {
-    let mut working = crate::api::working_containers(ann);
-    let mut any = false;
-    for sc in todo.iter().flat_map(|e| e.ss.hot_upgrade_containers()) {
-        let (n1, n2) = crate::api::hot_upgrade_names(sc.name());
-        for (c, version, alt) in [(&n1, "1", "0"), (&n2, "0", "1")] {
-            ann.insert(crate::api::version_annotation(c), version.into());
-            ann.insert(crate::api::version_alt_annotation(c), alt.into());
-        }
-        working.insert(sc.name().to_string(), n1);
-        any = true;
-    }
-    if any {
-        ann.insert(
-            crate::api::ANNOTATION_WORKING_HOT_UPGRADE.into(),
-            serde_json::to_string(&working).unwrap_or_default(),
-        );
-    }
-}
-
-/// Applies a SidecarSet's `patchPodMetadata` to a pod's annotations: Retain adds what is
-/// missing, Overwrite sets, MergePatchJson merges JSON objects (RFC 7386).
-pub fn patch_metadata(ss: &SidecarSet, ann: &mut BTreeMap<String, String>) {
-    for p in &ss.spec.patch_pod_metadata {
-        for (k, v) in &p.annotations {
-            match p.patch_policy.unwrap_or(PatchPolicy::Retain) {
-                PatchPolicy::Retain => {
-                    ann.entry(k.clone()).or_insert_with(|| v.clone());
-                }
-                PatchPolicy::Overwrite => {
-                    ann.insert(k.clone(), v.clone());
-                }
-                PatchPolicy::MergePatchJson => {
-                    let merged = match (
-                        ann.get(k).map(|e| serde_json::from_str::<Value>(e)),
-                        serde_json::from_str(v),
-                    ) {
-                        (Some(Ok(mut existing)), Ok(patch)) if existing.is_object() => {
-                            json_patch::merge(&mut existing, &patch);
-                            existing.to_string()
-                        }
-                        // Absent, or not a JSON object: the patch value is set as it is.
-                        _ => v.clone(),
-                    };
-                    ann.insert(k.clone(), merged);
-                }
-            }
-        }
-    }
-}
-
-fn annotation_ops(
-    had_map: bool,
-    old: &BTreeMap<String, String>,
-    new: &BTreeMap<String, String>,
-    ops: &mut Vec<PatchOperation>,
-) {
-    let changed: Vec<(&String, &String)> = new
-        .iter()
-        .filter(|(k, v)| old.get(*k) != Some(*v))
-        .collect();
-    if changed.is_empty() {
-        return;
-    }
-    if !had_map {
-        ops.push(add(
-            ptr(&["metadata", "annotations"]),
-            Value::Object(Default::default()),
-        ));
-    }
-    for (k, v) in changed {
-        ops.push(add(
-            ptr(&["metadata", "annotations", k]),
-            Value::String(v.clone()),
-        ));
-    }
-}
-
+/// Appends `items` to the pod's `spec.<field>` (the whole list when it is absent).
 fn append_ops(field: &str, absent: bool, items: Vec<Value>, ops: &mut Vec<PatchOperation>) {
     if items.is_empty() {
         return;
@@ -906,7 +817,7 @@ pub fn on_update(old: &Pod, new: &Pod) -> Patch {
         }
     }
     let mut ops = Vec::new();
-    annotation_ops(
+    annotations::annotation_ops(
         new.metadata.annotations.is_some(),
         &new_ann,
         &wanted,

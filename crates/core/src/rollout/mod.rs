@@ -25,21 +25,21 @@
 
 pub mod hot;
 pub mod order;
+mod upgrade;
+mod waiting;
 
 pub use hot::reset_patch;
+pub use upgrade::upgrade_patch;
 
 use crate::api::{
-    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, CompiledSelector,
-    SidecarSet, SidecarSetUpdateStrategy, SidecarSetUpgradeSpec, UpdateStrategyType,
-    parse_hash_annotation,
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, CompiledSelector, SidecarSet,
+    SidecarSetUpdateStrategy, SidecarSetUpgradeSpec, parse_hash_annotation,
 };
 use crate::index::Entry;
-use json_patch::{AddOperation, Patch, PatchOperation, ReplaceOperation};
 use jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -649,14 +649,7 @@ pub fn plan_with(
         ..Plan::default()
     };
 
-    let stopped = if strategy.type_ == Some(UpdateStrategyType::NotUpdate) {
-        Some("NotUpdate: spec.updateStrategy.type is NotUpdate, so pods are only injected")
-    } else if strategy.paused {
-        Some("paused: spec.updateStrategy.paused is true")
-    } else {
-        None
-    };
-    if let Some(reason) = stopped {
+    if let Some(reason) = waiting::stopped(strategy) {
         if !done {
             plan.waiting = Some(reason.to_string());
         }
@@ -672,11 +665,7 @@ pub fn plan_with(
         .collect();
     if !reset.is_empty() {
         reset.sort();
-        plan.waiting = Some(format!(
-            "resetting the old hot-upgrade containers of {} to the empty image ({})",
-            pods(reset.len()),
-            some_keys(reset.iter().map(String::as_str))
-        ));
+        plan.waiting = Some(waiting::resetting(&reset));
         plan.reset = reset;
         return Ok(plan);
     }
@@ -694,17 +683,7 @@ pub fn plan_with(
         .collect();
     not_upgradable.sort();
     plan.not_upgradable = not_upgradable;
-    // Indexes into `matched`: scatter weighs the candidates against every matched pod.
-    let mut order: Vec<usize> = (0..matched.len())
-        .filter(|&i| {
-            let v = matched[i];
-            !v.updated && v.matches_update_selector && v.upgradable && v.consistent
-        })
-        .collect();
-    order.sort_by(|&a, &b| upgrade_order(matched[a], matched[b]));
-    let labels: Vec<&BTreeMap<String, String>> = matched.iter().map(|v| &v.labels).collect();
-    let order = order::arrange(strategy, &labels, order);
-    let candidates: Vec<&PodView> = order.iter().map(|&i| matched[i]).collect();
+    let candidates = candidates(strategy, &matched);
 
     let updated = total - count(old.len());
     let allowed = match rules {
@@ -736,109 +715,41 @@ pub fn plan_with(
     }
 
     plan.waiting = Some(if blocked > 0 {
-        let prefix = if max_unavailable == 0 {
-            "maxUnavailable is 0: only pods that are not ready are upgraded".to_string()
-        } else {
-            format!("maxUnavailable {max_unavailable} reached")
-        };
-        format!(
-            "{prefix}: {} updating or not ready ({})",
-            pods(unavailable.len()),
-            some_keys(unavailable.iter().map(|v| v.key.as_str()))
-        )
+        waiting::max_unavailable_reached(max_unavailable, &unavailable)
     } else if !candidates.is_empty() {
         format!(
             "partition {partition} reached: {} of {total} kept on the old sidecars",
             pods(old.len())
         )
     } else if old.is_empty() {
-        let in_flight: Vec<&str> = matched
-            .iter()
-            .filter(|v| !v.ready_and_consistent())
-            .map(|v| v.key.as_str())
-            .collect();
-        format!(
-            "every pod is updated; waiting for {} to become ready and consistent ({})",
-            pods(in_flight.len()),
-            some_keys(in_flight.iter().copied())
-        )
+        waiting::settling(&matched)
     } else {
-        let mut parts = Vec::new();
-        let n = plan.not_upgradable.len();
-        if n > 0 {
-            parts.push(format!(
-                "{} not upgradable in place (a field besides the image changed; recreate them): {}",
-                pods(n),
-                some_keys(plan.not_upgradable.iter().map(String::as_str))
-            ));
-        }
-        let unselected = old.len() - selected.len();
-        if unselected > 0 {
-            parts.push(format!(
-                "{} not selected by spec.updateStrategy.selector",
-                pods(unselected)
-            ));
-        }
-        let inconsistent: Vec<&str> = selected
-            .iter()
-            .filter(|v| v.upgradable && !v.consistent)
-            .map(|v| v.key.as_str())
-            .collect();
-        if !inconsistent.is_empty() {
-            parts.push(format!(
-                "{} whose container statuses do not yet match their spec ({})",
-                pods(inconsistent.len()),
-                some_keys(inconsistent.iter().copied())
-            ));
-        }
-        let in_flight: Vec<&str> = matched
-            .iter()
-            .filter(|v| v.updated && !v.ready_and_consistent())
-            .map(|v| v.key.as_str())
-            .collect();
-        if !in_flight.is_empty() {
-            parts.push(format!(
-                "{} updated and not yet ready and consistent ({})",
-                pods(in_flight.len()),
-                some_keys(in_flight.iter().copied())
-            ));
-        }
-        format!("no pod can be upgraded now: {}", parts.join("; "))
+        waiting::nothing_upgradable(&matched, &old, &selected, &plan.not_upgradable)
     });
     Ok(plan)
 }
 
-fn ptr(tokens: &[&str]) -> PointerBuf {
-    PointerBuf::from_tokens(tokens.iter().copied())
+/// The pods that can be upgraded now (matched, not updated, selected, upgradable, consistent)
+/// in upgrade order: [`upgrade_order`], then `priorityStrategy` and `scatterStrategy`.
+fn candidates<'a>(
+    strategy: &SidecarSetUpdateStrategy,
+    matched: &[&'a PodView],
+) -> Vec<&'a PodView> {
+    // Indexes into `matched`: scatter weighs the candidates against every matched pod.
+    let mut order: Vec<usize> = (0..matched.len())
+        .filter(|&i| {
+            let v = matched[i];
+            !v.updated && v.matches_update_selector && v.upgradable && v.consistent
+        })
+        .collect();
+    order.sort_by(|&a, &b| upgrade_order(matched[a], matched[b]));
+    let labels: Vec<&BTreeMap<String, String>> = matched.iter().map(|v| &v.labels).collect();
+    let order = order::arrange(strategy, &labels, order);
+    order.iter().map(|&i| matched[i]).collect()
 }
 
-/// Image ops for the sidecars in `pod_list` whose image is not (a normalised equal of) the
-/// SidecarSet's.
-fn image_ops(
-    field: &str,
-    pod_list: &[Container],
-    wanted: &mut dyn Iterator<Item = &Container>,
-    ops: &mut Vec<PatchOperation>,
-) {
-    for want in wanted {
-        let Some(image) = want.image.as_deref() else {
-            continue;
-        };
-        let Some((i, c)) = pod_list
-            .iter()
-            .enumerate()
-            .find(|(_, c)| c.name == want.name)
-        else {
-            continue;
-        };
-        let path = ptr(&["spec", field, &i.to_string(), "image"]);
-        let value = Value::String(image.to_string());
-        match c.image.as_deref() {
-            Some(old) if normalize_image(old) == normalize_image(image) => {}
-            Some(_) => ops.push(PatchOperation::Replace(ReplaceOperation { path, value })),
-            None => ops.push(PatchOperation::Add(AddOperation { path, value })),
-        }
-    }
+fn ptr(tokens: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(tokens.iter().copied())
 }
 
 /// The JSON patch that upgrades `pod` in place to the SidecarSet of `entry`:
@@ -932,161 +843,6 @@ pub fn inplace_state(
         .and_then(|a| a.get(ANNOTATION_INPLACE_UPDATE_STATE))
         .and_then(|v| serde_json::from_str(v).ok())
         .unwrap_or_default()
-}
-
-/// The in-place upgrade of `pod` to `entry`'s sidecars, as OpenKruise makes it
-/// (`updatePodSidecarAndHash`): the sidecar images; the pod's hash entry with the new hash and
-/// `controllerRevision` set to `revision` (the SidecarSet's latest); the in-place update state
-/// with the image IDs the upgraded sidecars ran; the injected list when it lacks the SidecarSet;
-/// and `patchPodMetadata` applied again (Overwrite and MergePatchJson follow the SidecarSet,
-/// Retain only adds what is missing). `pod` must carry every annotation `patchPodMetadata`
-/// names for Retain and MergePatchJson to see the pod's own values.
-pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str, revision: &str) -> Option<Patch> {
-    let ss = &entry.ss;
-    let name = ss.name();
-    let annotations = pod.metadata.annotations.as_ref()?;
-    let mut hashes = annotations
-        .get(ANNOTATION_HASH)
-        .and_then(|v| parse_hash_annotation(v))
-        .unwrap_or_default();
-    let mut list = crate::api::injected_list(annotations);
-    let old = hashes.get(name).cloned();
-    if old.is_none() && !list.contains(name) {
-        return None;
-    }
-    let wo = hash_entry(annotations, ANNOTATION_HASH_WITHOUT_IMAGE, name)?;
-    if wo.hash != *entry.hash_without_image {
-        return None;
-    }
-    let spec = pod.spec.as_ref()?;
-    let mut ops = Vec::new();
-    image_ops(
-        "containers",
-        &spec.containers,
-        &mut ss
-            .spec
-            .containers
-            .iter()
-            .filter(|c| !c.is_hot_upgrade())
-            .map(|c| &c.container),
-        &mut ops,
-    );
-    // Hot-upgrade sidecars: the new image into one container of each pair, and the pair's
-    // annotations.
-    let mut hot_ann = annotations.clone();
-    let recorded = inplace_state(Some(annotations))
-        .remove(name)
-        .map(|s| s.last_container_statuses)
-        .unwrap_or_default();
-    for sc in ss.hot_upgrade_containers() {
-        hot::upgrade_ops(pod, ss, sc, &recorded, &mut ops, &mut hot_ann);
-    }
-    image_ops(
-        "initContainers",
-        spec.init_containers.as_deref().unwrap_or(&[]),
-        &mut ss
-            .spec
-            .init_containers
-            .iter()
-            .filter(|c| c.is_native_sidecar())
-            .map(|c| &c.container),
-        &mut ops,
-    );
-    let listed = list.contains(name);
-    if ops.is_empty() && listed && old.as_ref().is_some_and(|o| o.hash == *entry.hash) {
-        return None;
-    }
-    // What the sidecars whose image changes run now, to tell when the kubelet has moved on.
-    let changing: BTreeSet<&str> = ops
-        .iter()
-        .filter_map(|op| match op {
-            PatchOperation::Replace(r) => Some(r.path.as_str()),
-            PatchOperation::Add(a) => Some(a.path.as_str()),
-            _ => None,
-        })
-        .filter_map(|path| {
-            let mut parts = path.trim_start_matches('/').split('/');
-            let (_, field, i) = (parts.next()?, parts.next()?, parts.next()?);
-            let i: usize = i.parse().ok()?;
-            let list = if field == "containers" {
-                &spec.containers
-            } else {
-                spec.init_containers.as_ref()?
-            };
-            list.get(i).map(|c| c.name.as_str())
-        })
-        .collect();
-    let status = pod.status.as_ref();
-    let image_ids: BTreeMap<String, InPlaceContainerStatus> = status
-        .into_iter()
-        .flat_map(|s| {
-            s.container_statuses
-                .iter()
-                .flatten()
-                .chain(s.init_container_statuses.iter().flatten())
-        })
-        .filter(|c| changing.contains(c.name.as_str()))
-        .map(|c| {
-            (
-                c.name.clone(),
-                InPlaceContainerStatus {
-                    image_id: c.image_id.clone(),
-                    restart_count: Some(c.restart_count),
-                },
-            )
-        })
-        .collect();
-    let mut state = inplace_state(Some(annotations));
-    state.insert(
-        name.to_string(),
-        InPlaceUpdateState {
-            revision: revision.to_string(),
-            update_timestamp: now.to_string(),
-            last_container_statuses: image_ids,
-        },
-    );
-    ops.push(PatchOperation::Add(AddOperation {
-        path: ptr(&["metadata", "annotations", ANNOTATION_INPLACE_UPDATE_STATE]),
-        value: Value::String(serde_json::to_string(&state).unwrap_or_default()),
-    }));
-    hot::annotation_ops(annotations, &hot_ann, &mut ops);
-    hashes.insert(
-        name.to_string(),
-        SidecarSetUpgradeSpec {
-            update_timestamp: now.to_string(),
-            hash: entry.hash.to_string(),
-            sidecar_set_name: name.to_string(),
-            sidecar_list: ss.sidecar_list(),
-            controller_revision: if revision.is_empty() {
-                old.map(|o| o.controller_revision).unwrap_or_default()
-            } else {
-                revision.to_string()
-            },
-        },
-    );
-    let mut patched = annotations.clone();
-    crate::inject::patch_metadata(ss, &mut patched);
-    for (k, v) in &patched {
-        if annotations.get(k) != Some(v) {
-            ops.push(PatchOperation::Add(AddOperation {
-                path: ptr(&["metadata", "annotations", k]),
-                value: Value::String(v.clone()),
-            }));
-        }
-    }
-    let hashes = serde_json::to_string(&hashes).unwrap_or_default();
-    ops.push(PatchOperation::Add(AddOperation {
-        path: ptr(&["metadata", "annotations", ANNOTATION_HASH]),
-        value: Value::String(hashes),
-    }));
-    if !listed {
-        list.insert(name.to_string());
-        ops.push(PatchOperation::Add(AddOperation {
-            path: ptr(&["metadata", "annotations", ANNOTATION_INJECTED_LIST]),
-            value: Value::String(list.into_iter().collect::<Vec<_>>().join(",")),
-        }));
-    }
-    Some(Patch(ops))
 }
 
 #[cfg(test)]

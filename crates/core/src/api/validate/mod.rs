@@ -1,10 +1,12 @@
 //! Validation of a SidecarSet on its own, and of its conflicts with other SidecarSets. Every
 //! error names the field path and what to do.
 
+mod container;
+
 use super::selector::{Scope, is_dns_label, is_label_value, is_qualified_name};
 use super::{
-    PatchPolicy, ResourcesPolicy, SidecarContainer, SidecarSet, SidecarSetSpec,
-    SidecarSetUpdateStrategy, UpdateStrategyType, UpgradeType,
+    PatchPolicy, SidecarSet, SidecarSetSpec, SidecarSetUpdateStrategy, UpdateStrategyType,
+    UpgradeType,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::{BTreeMap, BTreeSet};
@@ -114,7 +116,49 @@ pub fn validate(ss: &SidecarSet) -> Result<(), ValidationErrors> {
     errs.into_result()
 }
 
+/// The spec, field by field, in the order the errors are reported.
 fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
+    validate_scope(spec, errs);
+    if spec.containers.is_empty() && spec.init_containers.is_empty() {
+        errs.push(
+            "spec.containers",
+            "at least one container or init container is required",
+        );
+    }
+
+    validate_containers(spec, errs);
+    validate_volumes(spec, errs);
+    validate_update_strategy(&spec.update_strategy, errs);
+
+    if let Some(rev) = &spec.injection_strategy.revision
+        && rev.revision_name.as_deref().unwrap_or("").is_empty()
+        && rev.custom_version.as_deref().unwrap_or("").is_empty()
+    {
+        errs.push(
+            "spec.injectionStrategy.revision",
+            "set revisionName or customVersion",
+        );
+    }
+
+    for (i, s) in spec.image_pull_secrets.iter().enumerate() {
+        if s.name.is_empty() {
+            errs.push(format!("spec.imagePullSecrets[{i}].name"), "required");
+        }
+    }
+    if let Some(l) = spec.revision_history_limit
+        && l < 0
+    {
+        errs.push(
+            "spec.revisionHistoryLimit",
+            format!("{l} is negative: use 0 or more"),
+        );
+    }
+
+    validate_patch_pod_metadata(spec, errs);
+}
+
+/// The selector (not empty), the namespace (a DNS label, not with a namespaceSelector).
+fn validate_scope(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
     match Scope::of(spec) {
         Ok(scope) if scope.pods.is_empty() => errs.push(
             "spec.selector",
@@ -137,14 +181,11 @@ fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
             );
         }
     }
+}
 
-    if spec.containers.is_empty() && spec.init_containers.is_empty() {
-        errs.push(
-            "spec.containers",
-            "at least one container or init container is required",
-        );
-    }
-
+/// Each container and init container, and their names unique across both lists (a
+/// HotUpgrade sidecar's pair included).
+fn validate_containers(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
     // Container names are unique across containers and init containers, as in a pod.
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     let volume_names: BTreeSet<&str> = spec.volumes.iter().map(|v| v.name.as_str()).collect();
@@ -175,10 +216,13 @@ fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
                     }
                 }
             }
-            validate_container(c, &path, is_init, &volume_names, errs);
+            container::validate_container(c, &path, is_init, &volume_names, errs);
         }
     }
+}
 
+/// The volumes: valid and unique names, one source each.
+fn validate_volumes(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
     let mut seen = BTreeSet::new();
     for (i, v) in spec.volumes.iter().enumerate() {
         let path = format!("spec.volumes[{i}]");
@@ -208,8 +252,10 @@ fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
             );
         }
     }
+}
 
-    let us = &spec.update_strategy;
+/// partition and maxUnavailable, partition against selector, the selector, and the order.
+fn validate_update_strategy(us: &SidecarSetUpdateStrategy, errs: &mut ValidationErrors) {
     for (field, v) in [
         ("partition", &us.partition),
         ("maxUnavailable", &us.max_unavailable),
@@ -240,31 +286,10 @@ fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
         );
     }
     validate_update_order(us, errs);
+}
 
-    if let Some(rev) = &spec.injection_strategy.revision
-        && rev.revision_name.as_deref().unwrap_or("").is_empty()
-        && rev.custom_version.as_deref().unwrap_or("").is_empty()
-    {
-        errs.push(
-            "spec.injectionStrategy.revision",
-            "set revisionName or customVersion",
-        );
-    }
-
-    for (i, s) in spec.image_pull_secrets.iter().enumerate() {
-        if s.name.is_empty() {
-            errs.push(format!("spec.imagePullSecrets[{i}].name"), "required");
-        }
-    }
-    if let Some(l) = spec.revision_history_limit
-        && l < 0
-    {
-        errs.push(
-            "spec.revisionHistoryLimit",
-            format!("{l} is negative: use 0 or more"),
-        );
-    }
-
+/// patchPodMetadata: annotations valid, each patched once, MergePatchJson values JSON objects.
+fn validate_patch_pod_metadata(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
     let mut keys = BTreeSet::new();
     for (i, p) in spec.patch_pod_metadata.iter().enumerate() {
         let path = format!("spec.patchPodMetadata[{i}]");
@@ -289,224 +314,6 @@ fn validate_spec(spec: &SidecarSetSpec, errs: &mut ValidationErrors) {
                 && !serde_json::from_str::<serde_json::Value>(v).is_ok_and(|j| j.is_object())
             {
                 errs.push(apath, "MergePatchJson needs a JSON object as the value");
-            }
-        }
-    }
-}
-
-fn validate_container(
-    c: &SidecarContainer,
-    path: &str,
-    is_init: bool,
-    volumes: &BTreeSet<&str>,
-    errs: &mut ValidationErrors,
-) {
-    let ct = &c.container;
-    if !is_dns_label(&ct.name) {
-        errs.push(
-            format!("{path}.name"),
-            format!("{:?} is not a valid container name: lower-case letters, digits and '-', at most 63", ct.name),
-        );
-    }
-    if ct.image.as_deref().unwrap_or("").trim().is_empty() {
-        errs.push(format!("{path}.image"), "required");
-    }
-    match (is_init, ct.restart_policy.as_deref()) {
-        (_, None) | (true, Some("Always")) => {}
-        (true, Some(other)) => errs.push(
-            format!("{path}.restartPolicy"),
-            format!("{other:?} is not allowed: use Always (a native sidecar) or leave it unset"),
-        ),
-        (false, Some(_)) => errs.push(
-            format!("{path}.restartPolicy"),
-            "only init containers may set restartPolicy (Always makes a native sidecar)",
-        ),
-    }
-    if c.is_hot_upgrade() {
-        validate_hot_upgrade(c, path, is_init, errs);
-    }
-    for (j, m) in ct.volume_mounts.iter().flatten().enumerate() {
-        if !volumes.contains(m.name.as_str()) && !c.share_volumes() {
-            errs.push(
-                format!("{path}.volumeMounts[{j}].name"),
-                format!(
-                    "volume {:?} is not in spec.volumes: add it there, or enable shareVolumePolicy to mount the pod's own volume",
-                    m.name
-                ),
-            );
-        }
-        if m.mount_path.is_empty() {
-            errs.push(format!("{path}.volumeMounts[{j}].mountPath"), "required");
-        }
-    }
-    for (j, d) in ct.volume_devices.iter().flatten().enumerate() {
-        if !volumes.contains(d.name.as_str()) && !c.share_volume_devices() {
-            errs.push(
-                format!("{path}.volumeDevices[{j}].name"),
-                format!("volume {:?} is not in spec.volumes", d.name),
-            );
-        }
-    }
-    for (j, t) in c.transfer_env.iter().enumerate() {
-        let tpath = format!("{path}.transferEnv[{j}]");
-        let by_name = t
-            .source_container_name
-            .as_deref()
-            .is_some_and(|s| !s.is_empty());
-        match (&t.source_container_name_from, by_name) {
-            (Some(_), true) => errs.push(
-                tpath.clone(),
-                "sourceContainerName and sourceContainerNameFrom are mutually exclusive",
-            ),
-            (None, false) => errs.push(
-                tpath.clone(),
-                "set sourceContainerName or sourceContainerNameFrom",
-            ),
-            (Some(from), false) => match from.field_ref.as_ref() {
-                None => errs.push(
-                    format!("{tpath}.sourceContainerNameFrom.fieldRef"),
-                    "required",
-                ),
-                Some(fr) => {
-                    if let Some(v) = fr.api_version.as_deref()
-                        && v != "v1"
-                    {
-                        errs.push(
-                            format!("{tpath}.sourceContainerNameFrom.fieldRef.apiVersion"),
-                            "must be v1",
-                        );
-                    }
-                    if super::parse_field_path(&fr.field_path).is_none() {
-                        errs.push(
-                            format!("{tpath}.sourceContainerNameFrom.fieldRef.fieldPath"),
-                            format!(
-                                "{:?} is not supported: use metadata.name, metadata.labels['KEY'] or metadata.annotations['KEY']",
-                                fr.field_path
-                            ),
-                        );
-                    }
-                }
-            },
-            (None, true) => {}
-        }
-        let has_one = t.env_name.as_deref().is_some_and(|s| !s.is_empty());
-        if has_one && !t.env_names.is_empty() {
-            errs.push(tpath, "envName and envNames are mutually exclusive");
-        } else if !has_one && t.env_names.is_empty() {
-            errs.push(tpath, "set envName or envNames");
-        }
-    }
-    if let Some(policy) = &c.resources_policy {
-        validate_resources_policy(c, policy, &format!("{path}.resourcesPolicy"), is_init, errs);
-    }
-}
-
-/// A HotUpgrade sidecar. OpenKruise's validating webhook checks none of this (v1.9.0): without
-/// an empty image its pod webhook injects `<name>-2` with no image, and every pod the SidecarSet
-/// selects is then refused by the API server; on an init container its controller never
-/// upgrades the pair. Both are refused here, before any pod is blocked.
-fn validate_hot_upgrade(
-    c: &SidecarContainer,
-    path: &str,
-    is_init: bool,
-    errs: &mut ValidationErrors,
-) {
-    if is_init {
-        errs.push(
-            format!("{path}.upgradeStrategy.upgradeType"),
-            "HotUpgrade is for containers only: an init container (a native sidecar too) is upgraded with ColdUpgrade; remove upgradeType or set ColdUpgrade, or move the sidecar to spec.containers",
-        );
-        return;
-    }
-    if c.hot_upgrade_empty_image().is_none() {
-        errs.push(
-            format!("{path}.upgradeStrategy.hotUpgradeEmptyImage"),
-            format!(
-                "required with HotUpgrade: the image the idle container {:?} runs (it gets the sidecar's command, args and probes, so it must accept them and do nothing)",
-                format!("{}-2", c.name())
-            ),
-        );
-    }
-    if c.name().len() > 61 {
-        errs.push(
-            format!("{path}.name"),
-            format!(
-                "{:?} is too long for HotUpgrade: the pod gets {:?} and {:?}, which must be at most 63 characters; use at most 61",
-                c.name(),
-                format!("{}-1", c.name()),
-                format!("{}-2", c.name())
-            ),
-        );
-    }
-}
-
-/// OpenKruise's checks of a resourcesPolicy, in its order.
-fn validate_resources_policy(
-    c: &SidecarContainer,
-    p: &ResourcesPolicy,
-    path: &str,
-    is_init: bool,
-    errs: &mut ValidationErrors,
-) {
-    use super::resources_policy::expr::{Value, Variables, evaluate};
-    if is_init && !c.is_native_sidecar() {
-        errs.push(
-            path,
-            "resourcesPolicy works only on native sidecars: set restartPolicy: Always on this init container, or remove resourcesPolicy",
-        );
-    }
-    let set = |l: Option<&BTreeMap<String, _>>| l.is_some_and(|l| !l.is_empty());
-    if c.container
-        .resources
-        .as_ref()
-        .is_some_and(|r| set(r.limits.as_ref()) || set(r.requests.as_ref()))
-    {
-        errs.push(
-            path,
-            "resourcesPolicy and resources cannot be set together: remove resources.limits and resources.requests (the policy computes them), or remove resourcesPolicy",
-        );
-        return;
-    }
-    // Absent is ".*" (the default); an explicit empty one is refused, as by OpenKruise.
-    if let Some(re) = p.target_containers_name_regex.as_deref() {
-        let field = format!("{path}.targetContainersNameRegex");
-        if re.is_empty() {
-            errs.push(
-                field,
-                "required: a regular expression over the pod's container names, such as \".*\" (every container) or \"^app$\"",
-            );
-        } else if let Err(e) = regex::Regex::new(re) {
-            errs.push(
-                field,
-                format!("{re:?} is not a valid regular expression: {e}"),
-            );
-        }
-    }
-    let x = &p.resources_expr;
-    if x.limits.is_none() && x.requests.is_none() {
-        errs.push(
-            format!("{path}.resourcesExpr"),
-            "set limits or requests (or both), each with a cpu and/or a memory expression",
-        );
-        return;
-    }
-    for (kind, exprs) in [("limits", &x.limits), ("requests", &x.requests)] {
-        let Some(exprs) = exprs else { continue };
-        for (var, e) in [("cpu", &exprs.cpu), ("memory", &exprs.memory)] {
-            if e.is_empty() {
-                continue;
-            }
-            // OpenKruise checks an expression by evaluating it with its variable as the number 1.
-            let mut vars = Variables::from([(var.to_string(), Value::Number(1.0))]);
-            if let Err(err) = evaluate(e, &mut vars) {
-                errs.push(
-                    format!("{path}.resourcesExpr.{kind}.{var}"),
-                    format!(
-                        "{e:?} is not a valid expression (checked with {var} = 1): {err}; use numbers, \
-                         percentages (50%), quantities (100m, 512Mi), the variable {var}, + - * /, \
-                         parentheses, max(a, b) and min(a, b)"
-                    ),
-                );
             }
         }
     }

@@ -4,20 +4,24 @@
 //! rollout classifier and plan ([`sidecarset_core::rollout`]). Pure: the caller gathers the pod, its
 //! namespace's labels, the SidecarSets and the other pods of each (from the cluster or files).
 
-use super::pods::{NextStep, Rollout, differences};
+use super::pods::NextStep;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 use sidecarset_core::api::{
     ANNOTATION_HASH, Scope, SidecarSet, SidecarSetUpgradeSpec, injected_list, parse_hash_annotation,
 };
-use sidecarset_core::index::{Entry, Index};
+use sidecarset_core::index::Index;
 use sidecarset_core::inject::SkipReason;
-use sidecarset_core::rollout::Classifier;
 use std::collections::{BTreeMap, BTreeSet};
+
+mod human;
+mod injected;
+
+pub use human::human;
 
 /// A ControllerRevision of a SidecarSet, by the hash it records.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KnownRevision {
+pub struct SidecarSetRevision {
     pub sidecarset: String,
     pub name: String,
     /// Its `kruise.io/sidecarset-hash` annotation.
@@ -35,7 +39,7 @@ pub struct PodInput<'a> {
     /// The pods injected by each SidecarSet (the explained pod may be among them), for the
     /// rollout plan; a SidecarSet without an entry is planned with the explained pod alone.
     pub peers: &'a BTreeMap<String, Vec<Pod>>,
-    pub revisions: &'a [KnownRevision],
+    pub revisions: &'a [SidecarSetRevision],
     /// List every SidecarSet, not only those that select the pod, injected it or miss it by one
     /// selector term.
     pub all: bool,
@@ -196,6 +200,7 @@ pub struct Sidecar {
     pub hot_upgrade: Option<String>,
 }
 
+/// `namespace/name` of a pod.
 fn key(pod: &Pod) -> String {
     format!(
         "{}/{}",
@@ -244,6 +249,7 @@ pub fn missed_terms(
     Ok(out)
 }
 
+/// The pod's hash annotation entry for the SidecarSet `name`.
 fn hash_entry(pod: &Pod, name: &str) -> Option<SidecarSetUpgradeSpec> {
     pod.metadata
         .annotations
@@ -257,9 +263,7 @@ fn hash_entry(pod: &Pod, name: &str) -> Option<SidecarSetUpgradeSpec> {
 pub fn explain_pod(input: &PodInput) -> PodExplanation {
     let pod = input.pod;
     let empty = BTreeMap::new();
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
     let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let injected: BTreeSet<String> = injected_list(annotations);
     let recorded: BTreeSet<String> = annotations
         .get(ANNOTATION_HASH)
@@ -269,63 +273,14 @@ pub fn explain_pod(input: &PodInput) -> PodExplanation {
     // What the webhook would do with this pod now.
     let injection =
         sidecarset_core::inject::for_pod(input.index, pod, &input.namespace_labels, input.now);
-    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let mut verdicts = Vec::new();
     let mut others = 0;
     for ss in input.index.iter() {
-        let name = ss.name();
-        let is_injected = injected.contains(name) || recorded.contains(name);
-        let missed = match missed_terms(ss, labels, ns, &input.namespace_labels) {
-            Ok(m) => m,
-            Err(e) => {
-                verdicts.push(Verdict {
-                    sidecarset: name.into(),
-                    selects: false,
-                    missed: vec![],
-                    injection: InjectionState::NotSelected,
-                    reason: None,
-                    detail: format!("its selectors do not compile: {e}"),
-                    revision: None,
-                    sidecars: vec![],
-                    upgradable: None,
-                    next: None,
-                });
-                continue;
-            }
-        };
-        let selects = missed.is_empty();
-        if !(selects || is_injected || missed.len() == 1 || input.all) {
-            others += 1;
-            continue;
+        let is_injected = injected.contains(ss.name()) || recorded.contains(ss.name());
+        match verdict(input, ss, is_injected, &injection) {
+            Some(v) => verdicts.push(v),
+            None => others += 1,
         }
-        let mut v = Verdict {
-            sidecarset: name.into(),
-            selects,
-            missed,
-            injection: InjectionState::NotSelected,
-            reason: None,
-            detail: String::new(),
-            revision: None,
-            sidecars: vec![],
-            upgradable: None,
-            next: None,
-        };
-        if is_injected {
-            injected_verdict(input, ss, &mut v);
-        } else if selects {
-            v.injection = InjectionState::Skipped;
-            let (why, detail) = skip_reason(input, ss, &injection, created);
-            v.reason = Some(why);
-            v.detail = detail;
-        } else {
-            v.detail = v
-                .missed
-                .iter()
-                .map(|t| t.to_string())
-                .collect::<Vec<_>>()
-                .join("; ");
-        }
-        verdicts.push(v);
     }
     for gone in injected
         .iter()
@@ -333,18 +288,11 @@ pub fn explain_pod(input: &PodInput) -> PodExplanation {
         .collect::<BTreeSet<_>>()
     {
         if input.index.get(gone).is_none() {
-            verdicts.push(Verdict {
-                sidecarset: gone.clone(),
-                selects: false,
-                missed: vec![],
-                injection: InjectionState::Deleted,
-                reason: None,
-                detail: "the pod records this SidecarSet, which does not exist any more: its sidecars stay until the pod is recreated".into(),
-                revision: None,
-                sidecars: vec![],
-                upgradable: None,
-                next: None,
-            });
+            verdicts.push(Verdict::bare(
+                gone.clone(),
+                InjectionState::Deleted,
+                "the pod records this SidecarSet, which does not exist any more: its sidecars stay until the pod is recreated".into(),
+            ));
         }
     }
     verdicts.sort_by(|a, b| a.sidecarset.cmp(&b.sidecarset));
@@ -362,6 +310,76 @@ pub fn explain_pod(input: &PodInput) -> PodExplanation {
     }
 }
 
+impl Verdict {
+    /// A verdict with only a state and a detail (nothing selected, no revision, no sidecars).
+    fn bare(sidecarset: String, injection: InjectionState, detail: String) -> Verdict {
+        Verdict {
+            sidecarset,
+            selects: false,
+            missed: vec![],
+            injection,
+            reason: None,
+            detail,
+            revision: None,
+            sidecars: vec![],
+            upgradable: None,
+            next: None,
+        }
+    }
+}
+
+/// One SidecarSet's verdict on the pod; `None` when it is left out (neither selecting the pod,
+/// nor injected, nor missing it by one term, without `--all`).
+fn verdict(
+    input: &PodInput,
+    ss: &std::sync::Arc<SidecarSet>,
+    is_injected: bool,
+    injection: &sidecarset_core::inject::Injection,
+) -> Option<Verdict> {
+    let pod = input.pod;
+    let empty = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let name = ss.name();
+    let missed = match missed_terms(ss, labels, ns, &input.namespace_labels) {
+        Ok(m) => m,
+        Err(e) => {
+            return Some(Verdict::bare(
+                name.into(),
+                InjectionState::NotSelected,
+                format!("its selectors do not compile: {e}"),
+            ));
+        }
+    };
+    let selects = missed.is_empty();
+    if !(selects || is_injected || missed.len() == 1 || input.all) {
+        return None;
+    }
+    let mut v = Verdict {
+        selects,
+        missed,
+        ..Verdict::bare(name.into(), InjectionState::NotSelected, String::new())
+    };
+    if is_injected {
+        injected::injected_verdict(input, ss, &mut v);
+    } else if selects {
+        v.injection = InjectionState::Skipped;
+        let (why, detail) = skip_reason(input, ss, injection, created);
+        v.reason = Some(why);
+        v.detail = detail;
+    } else {
+        v.detail = v
+            .missed
+            .iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
+    Some(v)
+}
+
+/// Why a SidecarSet that selects the pod did not inject it: the reason and a sentence.
 fn skip_reason(
     input: &PodInput,
     ss: &SidecarSet,
@@ -417,259 +435,4 @@ fn skip_reason(
         Why::NotInjectedAtCreation,
         "it selects the pod and would inject it if the pod were created now, but did not at its creation: the SidecarSet's scope or injection strategy, or the pod's labels, changed since, or the webhook did not see the pod (failurePolicy Ignore while the operator was down, or a label that selects it was added by a mutating webhook that runs after ours: the API server does not call ours again for it); recreate the pod to inject it".into(),
     )
-}
-
-fn injected_verdict(input: &PodInput, ss: &std::sync::Arc<SidecarSet>, v: &mut Verdict) {
-    let pod = input.pod;
-    let name = ss.name();
-    v.injection = InjectionState::Injected;
-    if !v.selects {
-        v.detail = format!(
-            "injected at creation; no longer selected ({}), but the controller still counts and upgrades the pod (it follows the pod's injected list)",
-            v.missed
-                .iter()
-                .map(|t| t.to_string())
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
-    } else {
-        v.detail = "injected at creation".into();
-    }
-    let Some(entry) = input
-        .index
-        .iter()
-        .find(|s| s.name() == name)
-        .and_then(|s| Entry::new(s.clone()).ok())
-    else {
-        return;
-    };
-    // Sidecars: the pod's spec image, the SidecarSet's, and what runs.
-    let spec = pod.spec.clone().unwrap_or_default();
-    let status = pod.status.clone().unwrap_or_default();
-    let sidecar_specs: Vec<_> = ss
-        .spec
-        .containers
-        .iter()
-        .chain(
-            ss.spec
-                .init_containers
-                .iter()
-                .filter(|c| c.is_native_sidecar()),
-        )
-        .collect();
-    // A hot-upgrade sidecar is listed as its pair: the working container should run the
-    // SidecarSet's image, the idle one its empty image.
-    let pod_ann = pod.metadata.annotations.clone().unwrap_or_default();
-    let mut hot: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
-    for c in ss.hot_upgrade_containers() {
-        let (working, idle) = sidecarset_core::api::working_and_idle(c.name(), &pod_ann);
-        hot.insert(working, ("working".into(), c.container.image.clone()));
-        hot.insert(
-            idle,
-            (
-                "idle".into(),
-                c.hot_upgrade_empty_image().map(str::to_string),
-            ),
-        );
-    }
-    let mut names: Vec<String> = super::pods::injected_sidecars(pod, name)
-        .into_iter()
-        .flat_map(
-            |n| match ss.hot_upgrade_containers().find(|c| c.name() == n) {
-                Some(c) => c.pod_names(),
-                None => vec![n],
-            },
-        )
-        .collect();
-    for c in &sidecar_specs {
-        for n in c.pod_names() {
-            if !names.contains(&n) {
-                names.push(n);
-            }
-        }
-    }
-    names.sort();
-    for n in names {
-        let in_pod = spec
-            .containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
-            .find(|c| c.name == n);
-        let running = status
-            .container_statuses
-            .iter()
-            .flatten()
-            .chain(status.init_container_statuses.iter().flatten())
-            .find(|c| c.name == n)
-            .map(|c| c.image.clone())
-            .filter(|i| !i.is_empty());
-        v.sidecars.push(Sidecar {
-            name: n.clone(),
-            pod_image: in_pod.and_then(|c| c.image.clone()),
-            sidecarset_image: match hot.get(&n) {
-                Some((_, image)) => image.clone(),
-                None => sidecar_specs
-                    .iter()
-                    .find(|c| c.container.name == n)
-                    .and_then(|c| c.container.image.clone()),
-            },
-            running_image: running,
-            hot_upgrade: hot.get(&n).map(|(role, _)| {
-                let version = pod_ann
-                    .get(&sidecarset_core::api::version_annotation(&n))
-                    .map(String::as_str)
-                    .unwrap_or("-");
-                format!("{role}, version {version}")
-            }),
-        });
-    }
-    let latest_revision = ss.status.as_ref().and_then(|s| s.latest_revision.clone());
-    if let Some(h) = hash_entry(pod, name) {
-        let updated = h.hash == *entry.hash;
-        let pod_revision = if updated {
-            latest_revision.clone()
-        } else {
-            input
-                .revisions
-                .iter()
-                .find(|r| r.sidecarset == name && r.hash == h.hash)
-                .map(|r| r.name.clone())
-                .or_else(|| Some(h.controller_revision.clone()).filter(|r| !r.is_empty()))
-        };
-        v.revision = Some(Revision {
-            pod_hash: h.hash.clone(),
-            pod_revision,
-            latest_hash: entry.hash.to_string(),
-            latest_revision,
-            updated,
-        });
-    }
-    let Ok(classifier) = Classifier::new(&entry) else {
-        return;
-    };
-    let mut views: Vec<sidecarset_core::rollout::PodView> = input
-        .peers
-        .get(name)
-        .into_iter()
-        .flatten()
-        // As the controller picks a SidecarSet's pods: by their injected list.
-        .filter(|p| {
-            injected_list(p.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()))
-                .contains(name)
-        })
-        .map(|p| classifier.view(p))
-        .collect();
-    let me = classifier.view(pod);
-    if !views.iter().any(|x| x.key == me.key) {
-        views.push(me.clone());
-    }
-    v.upgradable = Some(me.updated || me.upgradable);
-    let rollout = Rollout::new(&entry.ss.spec.update_strategy, views);
-    v.next = Some(rollout.next_step(&me, || differences(pod, &entry, input.now)));
-}
-
-/// The explanation for people.
-pub fn human(e: &PodExplanation) -> String {
-    let mut s = String::new();
-    s.push_str(&format!("Pod {}", e.pod));
-    let mut facts = Vec::new();
-    if let Some(p) = &e.phase {
-        facts.push(p.clone());
-    }
-    if let Some(c) = &e.created {
-        facts.push(format!("created {c}"));
-    }
-    if !facts.is_empty() {
-        s.push_str(&format!(" ({})", facts.join(", ")));
-    }
-    s.push('\n');
-    s.push_str(&format!(
-        "Injected by: {}\n",
-        if e.injected.is_empty() {
-            "none".to_string()
-        } else {
-            e.injected.join(", ")
-        }
-    ));
-    if e.sidecarsets.is_empty() {
-        s.push_str("\nNo SidecarSet selects this pod or comes close to it.\n");
-    }
-    for v in &e.sidecarsets {
-        s.push('\n');
-        let state = match (v.injection, v.reason) {
-            (InjectionState::Injected, _) => "injected".to_string(),
-            (InjectionState::Deleted, _) => "injected, SidecarSet deleted".to_string(),
-            (InjectionState::NotSelected, _) => "not selected".to_string(),
-            (InjectionState::Skipped, Some(r)) => format!("skipped ({})", why_label(r)),
-            (InjectionState::Skipped, None) => "skipped".to_string(),
-        };
-        s.push_str(&format!("SidecarSet {}: {state}\n", v.sidecarset));
-        if !v.detail.is_empty() {
-            s.push_str(&format!("  {}\n", v.detail));
-        }
-        if let Some(r) = &v.revision {
-            let rev = |name: &Option<String>, hash: &str| {
-                let short: String = hash.chars().take(12).collect();
-                match name {
-                    Some(n) => format!("{n} (hash {short}…)"),
-                    None => format!("hash {short}…"),
-                }
-            };
-            if r.updated {
-                s.push_str(&format!(
-                    "  revision: {}, the latest\n",
-                    rev(&r.latest_revision, &r.latest_hash)
-                ));
-            } else {
-                s.push_str(&format!(
-                    "  revision: {}; latest is {}\n",
-                    rev(&r.pod_revision, &r.pod_hash),
-                    rev(&r.latest_revision, &r.latest_hash)
-                ));
-            }
-        }
-        for c in &v.sidecars {
-            let img = |i: &Option<String>| i.clone().unwrap_or_else(|| "-".into());
-            s.push_str(&format!(
-                "  sidecar {}: pod {}, SidecarSet {}, running {}{}\n",
-                c.name,
-                img(&c.pod_image),
-                img(&c.sidecarset_image),
-                img(&c.running_image),
-                c.hot_upgrade
-                    .as_ref()
-                    .map(|h| format!(" (hot upgrade: {h})"))
-                    .unwrap_or_default()
-            ));
-        }
-        if let Some(u) = v.upgradable {
-            s.push_str(&format!(
-                "  upgradable in place: {}\n",
-                if u { "yes" } else { "no" }
-            ));
-        }
-        if let Some(n) = &v.next {
-            s.push_str(&format!("  next rollout step: {n}\n"));
-        }
-    }
-    if e.others > 0 {
-        s.push_str(&format!(
-            "\n{} other SidecarSet(s) miss this pod by more than one selector term (--all lists them).\n",
-            e.others
-        ));
-    }
-    s
-}
-
-fn why_label(w: Why) -> &'static str {
-    match w {
-        Why::Paused => "paused",
-        Why::Conflict => "conflict",
-        Why::NamespaceExcluded => "namespace excluded",
-        Why::CreatedBefore => "pod created before the SidecarSet",
-        Why::Refused => "the webhook would refuse the pod",
-        Why::NotInjectedAtCreation => "not injected at creation",
-        Why::WillBeInjected => "will be injected at creation",
-        Why::PodFinished => "pod finished",
-    }
 }
