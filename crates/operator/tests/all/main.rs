@@ -6,6 +6,7 @@ mod arb;
 mod cli;
 mod common;
 mod conversion;
+mod house;
 mod kruise_conformance;
 mod pinning;
 mod properties;
