@@ -148,9 +148,11 @@ service:
     sent to a webhook that no replica answers (an image that cannot be pulled blocks nothing);
     no SidecarSet can be created before a replica answers (its webhooks are Fail), and the
     operator widens the condition to cover one before admitting it.
-  `helm template` (no cluster) renders the last case.
+  `helm template` (no cluster) renders the last case. With features.podMatchConditions off the
+  operator keeps no condition, so none is rendered (every pod is sent).
 */ -}}
 {{- define "sso.podMatchConditions" -}}
+{{- if .Values.features.podMatchConditions -}}
 {{- $live := lookup "admissionregistration.k8s.io/v1" "MutatingWebhookConfiguration" "" (include "sso.webhookConfigName" .) -}}
 {{- $entry := dict -}}
 {{- range ($live.webhooks | default list) -}}
@@ -166,6 +168,7 @@ service:
 {{- if not ($existing.items | default list) -}}
 - name: selected-by-a-sidecarset
   expression: "false"
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

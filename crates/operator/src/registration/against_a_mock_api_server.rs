@@ -100,7 +100,12 @@ async fn the_condition_follows_the_selectors_and_is_dropped_when_refused() {
         .await
         .answer(200, configuration_with(Some(&expression_web)));
     let apply = api.expect("PATCH", CONFIG).await;
-    assert_eq!(apply.body["webhooks"][0].get("matchConditions"), None);
+    // Written as a condition every pod matches: leaving it out would not remove the one the
+    // chart rendered (server-side apply keeps what another field manager also set).
+    assert_eq!(
+        apply.body["webhooks"][0]["matchConditions"],
+        serde_json::json!([{"name": "selected-by-a-sidecarset", "expression": "true"}])
+    );
     apply.echo("3");
     api.expect_nothing().await;
     task.abort();
@@ -316,4 +321,31 @@ async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selecto
     let refused = admission.await.unwrap().unwrap_err();
     assert!(refused.contains("retry"), "{refused}");
     task.abort();
+}
+
+/// What the condition read back stands for: none or ours set to "true" is every pod (what the
+/// operator writes when the selectors are too many); the chart's "false" on a new install is
+/// an expression that covers no SidecarSet, so the first SidecarSet widens it.
+#[test]
+fn the_condition_read_back_every_pod_or_an_expression() {
+    let read = |e: Option<&str>| {
+        let c: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration =
+            serde_json::from_value(configuration_with(e)).unwrap();
+        match_coverage::read_back(&c).map(|c| format!("{:?}", match_coverage::expression_of(&c)))
+    };
+    assert_eq!(read(None).as_deref(), Some("Some(None)"));
+    assert_eq!(read(Some("true")).as_deref(), Some("Some(None)"));
+    assert_eq!(read(Some(" true ")).as_deref(), Some("Some(None)"));
+    assert_eq!(
+        read(Some("false")).as_deref(),
+        Some("Some(Some(\"false\"))")
+    );
+    let coverage = MatchCoverage::default();
+    let c: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration =
+        serde_json::from_value(configuration_with(Some("false"))).unwrap();
+    coverage.set(match_coverage::read_back(&c).unwrap());
+    assert!(
+        !coverage.covers(&sidecarset("web")),
+        "the chart's initial condition covers no SidecarSet"
+    );
 }

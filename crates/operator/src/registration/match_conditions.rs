@@ -2,7 +2,7 @@
 //! every pass, written when it differs, repaired when someone else changed it.
 
 use super::match_coverage::{
-    Covered, MATCH_CONDITION_NAME, MatchCoverage, expression_of, read_back,
+    Covered, EVERY_POD, MATCH_CONDITION_NAME, MatchCoverage, expression_of, read_back,
 };
 use crate::cluster::ClusterView;
 use crate::names::{MATCH_CONDITIONS_FIELD_MANAGER, POD_CREATE_WEBHOOK, WebhookConfigs};
@@ -211,11 +211,13 @@ async fn apply_match_condition(
         refused: false,
         message: e.to_string(),
     };
-    let mut entry = serde_json::json!({"name": POD_CREATE_WEBHOOK});
-    if let Some(e) = expression {
-        entry["matchConditions"] =
-            serde_json::json!([{"name": MATCH_CONDITION_NAME, "expression": e}]);
-    }
+    let entry = serde_json::json!({
+        "name": POD_CREATE_WEBHOOK,
+        "matchConditions": [{
+            "name": MATCH_CONDITION_NAME,
+            "expression": expression.unwrap_or(EVERY_POD),
+        }],
+    });
     let patch = serde_json::json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": config}, "webhooks": [entry],

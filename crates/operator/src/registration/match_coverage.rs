@@ -159,6 +159,12 @@ impl MatchCoverage {
 /// The name of our match condition on the pod CREATE webhook.
 pub const MATCH_CONDITION_NAME: &str = "selected-by-a-sidecarset";
 
+/// Our condition when every pod must be sent (the selectors make an expression too long, or the
+/// API server refused it). Written as a condition rather than by removing it: the chart renders
+/// the condition too, and a server-side apply that leaves out a field another manager (Helm)
+/// also set does not remove it.
+pub const EVERY_POD: &str = "true";
+
 /// What the pod CREATE webhook's match conditions are: None when the entry does not exist.
 pub(super) fn read_back(config: &MutatingWebhookConfiguration) -> Option<Covered> {
     let entry = config
@@ -169,6 +175,9 @@ pub(super) fn read_back(config: &MutatingWebhookConfiguration) -> Option<Covered
     let conditions = entry.match_conditions.clone().unwrap_or_default();
     Some(match conditions.as_slice() {
         [] => Covered::Everything,
+        [c] if c.name == MATCH_CONDITION_NAME && c.expression.trim() == EVERY_POD => {
+            Covered::Everything
+        }
         [c] if c.name == MATCH_CONDITION_NAME => Covered::Expression {
             expression: c.expression.clone(),
             index: Index::default(),

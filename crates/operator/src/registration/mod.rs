@@ -15,7 +15,9 @@ pub mod openkruise;
 pub use configurations::{POD_UPDATE_MATCH, apply_webhook_configurations, webhook_configurations};
 pub use crd_conversion::keep_crd_conversion_from_file;
 pub use match_conditions::{RESYNC, keep_pod_match_conditions};
-pub use match_coverage::{MATCH_CONDITION_NAME, MAX_PENDING, MatchCoverage, PENDING_TTL};
+pub use match_coverage::{
+    EVERY_POD, MATCH_CONDITION_NAME, MAX_PENDING, MatchCoverage, PENDING_TTL,
+};
 pub use openkruise::check_openkruise;
 
 #[cfg(test)]

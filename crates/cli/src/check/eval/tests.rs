@@ -381,6 +381,21 @@ fn each_failure_turns_its_line() {
             "too many",
         ),
         (
+            "too long for a condition, written as every pod",
+            |o| {
+                o.expected_match = Some(None);
+                mwc(o, POD_CREATE_WEBHOOK).match_conditions = Some(vec![
+                    k8s_openapi::api::admissionregistration::v1::MatchCondition {
+                        name: "selected-by-a-sidecarset".into(),
+                        expression: "true".into(),
+                    },
+                ]);
+            },
+            "match-conditions",
+            CheckStatus::Ok,
+            "too many",
+        ),
+        (
             "no ready endpoint",
             |o| service_mode(o, slice(&[false, false])),
             "endpoints",
