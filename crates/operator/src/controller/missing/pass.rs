@@ -219,7 +219,8 @@ impl Evicting<'_> {
             withhold(&self.name, &pod_key, Withheld::NotInjectable);
             return ControlFlow::Continue(());
         }
-        self.spend_token(&pod_key, &owner).await?;
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        self.spend_token(&pod_key, &uid, &owner).await?;
         if self.post_eviction(p, &pod_key, &fresh).await {
             self.give_token_back().await?;
         }
@@ -245,11 +246,12 @@ impl Evicting<'_> {
     /// Spends the token first, in the API: a leader that takes over sees it. The time is the
     /// eviction's, not the pass's start: the pass may have waited on the API for seconds, and a
     /// sibling created in between is no replacement.
-    async fn spend_token(&mut self, pod_key: &str, owner: &str) -> ControlFlow<()> {
+    async fn spend_token(&mut self, pod_key: &str, uid: &str, owner: &str) -> ControlFlow<()> {
         let at = jiff::Timestamp::now().as_second();
         self.state.evictions.push(Evicted {
             at,
             pod: pod_key.to_string(),
+            uid: uid.to_string(),
             owner: owner.to_string(),
             same_second: same_second(self.pods, owner, at),
         });

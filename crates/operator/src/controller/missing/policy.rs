@@ -154,7 +154,8 @@ pub fn precheck(
 }
 
 /// Whether `pod`, missing its sidecars, is the replacement of a pod evicted for this SidecarSet:
-/// its owner had a pod evicted, and it was created after that eviction (in its second: not one of
+/// its owner had another pod evicted (another uid: a StatefulSet's replacement has the
+/// evicted pod's name), and it was created after that eviction (in its second: not one of
 /// the pods that were already there, [`super::Evicted::same_second`]). Returns the
 /// owner's uid and `namespace/Kind/name`.
 pub fn came_back_missing(pod: &SlimPod, state: &SidecarSetState) -> Option<(String, String)> {
@@ -168,7 +169,7 @@ pub fn came_back_missing(pod: &SlimPod, state: &SidecarSetState) -> Option<(Stri
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let evicted_before = state.evictions.iter().any(|e| {
         e.owner == owner.uid
-            && e.pod != key(pod)
+            && another_pod(e, pod, uid)
             && (e.at < created || (e.at == created && !e.same_second.iter().any(|u| u == uid)))
     });
     evicted_before.then(|| {
@@ -182,6 +183,16 @@ pub fn came_back_missing(pod: &SlimPod, state: &SidecarSetState) -> Option<(Stri
             ),
         )
     })
+}
+
+/// Whether the eviction `e` was of another pod than `pod` (uid `uid`): by uid, or by name for
+/// records that kept none.
+fn another_pod(e: &super::state::Evicted, pod: &SlimPod, uid: &str) -> bool {
+    if e.uid.is_empty() {
+        e.pod != key(pod)
+    } else {
+        e.uid != uid
+    }
 }
 
 /// The uids of `pods` (running without the sidecars) controlled by `owner` and created in the

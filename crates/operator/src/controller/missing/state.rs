@@ -20,6 +20,10 @@ pub struct Evicted {
     /// Unix seconds.
     pub at: i64,
     pub pod: String,
+    /// The evicted pod's uid: a replacement can have its name (a StatefulSet's `db-0`), never its
+    /// uid. Empty in records written before it was kept (the name is compared then).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
     #[serde(default)]
     pub owner: String,
     /// The owner's pods (uids) already running without the sidecars in the second of the

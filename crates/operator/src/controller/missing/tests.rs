@@ -258,6 +258,7 @@ fn a_replacement_that_comes_back_missing_is_recognised() {
         pod: "a/evicted".into(),
         owner: "owner-uid".into(),
         same_second: same_second.iter().map(|u| u.to_string()).collect(),
+        ..Default::default()
     };
     // (eviction, pod's owner uid, pod created, replacement?)
     for (e, owner, created, want) in [
@@ -298,6 +299,48 @@ fn a_replacement_that_comes_back_missing_is_recognised() {
             assert_eq!(got, Some(("owner-uid".into(), "a/ReplicaSet/o".into())));
         }
     }
+}
+
+/// A StatefulSet's pod comes back under the evicted pod's name (`db-0` evicted, `db-0`
+/// recreated without the sidecars): the replacement is told by its uid, so the circuit opens
+/// instead of evicting it again and again.
+#[test]
+fn a_statefulset_replacement_with_the_evicted_pods_name_is_recognised() {
+    let sts = Some(("apps/v1", "StatefulSet", true));
+    let record = |pod: &str, uid: &str| Evicted {
+        at: t(T0),
+        pod: pod.into(),
+        uid: uid.into(),
+        owner: "owner-uid".into(),
+        ..Default::default()
+    };
+    // The pod: a/p, uid pod-uid, created 3 s after the eviction.
+    for (e, want, why) in [
+        (record("a/p", "old-uid"), true, "same name, another uid"),
+        (record("a/p", "pod-uid"), false, "the evicted pod itself"),
+        (record("a/q", "old-uid"), true, "another name and uid"),
+        (record("a/p", ""), false, "a record without uid, same name"),
+        (
+            record("a/q", ""),
+            true,
+            "a record without uid, another name",
+        ),
+    ] {
+        let state = SidecarSetState {
+            evictions: vec![e],
+            ..Default::default()
+        };
+        let got = came_back_missing(&pod(sts, false, "2026-12-01T10:00:03Z"), &state);
+        assert_eq!(got.is_some(), want, "{why}");
+        if want {
+            assert_eq!(got, Some(("owner-uid".into(), "a/StatefulSet/o".into())));
+        }
+    }
+    let e: Evicted =
+        serde_json::from_str(r#"{"at": 5, "pod": "a/p", "uid": "u1", "owner": "o"}"#).unwrap();
+    assert_eq!(e.uid, "u1");
+    let old: Evicted = serde_json::from_str(r#"{"at": 5, "pod": "a/p", "owner": "o"}"#).unwrap();
+    assert!(!serde_json::to_string(&old).unwrap().contains("uid"));
 }
 
 #[test]
