@@ -141,3 +141,193 @@ impl Call {
         self.respond
     }
 }
+
+/// A named conversation with the API server, step by step (kube-rs's controller-rs pattern): each
+/// step is the request the code under test must send next (method and path prefix), an optional
+/// check of it, and the answer. A safety property of the shell is one scenario; when the code
+/// sends something else, or nothing, the test fails naming the scenario and the step.
+///
+/// ```ignore
+/// let done = Scenario::new("the condition is written only once the entry exists")
+///     .answer("GET", CONFIG, 200, without_entry.clone())
+///     .answer("GET", CONFIG, 200, with_entry)
+///     .check("PATCH", CONFIG, |c| assert_eq!(c.body["webhooks"][0]["name"], POD_CREATE_WEBHOOK))
+///     .echo("2")
+///     .run(api);
+/// done.await.unwrap().expect_nothing().await;
+/// ```
+pub struct Scenario {
+    name: &'static str,
+    steps: Vec<Step>,
+}
+
+type Check = Box<dyn FnOnce(&Call) + Send>;
+
+struct Step {
+    method: &'static str,
+    path: String,
+    check: Option<Check>,
+    reply: Reply,
+}
+
+enum Reply {
+    Json(u16, Value),
+    Echo(String),
+    Fail(u16, &'static str),
+}
+
+impl Scenario {
+    pub fn new(name: &'static str) -> Scenario {
+        Scenario {
+            name,
+            steps: Vec::new(),
+        }
+    }
+
+    fn step(mut self, method: &'static str, path: &str, reply: Reply) -> Scenario {
+        self.steps.push(Step {
+            method,
+            path: path.to_string(),
+            check: None,
+            reply,
+        });
+        self
+    }
+
+    /// Next: `method` on `path`, answered with `status` and `body`.
+    pub fn answer(self, method: &'static str, path: &str, status: u16, body: Value) -> Scenario {
+        self.step(method, path, Reply::Json(status, body))
+    }
+
+    /// Next: `method` on `path`, accepted as sent (see [`Call::echo`]).
+    pub fn echo(self, method: &'static str, path: &str, resource_version: &str) -> Scenario {
+        self.step(method, path, Reply::Echo(resource_version.to_string()))
+    }
+
+    /// Next: `method` on `path`, refused with a Status error.
+    pub fn fail(
+        self,
+        method: &'static str,
+        path: &str,
+        code: u16,
+        reason: &'static str,
+    ) -> Scenario {
+        self.step(method, path, Reply::Fail(code, reason))
+    }
+
+    /// Checks the request of the last step added before it is answered.
+    pub fn checking(mut self, check: impl FnOnce(&Call) + Send + 'static) -> Scenario {
+        if let Some(last) = self.steps.last_mut() {
+            last.check = Some(Box::new(check));
+        }
+        self
+    }
+
+    /// Plays the scenario against `api` in a task; the task ends with `api` for more steps
+    /// (or [`ApiServer::expect_nothing`]), and panics naming the step the code did not take.
+    pub fn run(self, mut api: ApiServer) -> tokio::task::JoinHandle<ApiServer> {
+        tokio::spawn(async move {
+            let total = self.steps.len();
+            for (i, step) in self.steps.into_iter().enumerate() {
+                let call = tokio::time::timeout(
+                    std::time::Duration::from_secs(60),
+                    api.handle.next_request(),
+                )
+                .await
+                .ok()
+                .flatten();
+                let Some((req, respond)) = call else {
+                    panic!(
+                        "scenario {:?}, step {}/{total}: no request came; expected {} {}",
+                        self.name,
+                        i + 1,
+                        step.method,
+                        step.path
+                    );
+                };
+                let call = Call::read(req, respond).await;
+                assert!(
+                    call.method.as_str() == step.method && call.uri.starts_with(&step.path),
+                    "scenario {:?}, step {}/{total}: expected {} {}, got {} {} with {}",
+                    self.name,
+                    i + 1,
+                    step.method,
+                    step.path,
+                    call.method,
+                    call.uri,
+                    call.body
+                );
+                if let Some(check) = step.check {
+                    check(&call);
+                }
+                match step.reply {
+                    Reply::Json(status, body) => call.answer(status, body),
+                    Reply::Echo(rv) => call.echo(&rv),
+                    Reply::Fail(code, reason) => call.fail(code, reason),
+                }
+            }
+            api
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Api;
+
+    #[tokio::test]
+    async fn a_scenario_answers_in_order_and_checks_what_it_is_asked_to() {
+        let (client, api) = client();
+        let done = Scenario::new("read, then write")
+            .answer(
+                "GET",
+                "/api/v1/namespaces/ns/configmaps/c",
+                200,
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+            )
+            .echo("PUT", "/api/v1/namespaces/ns/configmaps/c", "7")
+            .checking(|c| assert_eq!(c.body["data"]["k"], "v"))
+            .fail(
+                "DELETE",
+                "/api/v1/namespaces/ns/configmaps/c",
+                409,
+                "Conflict",
+            )
+            .run(api);
+        let cms: Api<ConfigMap> = Api::namespaced(client, "ns");
+        let mut cm = cms.get("c").await.unwrap();
+        cm.data = Some([("k".to_string(), "v".to_string())].into());
+        let written = cms.replace("c", &Default::default(), &cm).await.unwrap();
+        assert_eq!(written.metadata.resource_version.as_deref(), Some("7"));
+        let refused = cms.delete("c", &Default::default()).await;
+        assert!(
+            matches!(refused, Err(kube::Error::Api(ref e)) if e.code == 409),
+            "{refused:?}"
+        );
+        done.await.unwrap().expect_nothing().await;
+    }
+
+    #[tokio::test]
+    async fn a_scenario_names_the_step_the_code_did_not_take() {
+        let (client, api) = client();
+        let done = Scenario::new("a read expected")
+            .answer("GET", "/api/v1/namespaces/ns/configmaps/c", 200, json!({}))
+            .run(api);
+        let cms: Api<ConfigMap> = Api::namespaced(client, "ns");
+        let _ = cms.delete("c", &Default::default()).await;
+        let Err(panic) = done.await else {
+            panic!("the scenario should fail");
+        };
+        let message = panic
+            .into_panic()
+            .downcast::<String>()
+            .map(|s| *s)
+            .unwrap_or_default();
+        assert!(
+            message.contains("scenario \"a read expected\", step 1/1: expected GET"),
+            "{message}"
+        );
+    }
+}

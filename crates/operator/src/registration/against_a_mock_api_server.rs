@@ -3,7 +3,7 @@
 use super::*;
 use crate::cluster::ClusterView;
 use crate::health::Readiness;
-use crate::mock_api::{self, ApiServer};
+use crate::mock_api::{self, ApiServer, Scenario};
 use crate::names::{MATCH_CONDITIONS_FIELD_MANAGER, POD_CREATE_WEBHOOK, WebhookConfigs};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -111,9 +111,30 @@ async fn the_condition_follows_the_selectors_and_is_dropped_when_refused() {
     task.abort();
 }
 
+/// The apply of the pod webhook's condition: only that entry, by the operator's own field
+/// manager, forced, with `expression`.
+fn the_condition_applied(expression: &str) -> impl FnOnce(&mock_api::Call) + Send + use<> {
+    let expression = expression.to_string();
+    move |apply: &mock_api::Call| {
+        assert!(
+            apply
+                .uri
+                .contains(&format!("fieldManager={MATCH_CONDITIONS_FIELD_MANAGER}"))
+                && apply.uri.contains("force=true"),
+            "{}",
+            apply.uri
+        );
+        assert_eq!(
+            apply.body["webhooks"],
+            json!([{"name": POD_CREATE_WEBHOOK,
+                    "matchConditions": [{"name": MATCH_CONDITION_NAME, "expression": expression}]}])
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn nothing_is_applied_before_the_pod_webhook_entry_exists() {
-    let (client, mut api) = mock_api::client();
+    let (client, api) = mock_api::client();
     let task = tokio::spawn(keep_pod_match_conditions(
         client,
         view("web"),
@@ -122,14 +143,54 @@ async fn nothing_is_applied_before_the_pod_webhook_entry_exists() {
     ));
     // Never an apply that would create an incomplete entry: the configuration is read
     // again (after a backoff) until the entry is there.
-    for _ in 0..3 {
-        api.expect("GET", CONFIG)
-            .await
-            .answer(200, configuration(false));
-    }
-    let (expression, apply) = applied(&mut api).await;
-    assert!(expression.is_some());
-    apply.echo("2");
+    let done = Scenario::new("the condition is applied only once the pod webhook's entry exists")
+        .answer("GET", CONFIG, 200, configuration(false))
+        .answer("GET", CONFIG, 200, configuration(false))
+        .answer("GET", CONFIG, 200, configuration(false))
+        .answer("GET", CONFIG, 200, configuration(true))
+        .echo("PATCH", CONFIG, "2")
+        .checking(|apply| {
+            let e = apply.body["webhooks"][0]["matchConditions"][0]["expression"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(e.contains("web"), "{e}");
+        })
+        .run(api);
+    done.await.unwrap();
+    task.abort();
+}
+
+/// The install window (issue: an install whose image cannot be pulled blocked every pod): the
+/// chart renders a condition that matches nothing; the first replica that runs widens it to the
+/// SidecarSets' selectors at once, and with none left reads "false" back as current.
+#[tokio::test(start_paused = true)]
+async fn the_charts_initial_condition_is_widened_by_the_first_replica() {
+    let (client, api) = mock_api::client();
+    let view = view("web");
+    let task = tokio::spawn(keep_pod_match_conditions(
+        client,
+        view.clone(),
+        "sso".into(),
+        Default::default(),
+    ));
+    let web = sidecarset_core::index::cel::pod_match_expression(&view.index()).unwrap();
+    let api = Scenario::new("the chart's \"false\" widened to the SidecarSets' selectors")
+        .answer("GET", CONFIG, 200, configuration_with(Some("false")))
+        .echo("PATCH", CONFIG, "2")
+        .checking(the_condition_applied(&web))
+        .run(api)
+        .await
+        .unwrap();
+    // The SidecarSet deleted: narrowed back to nothing, as the chart had it.
+    view.reset_sidecarsets(vec![]);
+    let mut api = Scenario::new("narrowed to \"false\" when no SidecarSet is left")
+        .answer("GET", CONFIG, 200, configuration_with(Some(&web)))
+        .echo("PATCH", CONFIG, "3")
+        .checking(the_condition_applied("false"))
+        .run(api)
+        .await
+        .unwrap();
+    api.expect_nothing().await;
     task.abort();
 }
 
