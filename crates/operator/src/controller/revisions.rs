@@ -19,9 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tracing::info;
 
-pub use sidecarset_core::api::{
-    LABEL_HASH, LABEL_REVISION_CUSTOM_VERSION as LABEL_CUSTOM_VERSION, LABEL_SIDECARSET_NAME,
-};
+use sidecarset_core::api::{LABEL_HASH, LABEL_REVISION_CUSTOM_VERSION, LABEL_SIDECARSET_NAME};
 
 /// What a revision records, byte for byte as OpenKruise: the parts of the spec that make the
 /// injected sidecars (see [`sidecarset_core::api::revision_data`]).
@@ -70,7 +68,7 @@ pub fn new_revision_metadata(
         (LABEL_HASH.to_string(), revision_hash(data, first_collision)),
     ]);
     if let Some(v) = custom_version(entry) {
-        labels.insert(LABEL_CUSTOM_VERSION.to_string(), v.clone());
+        labels.insert(LABEL_REVISION_CUSTOM_VERSION.to_string(), v.clone());
     }
     ObjectMeta {
         name: Some(name.to_string()),
@@ -123,7 +121,7 @@ fn custom_version(entry: &Entry) -> Option<&String> {
         .metadata
         .labels
         .as_ref()
-        .and_then(|l| l.get(LABEL_CUSTOM_VERSION))
+        .and_then(|l| l.get(LABEL_REVISION_CUSTOM_VERSION))
 }
 
 /// A new revision's body with `data` exactly as given (the API server keeps those bytes, so a
@@ -208,7 +206,7 @@ pub async fn register(
         {
             change.insert(
                 "metadata".into(),
-                json!({"labels": {LABEL_CUSTOM_VERSION: v}}),
+                json!({"labels": {LABEL_REVISION_CUSTOM_VERSION: v}}),
             );
         }
         if !change.is_empty() {

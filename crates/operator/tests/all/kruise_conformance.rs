@@ -23,14 +23,13 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use sidecarset_cli::offline as cli;
 use sidecarset_core::api::{
-    self, ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, SidecarSet,
-    default_sidecarset,
+    self, ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, LABEL_HASH,
+    LABEL_REVISION_CUSTOM_VERSION, LABEL_SIDECARSET_NAME, SidecarSet, default_sidecarset,
 };
 use sidecarset_core::index::{Entry, Index, namespace_labels};
 use sidecarset_core::inject;
 use sidecarset_operator::controller::revisions::{
-    LABEL_CUSTOM_VERSION, LABEL_HASH, LABEL_SIDECARSET_NAME, new_revision_metadata, revision_data,
-    revision_hash, revision_name,
+    new_revision_metadata, revision_data, revision_hash, revision_name,
 };
 use sidecarset_operator::webhook;
 use std::collections::{BTreeMap, BTreeSet};
@@ -468,7 +467,7 @@ fn inject_case(case: &Case) -> Value {
                 || s.metadata
                     .labels
                     .as_ref()
-                    .and_then(|l| l.get(LABEL_CUSTOM_VERSION))
+                    .and_then(|l| l.get(LABEL_REVISION_CUSTOM_VERSION))
                     == want.custom_version.as_ref()
         })?;
         let entry = Entry::new(Arc::new(ss.clone())).unwrap();
