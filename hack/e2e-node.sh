@@ -139,20 +139,23 @@ helm install "$WIN" charts/sidecarset-operator -n "$WIN_NS" --create-namespace "
   --set image.repository=localhost/sso-e2e/not-pullable --set image.tag=none >/dev/null \
   || die "helm install with an unpullable image failed"
 k create namespace "$WIN_APP" >/dev/null
-window_pod() { # NAME NAMESPACE: a real pod on the node
-  k apply -f - >/dev/null <<EOF
+node_pod() { # NAME NAMESPACE APP: a pod on the real node, labelled app=APP, its app container running
+  cat <<EOF
 apiVersion: v1
 kind: Pod
-metadata: {name: $1, namespace: $2, labels: {app: $WIN_APP}}
+metadata: {name: $1, namespace: $2, labels: {app: $3}}
 spec:
   nodeSelector: {kubernetes.io/hostname: $SSO_E2E_REAL_NODE}
   tolerations: [{key: sidecarset-operator.io/real-node, operator: Exists, effect: NoSchedule}]
-  terminationGracePeriodSeconds: 1
+  terminationGracePeriodSeconds: 2
   containers:
   - name: app
     image: localhost/sso-e2e/busybox:v1
     command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
 EOF
+}
+window_pod() { # NAME NAMESPACE: created on the node
+  node_pod "$1" "$2" "$WIN_APP" | k apply -f - >/dev/null
 }
 created=0 refused=0 n=0
 deadline=$((SECONDS + window_s))
@@ -324,21 +327,7 @@ for i in $(seq 60); do
   [ "$i" != 60 ] || die "a dry-run pod in $DEMO is not injected after 30 s: $(dry 2>&1)"
   sleep 0.5
 done
-podspec() {
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, namespace: $DEMO, labels: {app: $DEMO}}
-spec:
-  nodeSelector: {kubernetes.io/hostname: $SSO_E2E_REAL_NODE}
-  tolerations: [{key: sidecarset-operator.io/real-node, operator: Exists, effect: NoSchedule}]
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: app
-    image: localhost/sso-e2e/busybox:v1
-    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
-EOF
-}
+podspec() { node_pod "$1" "$DEMO" "$DEMO"; }
 check_injected_pod() { # POD: created, injected, the sidecar runs and logs its line
   podspec "$1" | k apply -f - >/dev/null
   k -n "$DEMO" wait --for=condition=Ready "pod/$1" --timeout=60s >/dev/null || die "pod $1 not Ready"
