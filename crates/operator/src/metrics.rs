@@ -440,6 +440,50 @@ pub fn reason(s: &str) -> ReasonLabel {
     }
 }
 
+/// The `state` label values of `pods`.
+pub const POD_STATES: [&str; 4] = ["matched", "updated", "ready", "updated_ready"];
+
+/// The `reason` label values of `evictions_withheld` (`controller::missing::Withheld::label`).
+pub const WITHHELD_REASONS: [&str; 8] = [
+    "not_opted_in",
+    "not_injectable",
+    "owner_not_allowed",
+    "older_than_generation",
+    "circuit_open",
+    "rate",
+    "budget",
+    "precondition",
+];
+
+/// Removes every series labelled with the SidecarSet `name` (it was deleted): without this they
+/// stayed in `/metrics`, at their last value, until the process ended.
+pub fn remove_sidecarset(name: &str) {
+    let m = metrics();
+    let l = label(name);
+    for family in [
+        &m.rollout_in_progress,
+        &m.rollout_stalled,
+        &m.pods_without_sidecars,
+    ] {
+        family.remove(&l);
+    }
+    for family in [&m.injections, &m.pods_upgraded, &m.pods_evicted] {
+        family.remove(&l);
+    }
+    for state in POD_STATES {
+        m.pods.remove(&PodsLabels {
+            sidecarset: name.to_string(),
+            state: state.to_string(),
+        });
+    }
+    for reason in WITHHELD_REASONS {
+        m.evictions_withheld.remove(&SidecarSetReasonLabels {
+            sidecarset: name.to_string(),
+            reason: reason.to_string(),
+        });
+    }
+}
+
 /// Failed reconciles, by reason: the controller's error kinds (`kube`, `invalid`, `conflict`;
 /// see `controller::Error::reason`). Kept apart from [`Metrics`], registered by `build`.
 pub fn reconcile_errors() -> &'static Family<ReasonLabel, Counter> {

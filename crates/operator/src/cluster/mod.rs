@@ -17,8 +17,8 @@ use kube::ResourceExt;
 pub use revisions::{KnownRevision, resolve_pin};
 use sidecarset_core::api::SidecarSet;
 use sidecarset_core::index::{Entry, Index, namespace_labels};
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 use tracing::warn;
 
 /// Labels by namespace name (a persistent map: a change copies a path, not the map).
@@ -40,6 +40,9 @@ pub struct ClusterView {
     revisions_listed: std::sync::atomic::AtomicBool,
     /// Woken whenever the index changes.
     index_changed: tokio::sync::Notify,
+    /// The names of the SidecarSets that exist, as the watch last saw them (those that cannot
+    /// be read included): [`watch::Departures`] keeps it.
+    existing: Mutex<HashSet<String>>,
 }
 
 fn read<T: Default>(lock: &RwLock<Arc<T>>) -> Arc<T> {
@@ -65,6 +68,7 @@ impl ClusterView {
             namespaces_listed: readiness.gate("Namespaces not listed yet"),
             revisions_listed: Default::default(),
             index_changed: Default::default(),
+            existing: Default::default(),
         }
     }
 
@@ -130,6 +134,41 @@ impl ClusterView {
         if self.index().get(name).is_some() {
             self.update_index(|i| i.remove(name));
         }
+    }
+
+    /// Whether the SidecarSet `name` exists, as the watch last saw it (readable or not).
+    pub fn sidecarset_exists(&self, name: &str) -> bool {
+        self.existing.lock().is_ok_and(|e| e.contains(name))
+    }
+
+    /// Removes the metric series of `name` if it no longer exists: called when a reconcile ends,
+    /// since one in flight when the SidecarSet was deleted sets its series again after the
+    /// watch removed them.
+    pub fn remove_metrics_if_deleted(&self, name: &str) {
+        if !self.sidecarset_exists(name) {
+            crate::metrics::remove_sidecarset(name);
+        }
+    }
+
+    /// Records that `name` exists (added or changed) or not (deleted).
+    fn set_exists(&self, name: &str, exists: bool) {
+        if let Ok(mut e) = self.existing.lock() {
+            if exists {
+                e.insert(name.to_string());
+            } else {
+                e.remove(name);
+            }
+        }
+    }
+
+    /// Replaces the existing SidecarSets with those of a completed list; returns those gone.
+    fn reset_existing(&self, listed: HashSet<String>) -> Vec<String> {
+        let Ok(mut e) = self.existing.lock() else {
+            return Vec::new();
+        };
+        let gone = e.difference(&listed).cloned().collect();
+        *e = listed;
+        gone
     }
 
     // ---- Namespaces ----

@@ -335,3 +335,120 @@ async fn every_listed_sidecarset_reaches_the_controller_from_its_store() {
     drop(tx);
     feeding.await.unwrap();
 }
+
+/// Sets a series of every family labelled by SidecarSet for `name`.
+fn record_series_of(name: &str) {
+    let m = crate::metrics::metrics();
+    let l = crate::metrics::label(name);
+    m.injections.get_or_create(&l).inc();
+    m.pods_upgraded.get_or_create(&l).inc();
+    m.pods_evicted.get_or_create(&l).inc();
+    m.rollout_in_progress.get_or_create(&l).set(1);
+    m.rollout_stalled.get_or_create(&l).set(1);
+    m.pods_without_sidecars.get_or_create(&l).set(2);
+    for state in ["matched", "updated", "ready", "updated_ready"] {
+        m.pods
+            .get_or_create(&crate::metrics::PodsLabels {
+                sidecarset: name.into(),
+                state: state.into(),
+            })
+            .set(3);
+    }
+    for reason in ["not_opted_in", "rate", "budget", "precondition"] {
+        m.evictions_withheld
+            .get_or_create(&crate::metrics::SidecarSetReasonLabels {
+                sidecarset: name.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+}
+
+/// The encoded series labelled with the SidecarSet `name`.
+fn series_of(name: &str) -> Vec<String> {
+    let label = format!("sidecarset=\"{name}\"");
+    crate::metrics::encode()
+        .lines()
+        .filter(|l| l.contains(&label))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A deleted SidecarSet's series leave `/metrics`: at its Delete event, or at the end of a
+/// relist it is missing from (deleted while the watch was down). (The names are this test's
+/// own: the registry is the process's.)
+#[tokio::test]
+async fn the_metric_series_of_a_deleted_sidecarset_are_removed() {
+    use super::watch::{WatchHealth, feed_sidecarsets};
+    let readiness = Readiness::default();
+    let view = ClusterView::new(Vec::<String>::new(), &readiness);
+    let health = WatchHealth::new("sidecarsets", "watch_sidecarsets", "stale", &readiness);
+    let (deleted, relisted, kept) = ("metrics-deleted", "metrics-unlisted", "metrics-kept");
+    let feed = |events: Vec<Event<StoredSidecarSet>>| {
+        feed_sidecarsets(
+            futures::stream::iter(events.into_iter().map(Ok)),
+            &view,
+            &health,
+            None,
+        )
+    };
+    feed(vec![
+        Event::Init,
+        Event::InitApply(stored(deleted, "web")),
+        Event::InitApply(stored(relisted, "web")),
+        Event::InitDone,
+        Event::Apply(stored(kept, "web")),
+    ])
+    .await;
+    for name in [deleted, relisted, kept] {
+        record_series_of(name);
+        assert_eq!(series_of(name).len(), 14, "{name}: {:?}", series_of(name));
+    }
+
+    feed(vec![Event::Delete(stored(deleted, "web"))]).await;
+    assert_eq!(series_of(deleted), Vec::<String>::new(), "after its Delete");
+    assert_eq!(series_of(relisted).len(), 14);
+
+    feed(vec![
+        Event::Init,
+        Event::InitApply(stored(kept, "web")),
+        Event::InitDone,
+    ])
+    .await;
+    assert_eq!(
+        series_of(relisted),
+        Vec::<String>::new(),
+        "after a relist without it"
+    );
+    assert_eq!(series_of(kept).len(), 14, "the others' series stay");
+}
+
+/// A reconcile in flight when its SidecarSet is deleted sets its series again after the watch
+/// removed them: they are removed again when it ends, and only for a SidecarSet that is gone.
+#[tokio::test]
+async fn a_reconcile_ending_after_the_deletion_leaves_no_series() {
+    use super::watch::{WatchHealth, feed_sidecarsets};
+    let readiness = Readiness::default();
+    let view = ClusterView::new(Vec::<String>::new(), &readiness);
+    let health = WatchHealth::new("sidecarsets", "watch_sidecarsets", "stale", &readiness);
+    let (gone, here) = ("metrics-late-gone", "metrics-late-here");
+    let events = [
+        Event::Apply(stored(gone, "web")),
+        Event::Apply(stored(here, "web")),
+        Event::Delete(stored(gone, "web")),
+    ];
+    feed_sidecarsets(
+        futures::stream::iter(events.into_iter().map(Ok)),
+        &view,
+        &health,
+        None,
+    )
+    .await;
+    assert!(view.sidecarset_exists(here) && !view.sidecarset_exists(gone));
+    for name in [gone, here] {
+        record_series_of(name);
+        view.remove_metrics_if_deleted(name);
+    }
+    assert_eq!(series_of(gone), Vec::<String>::new());
+    assert_eq!(series_of(here).len(), 14);
+}

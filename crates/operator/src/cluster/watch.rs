@@ -206,6 +206,9 @@ pub async fn feed_sidecarsets<S>(
 ) where
     S: Stream<Item = Result<Event<StoredSidecarSet>, watcher::Error>>,
 {
+    // Before the controller's store: what the store holds, the view knows to exist.
+    let mut departures = Departures::default();
+    let stream = stream.inspect_ok(move |ev| departures.step(view, ev));
     match controller {
         Some((writer, wake)) => {
             // The store holds a (re)list's objects only once it is complete: their names wait
@@ -229,6 +232,40 @@ pub async fn feed_sidecarsets<S>(
             drive::<SidecarSets, _>(stream, view, health).await
         }
         None => drive::<SidecarSets, _>(stream, view, health).await,
+    }
+}
+
+/// Follows which SidecarSets exist ([`ClusterView::sidecarset_exists`]) and removes the metric
+/// series of those that are gone: deleted, or missing from a relist (deleted while the watch was
+/// down).
+#[derive(Default)]
+pub struct Departures {
+    /// The names of a relist in progress.
+    listed: std::collections::HashSet<String>,
+}
+
+impl Departures {
+    pub fn step(&mut self, view: &ClusterView, ev: &Event<StoredSidecarSet>) {
+        match ev {
+            Event::Init => self.listed.clear(),
+            Event::InitApply(o) => self.listed.extend(o.metadata.name.clone()),
+            Event::InitDone => {
+                for name in view.reset_existing(std::mem::take(&mut self.listed)) {
+                    crate::metrics::remove_sidecarset(&name);
+                }
+            }
+            Event::Apply(o) => {
+                if let Some(name) = &o.metadata.name {
+                    view.set_exists(name, true);
+                }
+            }
+            Event::Delete(o) => {
+                if let Some(name) = &o.metadata.name {
+                    view.set_exists(name, false);
+                    crate::metrics::remove_sidecarset(name);
+                }
+            }
+        }
     }
 }
 

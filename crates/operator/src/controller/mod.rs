@@ -258,7 +258,9 @@ async fn measured_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Res
     let _running = ctx.queue.started(&stored.name_any());
     let leadership = ctx.leadership.clone();
     let name = stored.name_any();
-    match leadership.run(leading_reconcile(stored, ctx.clone())).await {
+    let res = leadership.run(leading_reconcile(stored, ctx.clone())).await;
+    ctx.cluster.remove_metrics_if_deleted(&name);
+    match res {
         Some(res) => {
             if res.is_ok() {
                 ctx.retries.reset(&name);

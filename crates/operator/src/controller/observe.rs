@@ -235,4 +235,40 @@ mod tests {
         .collect();
         assert_eq!(found, ["selected", "same-second"]);
     }
+
+    /// A deleted SidecarSet's `evictions_withheld` series are removed by reason
+    /// (`metrics::WITHHELD_REASONS`): every reason a pod can be withheld for is in that list. (The
+    /// match has no wildcard: a new reason does not compile until it is added here.)
+    #[test]
+    fn every_withheld_reason_is_one_whose_series_are_removed() {
+        use super::super::missing::Withheld;
+        let all = [
+            Withheld::NotOptedIn,
+            Withheld::OwnerNotAllowed,
+            Withheld::OlderThanGeneration,
+            Withheld::CircuitOpen,
+            Withheld::NotInjectable,
+            Withheld::Rate,
+            Withheld::Budget,
+            Withheld::Precondition,
+        ];
+        for w in all {
+            match w {
+                Withheld::NotOptedIn
+                | Withheld::OwnerNotAllowed
+                | Withheld::OlderThanGeneration
+                | Withheld::CircuitOpen
+                | Withheld::NotInjectable
+                | Withheld::Rate
+                | Withheld::Budget
+                | Withheld::Precondition => {}
+            }
+            assert!(
+                crate::metrics::WITHHELD_REASONS.contains(&w.label()),
+                "{}",
+                w.label()
+            );
+        }
+        assert_eq!(all.len(), crate::metrics::WITHHELD_REASONS.len());
+    }
 }

@@ -162,13 +162,35 @@ pub fn selecting(cluster: &crate::cluster::ClusterView, pod: &SlimPod) -> Vec<St
 #[derive(Default, Debug)]
 pub struct PodIndex {
     current: Maps,
-    relist: Option<Maps>,
+    relist: Option<Relist>,
+}
+
+/// A relist in progress: the index it builds, and the SidecarSets its pods wake once it is
+/// complete (in the order first woken, once each).
+#[derive(Default, Debug)]
+struct Relist {
+    maps: Maps,
+    woken: Vec<String>,
+    seen: HashSet<String>,
+}
+
+impl Relist {
+    fn wake(&mut self, names: impl IntoIterator<Item = String>) {
+        for name in names {
+            if !self.seen.contains(&name) {
+                self.seen.insert(name.clone());
+                self.woken.push(name);
+            }
+        }
+    }
 }
 
 impl PodIndex {
     /// Applies one watch event, and returns the SidecarSets it wakes (see [`Seen::wakes`]).
     /// One SidecarSet matching per event (`selects` runs at most once), shared by the index and
-    /// the controller's wake-up.
+    /// the controller's wake-up. A relist's pods wake nothing until it is complete (a reconcile
+    /// then would read a half-built pod store): its `InitDone` wakes, once each, the SidecarSets
+    /// its pods woke and those the index had pods for before (some of their pods may be gone).
     pub fn step(
         &mut self,
         ev: &Event<SlimPod>,
@@ -177,27 +199,36 @@ impl PodIndex {
     ) -> Vec<String> {
         let pod = match ev {
             Event::Init => {
-                self.relist = Some(Maps::default());
+                self.relist = Some(Relist::default());
                 return Vec::new();
             }
-            Event::InitDone => {
-                if let Some(m) = self.relist.take() {
-                    self.current = m;
-                }
-                return Vec::new();
-            }
+            Event::InitDone => return self.relisted(),
             Event::InitApply(p) | Event::Apply(p) | Event::Delete(p) => p,
         };
         let seen = Seen::of(pod, excluded_ns, selects);
         match ev {
-            Event::InitApply(_) => self
-                .relist
-                .get_or_insert_with(Maps::default)
-                .insert(pod, &seen),
+            Event::InitApply(_) => {
+                let relist = self.relist.get_or_insert_with(Relist::default);
+                relist.maps.insert(pod, &seen);
+                relist.wake(seen.wakes());
+                return Vec::new();
+            }
             Event::Apply(_) => self.current.insert(pod, &seen),
             _ => self.current.remove(&key_of(pod)),
         }
         seen.wakes()
+    }
+
+    /// A relist is complete: its index replaces the current one. Returns the SidecarSets to
+    /// wake.
+    fn relisted(&mut self) -> Vec<String> {
+        let Some(mut relist) = self.relist.take() else {
+            return Vec::new();
+        };
+        let before = self.current.by_sidecarset.keys();
+        relist.wake(before.chain(self.current.missing.keys()).cloned());
+        self.current = relist.maps;
+        relist.woken
     }
 
     /// The pods injected with this SidecarSet.
@@ -424,10 +455,11 @@ mod tests {
         let cases: Vec<Case> = vec![
             (Event::Init, vec!["mesh"], vec![], 0),
             (Event::InitDone, vec!["mesh"], vec![], 0),
+            // A relist's pods wake at its InitDone (see the test below).
             (
                 Event::InitApply(pod("a", "p", Some("mesh"))),
                 vec!["log", "mesh"],
-                vec!["mesh", "log"],
+                vec![],
                 1,
             ),
             (
@@ -476,6 +508,59 @@ mod tests {
             assert_eq!(got, want, "{ev:?}");
             assert_eq!(n.get(), calls, "matchings for {ev:?}");
         }
+    }
+
+    /// A relist (the pod watch restarting) wakes nothing while its pods arrive: the store and
+    /// the index are complete only at its InitDone, which wakes every SidecarSet its pods woke,
+    /// once, and those that had pods before it (some may be gone).
+    #[test]
+    fn a_relist_wakes_its_sidecarsets_once_when_it_is_complete() {
+        let excluded = BTreeSet::new();
+        // "mesh" selects every pod named web-*.
+        let selects = |p: &SlimPod| {
+            if p.name_any().starts_with("web") {
+                vec!["mesh".to_string()]
+            } else {
+                Vec::new()
+            }
+        };
+        let mut i = PodIndex::default();
+        let before = i.step(
+            &Event::Apply(pod("a", "deleted-meanwhile", Some("old"))),
+            &excluded,
+            &selects,
+        );
+        assert_eq!(before, ["old"]);
+        for ev in [
+            Event::Init,
+            Event::InitApply(pod("a", "p1", Some("log,mesh"))),
+            Event::InitApply(pod("a", "p2", Some("mesh"))),
+            Event::InitApply(pod("a", "web-3", None)),
+            Event::InitApply(pod("a", "p4", Some("log"))),
+            Event::InitApply(pod("a", "plain", None)),
+        ] {
+            let woken = i.step(&ev, &excluded, &selects);
+            assert!(
+                woken.is_empty(),
+                "woken before the relist is complete: {woken:?} at {ev:?}"
+            );
+        }
+        assert_eq!(
+            i.step(&Event::InitDone, &excluded, &selects),
+            ["log", "mesh", "old"]
+        );
+        assert_eq!(names(i.pods_of("mesh")), ["p1", "p2"]);
+        assert_eq!(names(i.missing("mesh")), ["web-3"]);
+        // After it, each event wakes at once again; a lone InitDone wakes nothing.
+        assert_eq!(
+            i.step(
+                &Event::Apply(pod("a", "p2", Some("log"))),
+                &excluded,
+                &selects
+            ),
+            ["log"]
+        );
+        assert!(i.step(&Event::InitDone, &excluded, &selects).is_empty());
     }
 
     #[test]

@@ -19,7 +19,11 @@
 //! starting. The SidecarSets' own changes, a new leader's pass and the retries after an error go
 //! to the controller directly, which keeps a few more slots for them (`n + max(1, n / 4)`), so a
 //! spec change does not wait behind the status updates of pod changes. A SidecarSet whose rollout
-//! is in progress goes to the front of the queue: its next batch waits for no other.
+//! is in progress goes ahead of the others, for a while: the SidecarSets in rollout wait in a
+//! queue of their own, first woken first served, which goes first unless the oldest of the others
+//! has waited [`ROLLING_HEAD_START`] longer than its oldest. (Served last woken first, as they
+//! were, SidecarSets in rollout that were woken again at once took every slot: the others, and
+//! the first of them, waited for ever.)
 
 use kube::runtime::reflector::ObjectRef;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -33,6 +37,10 @@ use sidecarset_core::api::v1beta1::SidecarSet as StoredSidecarSet;
 /// more (the controller drops a request for an object its store no longer has).
 const HANDED_EXPIRY: Duration = Duration::from_secs(30);
 
+/// How much sooner than the others a SidecarSet whose rollout is in progress is served: ahead of
+/// those woken up to this long before it.
+pub const ROLLING_HEAD_START: Duration = Duration::from_secs(10);
+
 /// The queue of woken SidecarSets in front of the controller.
 pub struct ReconcileQueue {
     limit: usize,
@@ -42,7 +50,9 @@ pub struct ReconcileQueue {
 
 #[derive(Default)]
 struct State {
-    /// Waiting, in order; `queued` holds the same names and when each was woken.
+    /// Waiting, each in the order woken: the SidecarSets whose rollout was in progress when they
+    /// were woken, and the others; `queued` holds the same names and when each was woken.
+    rolling_queue: VecDeque<String>,
     queue: VecDeque<String>,
     queued: HashMap<String, Instant>,
     /// Handed to the controller, not started yet, and when.
@@ -62,9 +72,24 @@ impl State {
         }
         self.queued.insert(name.to_string(), now);
         if self.rolling.contains(name) {
-            self.queue.push_front(name.to_string());
+            self.rolling_queue.push_back(name.to_string());
         } else {
             self.queue.push_back(name.to_string());
+        }
+    }
+
+    /// Takes the next waiting name: the oldest in rollout, unless the oldest of the others was
+    /// woken [`ROLLING_HEAD_START`] or more before it.
+    fn pop(&mut self) -> Option<String> {
+        let woken = |q: &VecDeque<String>| q.front().and_then(|n| self.queued.get(n)).copied();
+        let rolling_first = match (woken(&self.rolling_queue), woken(&self.queue)) {
+            (Some(rolling), Some(other)) => rolling < other + ROLLING_HEAD_START,
+            (rolling, _) => rolling.is_some(),
+        };
+        if rolling_first {
+            self.rolling_queue.pop_front()
+        } else {
+            self.queue.pop_front()
         }
     }
 }
@@ -97,11 +122,15 @@ impl ReconcileQueue {
         u16::try_from(self.limit + (self.limit / 4).max(1)).unwrap_or(u16::MAX)
     }
 
-    /// Wakes `name`: queued at the end (at the front when its rollout is in progress), unless it
-    /// already waits.
+    /// Wakes `name`: queued at the end (of the SidecarSets in rollout when its rollout is in
+    /// progress), unless it already waits.
     pub fn wake(&self, name: &str) {
+        self.wake_at(name, Instant::now());
+    }
+
+    fn wake_at(&self, name: &str, now: Instant) {
         if let Ok(mut s) = self.state.lock() {
-            s.enqueue(name, Instant::now());
+            s.enqueue(name, now);
         }
         self.notify.notify_one();
     }
@@ -163,7 +192,7 @@ impl ReconcileQueue {
         if s.running + s.handed.len() >= self.limit {
             return None;
         }
-        let name = s.queue.pop_front()?;
+        let name = s.pop()?;
         if let Some(woken) = s.queued.remove(&name) {
             crate::metrics::metrics()
                 .reconcile_wait_seconds
@@ -308,6 +337,76 @@ mod tests {
             queue.wake(n);
         }
         assert_eq!(drain(&queue), ["a", "mesh"]);
+    }
+
+    #[test]
+    fn a_rolling_sidecarset_goes_first_only_within_its_head_start() {
+        let queue = ReconcileQueue::new(8);
+        let t0 = Instant::now();
+        for r in ["soon", "late"] {
+            queue.set_rolling(r, true);
+        }
+        queue.wake_at("other", t0);
+        queue.wake_at("soon", t0 + ROLLING_HEAD_START - Duration::from_secs(1));
+        queue.wake_at("late", t0 + ROLLING_HEAD_START);
+        let now = t0 + 2 * ROLLING_HEAD_START;
+        let served: Vec<String> = std::iter::from_fn(|| queue.next(now)).collect();
+        assert_eq!(served, ["soon", "other", "late"]);
+    }
+
+    /// More SidecarSets in rollout than slots, each woken again as soon as its reconcile ends:
+    /// they take turns, first woken first served, and one not in rollout that waits behind them
+    /// is served once it has waited the head start they get.
+    #[test]
+    fn rolling_sidecarsets_take_turns_and_do_not_starve_the_others() {
+        let queue = ReconcileQueue::new(2);
+        let rolling = ["r0", "r1", "r2", "r3", "r4"];
+        let t0 = Instant::now();
+        for r in rolling {
+            queue.set_rolling(r, true);
+            queue.wake_at(r, t0);
+        }
+        queue.wake_at("other", t0);
+        // One reconcile ends each second (the oldest running); a SidecarSet in rollout is woken
+        // again at once by its pods.
+        let mut served: Vec<String> = Vec::new();
+        let mut running: VecDeque<(String, Running)> = VecDeque::new();
+        for tick in 0..40u64 {
+            let now = t0 + Duration::from_secs(tick);
+            while let Some(name) = queue.next(now) {
+                let guard = queue.started(&name);
+                served.push(name.clone());
+                running.push_back((name, guard));
+            }
+            if let Some((name, guard)) = running.pop_front() {
+                drop(guard);
+                if rolling.contains(&name.as_str()) {
+                    queue.wake_at(&name, now);
+                }
+            }
+        }
+        assert!(served.len() >= 40, "{served:?}");
+        // Every SidecarSet in rollout within any 6 hand-overs (5 of them and the other one).
+        for r in rolling {
+            let at: Vec<usize> = std::iter::once(0)
+                .chain(
+                    served
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, n)| *n == r)
+                        .map(|(i, _)| i + 1),
+                )
+                .chain(std::iter::once(served.len()))
+                .collect();
+            let gap = at.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+            assert!(gap <= 6, "{r} waited {gap} hand-overs: {served:?}");
+        }
+        let other = served.iter().position(|n| n == "other");
+        assert!(
+            // A hand-over a second: once those in rollout woken in its first 10 s are served.
+            other.is_some_and(|i| i <= 16),
+            "the one not in rollout was served at hand-over {other:?}: {served:?}"
+        );
     }
 
     #[test]

@@ -75,7 +75,8 @@ impl Drop for AbortOnDrop {
 /// Watches the pods into `writer`'s store and puts the SidecarSets each event wakes in `queue`,
 /// which hands them to the controller in turn. One SidecarSet matching per pod event, shared by
 /// the pod index (the pods running without the sidecars of a SidecarSet that selects them) and
-/// the wake-ups of the SidecarSets.
+/// the wake-ups of the SidecarSets. A relist wakes its SidecarSets once, when it is complete
+/// ([`pods::PodIndex::step`]).
 pub(super) fn pod_wakes(
     client: Client,
     writer: reflector::store::Writer<SlimPod>,
