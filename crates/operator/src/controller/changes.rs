@@ -1,6 +1,7 @@
 //! Which SidecarSet events wake a reconcile: a change of what a reconcile depends on
 //! ([`relevant`]), or a status this process did not write (a former leader's late write,
-//! anyone else's), repaired on the event itself.
+//! anyone else's), repaired on the event itself. And the status writes this process made, to
+//! tell its own from the others ([`own_last_write`]).
 
 use super::Ctx;
 use kube::ResourceExt;
@@ -42,18 +43,21 @@ pub(super) struct Written {
     /// event of an earlier write of ours after a later one was made, and that older status is
     /// not someone else's (under load, taking it for one turned every write into two reconciles).
     versions: std::collections::VecDeque<String>,
+    /// The last write: the resourceVersion it was conditional on, and the one it produced.
+    last: Option<(String, String)>,
 }
 
 impl Written {
     const VERSIONS: usize = 8;
 }
 
-/// Remembers in `written` the status just written for `name`, and the resourceVersion the write
-/// produced.
+/// Remembers in `written` the status just written for `name`, the resourceVersion the write was
+/// conditional on (`base`) and the one it produced.
 pub(super) fn remember(
     written: &WrittenStatuses,
     name: &str,
     status: &SidecarSetStatus,
+    base: Option<&str>,
     resource_version: Option<String>,
 ) {
     if let Ok(mut w) = written.lock() {
@@ -62,6 +66,7 @@ pub(super) fn remember(
         }
         let e = w.entry(name.to_string()).or_default();
         e.digest = status_digest(status);
+        e.last = base.map(str::to_string).zip(resource_version.clone());
         if let Some(rv) = resource_version {
             if e.versions.len() == Written::VERSIONS {
                 e.versions.pop_front();
@@ -93,6 +98,20 @@ pub(super) fn foreign_status(
         Some(st) => mine.digest != status_digest(st),
         None => true,
     }
+}
+
+/// The resourceVersion this process's last status write of `name` produced, when that write was
+/// made on `planned_from`: a reconcile that planned from `planned_from` read a store that has not
+/// caught up with that write yet, and the object the write produced is the one it planned from
+/// with only the status this process wrote on top. None otherwise.
+pub(super) fn own_last_write(
+    written: &Mutex<HashMap<String, Written>>,
+    name: &str,
+    planned_from: &str,
+) -> Option<String> {
+    let w = written.lock().ok()?;
+    let (base, produced) = w.get(name)?.last.as_ref()?;
+    (base == planned_from).then(|| produced.clone())
 }
 
 /// Passes a SidecarSet on only when [`relevant`] changed since it last passed, or when its
@@ -212,16 +231,16 @@ mod tests {
             "a status change while this process never wrote one (not the leader yet)"
         );
         let ours = ss.status.clone().unwrap();
-        ctx.remember_status("mesh", &ours, Some("11".into()));
+        ctx.remember_status("mesh", &ours, Some("10"), Some("11".into()));
         assert!(!f.changed(&ss), "the status it wrote, seen again");
         // Two writes in a row (RVs 13, then 14), the event of the first seen after the second:
         // its own, not a repair.
         let mut first = ours.clone();
         first.matched_pods = 5;
-        ctx.remember_status("mesh", &first, Some("13".into()));
+        ctx.remember_status("mesh", &first, Some("12"), Some("13".into()));
         let mut second = ours.clone();
         second.matched_pods = 6;
-        ctx.remember_status("mesh", &second, Some("14".into()));
+        ctx.remember_status("mesh", &second, Some("13"), Some("14".into()));
         ss.status = Some(first.clone());
         ss.metadata.resource_version = Some("13".into());
         assert!(!f.changed(&ss), "an earlier write of its own, seen late");
@@ -238,5 +257,29 @@ mod tests {
         ss.status = Some(second);
         ss.metadata.resource_version = Some("17".into());
         assert!(!f.changed(&ss), "repaired: its own again");
+    }
+
+    #[test]
+    fn the_last_write_is_ours_only_if_it_was_made_on_what_was_planned_from() {
+        let written = WrittenStatuses::default();
+        let status = SidecarSetStatus::default();
+        assert_eq!(own_last_write(&written, "mesh", "10"), None, "never wrote");
+        remember(&written, "mesh", &status, Some("10"), Some("11".into()));
+        assert_eq!(
+            own_last_write(&written, "mesh", "10").as_deref(),
+            Some("11")
+        );
+        assert_eq!(own_last_write(&written, "mesh", "11"), None, "up to date");
+        assert_eq!(own_last_write(&written, "mesh", "9"), None, "older");
+        assert_eq!(own_last_write(&written, "other", "10"), None);
+        remember(&written, "mesh", &status, Some("11"), Some("12".into()));
+        assert_eq!(own_last_write(&written, "mesh", "10"), None, "not the last");
+        assert_eq!(
+            own_last_write(&written, "mesh", "11").as_deref(),
+            Some("12")
+        );
+        // A write whose answer had no resourceVersion: nothing to write on top of.
+        remember(&written, "mesh", &status, Some("12"), None);
+        assert_eq!(own_last_write(&written, "mesh", "12"), None);
     }
 }
