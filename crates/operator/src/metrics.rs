@@ -154,6 +154,7 @@ fn build() -> Metrics {
     register_safeguards(&mut registry, &m);
     register_process(&mut registry, &m);
     register_reconcile_errors(&mut registry);
+    register_status_conflicts(&mut registry);
     Metrics { registry, ..m }
 }
 
@@ -497,6 +498,28 @@ fn register_reconcile_errors(registry: &mut Registry) {
         "reconcile_errors",
         "SidecarSet reconciles that failed, by reason (kube: an API call failed; invalid: the SidecarSet cannot be read or planned; conflict: a conditional write was refused and is replanned)",
         reconcile_errors().clone(),
+    );
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabel {
+    pub cause: String,
+}
+
+/// Status writes refused by their resourceVersion precondition, by cause: `own` (the store had
+/// not caught up with this process's last write; written again on top of it) or `foreign`
+/// (someone else wrote meanwhile; replanned). Kept apart from [`Metrics`], registered by `build`.
+pub fn status_conflicts() -> &'static Family<CauseLabel, Counter> {
+    static CONFLICTS: OnceLock<Family<CauseLabel, Counter>> = OnceLock::new();
+    CONFLICTS.get_or_init(Family::default)
+}
+
+/// Registers [`status_conflicts`] (called by [`build`]).
+fn register_status_conflicts(registry: &mut Registry) {
+    registry.register(
+        "status_conflicts",
+        "SidecarSet status writes refused by their resourceVersion precondition, by cause (own: the cache had not caught up with this replica's last write, written again on top of it; foreign: someone else wrote meanwhile, replanned)",
+        status_conflicts().clone(),
     );
 }
 

@@ -9,7 +9,8 @@
 //! 5. [`certificates`]: the serving certificate (self-managed or from files) and the webhook
 //!    configurations;
 //! 6. [`webhook_server`]: the webhooks over TLS until SIGTERM or Ctrl-C;
-//! 7. [`shutdown`]: the Lease released.
+//! 7. [`shutdown`]: the Lease released as soon as the signal arrives, while the webhooks still
+//!    serve and drain (stage 6 goes on meanwhile).
 
 use crate::certs;
 use crate::cluster::ClusterView;
@@ -34,8 +35,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let election = controller(&config, &clients, &mut view)?;
     let rustls = certificates(&config, &clients, &view).await?;
     let died = election.as_ref().map(Election::died);
+    let stopping = crate::shutdown::Stopping::on(crate::shutdown::signal());
+    let serving = webhook_server(&config, view.state.clone(), rustls, stopping.clone());
     tokio::select! {
-        served = webhook_server(&config, view.state.clone(), rustls) => served?,
+        served = crate::shutdown::serve_then_release(serving, stopping, shutdown(election)) => served?,
         _ = async move {
             match died {
                 Some(d) => d.await,
@@ -43,7 +46,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         } => bail!("the leader election stopped working; exiting so that this replica restarts with a working one"),
     }
-    shutdown(election).await;
     Ok(())
 }
 
@@ -433,20 +435,21 @@ pub async fn certificates(
     Ok(rustls)
 }
 
-/// Stage 6: the webhooks over TLS, until SIGTERM or Ctrl-C; on SIGTERM unready at once, still
-/// serving for `--shutdown-delay`, then the requests in flight finished within
+/// Stage 6: the webhooks over TLS, until `stopping` (SIGTERM or Ctrl-C); on SIGTERM unready at
+/// once, still serving for `--shutdown-delay`, then the requests in flight finished within
 /// `--shutdown-timeout` ([`crate::shutdown`]).
 pub async fn webhook_server(
     config: &Config,
     state: Arc<State>,
     rustls: RustlsConfig,
+    stopping: crate::shutdown::Stopping,
 ) -> anyhow::Result<()> {
     let handle = axum_server::Handle::new();
     let serving = state.readiness.gate("shutting down");
     serving.set(true);
     let closing = serving.clone();
     tokio::spawn(crate::shutdown::stop_serving(
-        crate::shutdown::signal(),
+        stopping.first(),
         // A second signal, once the first was received (the tokio signal streams only see
         // signals that arrive after they are made; the first is awaited before this is polled).
         crate::shutdown::signal(),
@@ -472,7 +475,8 @@ pub async fn webhook_server(
         .with_context(|| format!("cannot serve on {listen}"))
 }
 
-/// Stage 7: the Lease released, so another replica leads at once.
+/// Stage 7: the Lease released, so another replica leads at once; `run` starts it on the
+/// signal, not after the webhooks' drain ([`crate::shutdown::serve_then_release`]).
 pub async fn shutdown(election: Option<Election>) {
     if let Some(election) = election {
         election.release().await;

@@ -18,7 +18,11 @@
 //!    its endpoint takes to reach the API server;
 //! 3. stops accepting, finishes the requests in flight (up to `--shutdown-timeout`, 20 s) and
 //!    closes its connections (HTTP/2 GOAWAY, so the API server opens new ones elsewhere);
-//! 4. then `run` releases the Lease and the process exits.
+//! 4. then the process exits.
+//!
+//! The leader Lease is released as soon as the signal arrives, while steps 1 to 3 go on
+//! ([`serve_then_release`]): admissions do not need it, the controller stops on the signal, and
+//! another replica leads at once instead of after the delay and the drain (up to 25 s).
 //!
 //! Ctrl-C (SIGINT, a person at a terminal) skips step 2, and a second signal during step 2 ends
 //! it at once. The chart's `terminationGracePeriodSeconds` (30) covers the delay plus the drain.
@@ -26,6 +30,7 @@
 use crate::health::Gate;
 use std::future::Future;
 use std::time::Duration;
+use tokio::sync::watch;
 use tracing::info;
 
 /// What stops the process.
@@ -100,6 +105,65 @@ where
             }
         },
     ))
+}
+
+/// The first signal (see [`signal`]), for everything that stops on it: the webhook server's
+/// steps and the Lease's release. Cheap to clone.
+#[derive(Clone)]
+pub struct Stopping(watch::Receiver<Option<Stop>>);
+
+impl Stopping {
+    /// Waits for `signal` in a task of its own, started now.
+    pub fn on(signal: impl Future<Output = Stop> + Send + 'static) -> Stopping {
+        let (tx, rx) = watch::channel(None);
+        tokio::spawn(async move {
+            tx.send_replace(Some(signal.await));
+        });
+        Stopping(rx)
+    }
+
+    /// Resolves with the first signal (never, if the task waiting for it is gone without one).
+    pub async fn first(mut self) -> Stop {
+        let first = self.0.wait_for(Option::is_some).await.map(|stop| *stop);
+        match first {
+            Ok(stop) => stop.unwrap_or(Stop::Interrupt),
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Whether the signal has arrived.
+    pub fn arrived(&self) -> bool {
+        self.0.borrow().is_some()
+    }
+}
+
+/// Runs `serving` (the webhook server, which stops by itself on the signal: [`stop_serving`])
+/// and, as soon as `stopping` resolves, `release` (the leader Lease) alongside it: the Lease is
+/// not held through the delay and the drain. Returns what `serving` returned once both are
+/// done; when `serving` ends before any signal (it failed), without releasing.
+pub async fn serve_then_release<T>(
+    serving: impl Future<Output = T>,
+    stopping: Stopping,
+    release: impl Future<Output = ()>,
+) -> T {
+    let signalled = stopping.clone();
+    let released = async move {
+        stopping.first().await;
+        release.await;
+    };
+    tokio::pin!(serving, released);
+    let mut done = false;
+    let out = tokio::select! {
+        out = &mut serving => out,
+        () = &mut released => {
+            done = true;
+            serving.await
+        }
+    };
+    if !done && signalled.arrived() {
+        released.await;
+    }
+    out
 }
 
 /// The next SIGTERM or SIGINT of this process.
@@ -302,3 +366,6 @@ mod tests {
         assert_eq!(get(addr).await, None);
     }
 }
+
+#[cfg(test)]
+mod against_a_mock_api_server;

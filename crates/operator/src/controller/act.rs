@@ -40,26 +40,100 @@ pub fn status_patch(plan: &ReconcilePlan) -> serde_json::Value {
     json!({ "status": status })
 }
 
+/// Carries out a plan, in order: the status, the reports of excluded pods and of pods without
+/// their sidecars, the plan's Events, then the rollout step (the pods' writes).
+pub async fn carry_out(
+    ctx: &Ctx,
+    ss: &SidecarSet,
+    entry: &Entry,
+    pods: &[Arc<SlimPod>],
+    without: &[Arc<SlimPod>],
+    planned: &ReconcilePlan,
+    latest_revision: &str,
+) -> Result<(), Error> {
+    let name = ss.name_any();
+    if planned.write_status
+        && ctx.status_repair(
+            &name,
+            ss.metadata.resource_version.as_deref(),
+            ss.status.as_ref(),
+        )
+    {
+        crate::metrics::metrics().status_repairs.inc();
+        tracing::info!(sidecarset = %name, "status repaired: the stored status was not the last one this leader wrote (a late write of a former leader, or a write by someone else)");
+    }
+    write_status(ctx, ss, planned).await?;
+    report_excluded(ctx, entry);
+    report_missing(ctx, entry, without).await;
+    publish(ctx, ss, planned.notes.clone()).await;
+    if let Some(step) = &planned.rollout {
+        let step = step.as_ref().map_err(|e| Error::Invalid(e.clone()))?;
+        rollout_step(ctx, ss, entry, pods, planned, step, latest_revision).await?;
+    }
+    Ok(())
+}
+
 /// Writes the planned status when it changed, only onto the SidecarSet the plan was made from:
 /// the patch carries its resourceVersion, so a write from a stale view (or of a former leader
 /// whose request was late) is refused with a conflict instead of replacing newer state. A
-/// conflict is replanned at once from the newer object.
+/// conflict is replanned at once from the newer object, unless it is with this process's own
+/// last write, which the store has not caught up with ([`Ctx::own_last_write`]): that write
+/// produced the object planned from with only our status on top, so the status is written again
+/// on it (conditional on the resourceVersion it produced) and the reconcile goes on. Each
+/// conflict is counted by cause (`sidecarset_operator_status_conflicts_total`).
 pub async fn write_status(ctx: &Ctx, ss: &SidecarSet, plan: &ReconcilePlan) -> Result<(), Error> {
     if !plan.write_status {
         return Ok(());
     }
     let name = ss.name_any();
+    let planned_from = ss.resource_version();
+    let conflict = match patch_status(ctx, &name, plan, planned_from.as_deref()).await {
+        Err(Error::Conflict(why)) => why,
+        other => return other,
+    };
+    let own = planned_from
+        .as_deref()
+        .and_then(|rv| ctx.own_last_write(&name, rv));
+    count_status_conflict(own.is_some());
+    let Some(own) = own else {
+        return Err(Error::Conflict(conflict));
+    };
+    debug!(sidecarset = %name, resource_version = %own, "the status write conflicted with our own last one, not in the cache yet; writing on top of it");
+    let again = patch_status(ctx, &name, plan, Some(&own)).await;
+    if matches!(again, Err(Error::Conflict(_))) {
+        count_status_conflict(false);
+    }
+    again
+}
+
+fn count_status_conflict(own: bool) {
+    let cause = if own { "own" } else { "foreign" };
+    crate::metrics::status_conflicts()
+        .get_or_create(&crate::metrics::CauseLabel {
+            cause: cause.into(),
+        })
+        .inc();
+}
+
+/// The status patch of [`write_status`], conditional on `base` (a resourceVersion); the write
+/// remembered on success.
+async fn patch_status(
+    ctx: &Ctx,
+    name: &str,
+    plan: &ReconcilePlan,
+    base: Option<&str>,
+) -> Result<(), Error> {
     let api: Api<StoredSidecarSet> = Api::all(ctx.client.clone());
     let mut body = status_patch(plan);
-    if let Some(rv) = ss.resource_version() {
+    if let Some(rv) = base {
         body["metadata"] = json!({ "resourceVersion": rv });
     }
     match api
-        .patch_status(&name, &PatchParams::default(), &Patch::Merge(body))
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
         .await
     {
         Ok(written) => {
-            ctx.remember_status(&name, &plan.status, written.metadata.resource_version);
+            ctx.remember_status(name, &plan.status, base, written.metadata.resource_version);
             Ok(())
         }
         Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Conflict(format!(
@@ -480,3 +554,6 @@ pub fn report_excluded(ctx: &Ctx, entry: &Entry) {
         }
     }
 }
+
+#[cfg(test)]
+mod against_a_mock_api_server;

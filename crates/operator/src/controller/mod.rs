@@ -127,14 +127,22 @@ impl Ctx {
         }
     }
 
-    /// Remembers the status just written for `name`, and the resourceVersion the write produced.
+    /// Remembers the status just written for `name`, the resourceVersion the write was
+    /// conditional on (`base`) and the one it produced.
     pub fn remember_status(
         &self,
         name: &str,
         status: &sidecarset_core::api::SidecarSetStatus,
+        base: Option<&str>,
         resource_version: Option<String>,
     ) {
-        changes::remember(&self.written, name, status, resource_version);
+        changes::remember(&self.written, name, status, base, resource_version);
+    }
+
+    /// The resourceVersion this process's last status write of `name` produced, if it was
+    /// written on `planned_from` (see [`changes::own_last_write`]).
+    pub fn own_last_write(&self, name: &str, planned_from: &str) -> Option<String> {
+        changes::own_last_write(&self.written, name, planned_from)
     }
 
     /// Whether writing a new status for `name` repairs one this process did not write: the
@@ -354,24 +362,16 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     );
 
     // Act.
-    if planned.write_status
-        && ctx.status_repair(
-            &name,
-            ss.metadata.resource_version.as_deref(),
-            ss.status.as_ref(),
-        )
-    {
-        crate::metrics::metrics().status_repairs.inc();
-        tracing::info!(sidecarset = %name, "status repaired: the stored status was not the last one this leader wrote (a late write of a former leader, or a write by someone else)");
-    }
-    act::write_status(&ctx, &ss, &planned).await?;
-    act::report_excluded(&ctx, &entry);
-    act::report_missing(&ctx, &entry, &without).await;
-    act::publish(&ctx, &ss, planned.notes.clone()).await;
-    if let Some(step) = &planned.rollout {
-        let step = step.as_ref().map_err(|e| Error::Invalid(e.clone()))?;
-        act::rollout_step(&ctx, &ss, &entry, &pods, &planned, step, &latest_revision).await?;
-    }
+    act::carry_out(
+        &ctx,
+        &ss,
+        &entry,
+        &pods,
+        &without,
+        &planned,
+        &latest_revision,
+    )
+    .await?;
     // The recheck goes through the queue, in turn with the pods' wake-ups, and is dropped when
     // one of them reconciles this first: under load, requeues straight into the controller took
     // every slot (a SidecarSet with pods in flight asks for one every 5 s) while the wake-ups
