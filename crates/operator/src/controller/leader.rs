@@ -184,6 +184,14 @@ where
     (abort, rx)
 }
 
+/// Resolves when [`supervise`] reports a death; never when the supervised task was aborted (its
+/// supervisor then ends without reporting one).
+pub async fn death(mut died: watch::Receiver<bool>) {
+    if died.wait_for(|d| *d).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 impl Election {
     /// Starts campaigning; fails only on an unusable lease duration.
     pub fn start(client: Client, settings: ElectionSettings) -> Result<Election, String> {
@@ -223,11 +231,10 @@ impl Election {
 
     /// Resolves if the election's campaign ends by itself (it never should): the process then
     /// exits, so that it restarts with a working election instead of running without one.
+    /// A campaign stopped on purpose (the Lease released on SIGTERM while the webhooks still
+    /// serve) is no death: this never resolves then.
     pub fn died(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut rx = self.died.clone();
-        async move {
-            let _ = rx.wait_for(|d| *d).await;
-        }
+        death(self.died.clone())
     }
 
     pub fn leadership(&self) -> Leadership {

@@ -190,3 +190,22 @@ async fn a_campaign_that_panics_or_returns_is_reported_and_an_aborted_one_is_not
         "an abort (release, shutdown) is not a death"
     );
 }
+
+/// The Lease is released on SIGTERM while the webhooks still serve: the campaign's abort must
+/// not look like a death to `run`, which would exit at once and cut the admissions in flight.
+#[tokio::test]
+async fn an_aborted_campaign_is_no_death_even_once_its_supervisor_is_gone() {
+    let (abort, died) = supervise(std::future::pending());
+    abort.abort();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), death(died))
+            .await
+            .is_err(),
+        "an aborted campaign reported as a death"
+    );
+    let (_, died) = supervise(async { panic!("campaign bug") });
+    tokio::time::timeout(Duration::from_secs(5), death(died))
+        .await
+        .expect("a panic is a death");
+}
