@@ -336,7 +336,7 @@ fn register_watches(registry: &mut Registry, m: &Metrics) {
 fn register_safeguards(registry: &mut Registry, m: &Metrics) {
     registry.register(
         "evictions_withheld",
-        "Pods without their sidecars that were not evicted, by SidecarSet and reason (not_opted_in, not_injectable, owner_not_allowed, older_than_generation, circuit_open, rate, budget, precondition)",
+        "Pods without their sidecars that were not evicted, by SidecarSet and reason (not_opted_in, not_injectable, owner_not_allowed, older_than_generation, circuit_open, rate, budget, precondition, pdb)",
         m.evictions_withheld.clone(),
     );
     registry.register(

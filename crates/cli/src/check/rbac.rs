@@ -98,6 +98,7 @@ pub fn permissions(
     v.push(n("patch", "", "pods/status"));
     if evict {
         v.push(n("create", "", "pods/eviction"));
+        v.push(n("list", "policy", "poddisruptionbudgets"));
     }
     v.push(n("create", "", "events"));
     v.push(n("create", "events.k8s.io", "events"));

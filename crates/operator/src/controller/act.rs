@@ -486,7 +486,17 @@ pub async fn report_missing(ctx: &Ctx, entry: &Entry, pods: &[Arc<SlimPod>]) {
         );
         injection.denied.is_none() && injection.injected.iter().any(|n| n == name)
     };
-    let pass = super::missing::evict(&ctx.client, evictions, &entry.ss, &list, &would_inject).await;
+    let index = ctx.cluster.index();
+    let current = |n: &str| index.get(n).map(|ss| ss.uid().unwrap_or_default());
+    let pass = super::missing::evict(
+        &ctx.client,
+        evictions,
+        &entry.ss,
+        &list,
+        &would_inject,
+        &current,
+    )
+    .await;
     for (owner, pod) in pass.opened {
         let ns = pod.namespace().unwrap_or_default();
         if let Some(regarding) = crate::events::regarding(&pod, &ns)

@@ -207,13 +207,15 @@ fn as_pod(p: &SlimPod, rv: &str) -> serde_json::Value {
 #[tokio::test]
 async fn evictions_are_recorded_first_preconditioned_and_skip_what_must_not_go() {
     let (client, mut api) = mock_api::client();
-    let (guarded, job, recreated, conflicting, free) = (
+    let (mut guarded, job, recreated, conflicting, free) = (
         pod("guarded", "ReplicaSet"),
         pod("job", "Job"),
         pod("recreated", "ReplicaSet"),
         pod("conflicting", "ReplicaSet"),
         pod("free", "ReplicaSet"),
     );
+    // Another owner: a refusal of its budget holds back only its own pods.
+    guarded.metadata.owner_references.as_mut().unwrap()[0].uid = "u-guarded".into();
     let evictions = missing::Evictions::new(missing::Policy {
         per_minute: 10,
         per_hour: 10,
@@ -238,6 +240,14 @@ async fn evictions_are_recorded_first_preconditioned_and_skip_what_must_not_go()
             (Some("ss-uid"), Some(3))
         );
         created.echo("100");
+        // The namespace's PodDisruptionBudgets, listed once: none allows no disruption.
+        api.expect("GET", "/apis/policy/v1/namespaces/a/poddisruptionbudgets")
+            .await
+            .answer(
+                200,
+                json!({"kind": "PodDisruptionBudgetList", "apiVersion": "policy/v1",
+                "metadata": {}, "items": []}),
+            );
         // guarded: read fresh, the token spent in the API first (conditional on what was
         // read), then the Eviction with uid and resourceVersion preconditions; a PDB refuses
         // it and the token is given back.
@@ -300,7 +310,14 @@ async fn evictions_are_recorded_first_preconditioned_and_skip_what_must_not_go()
     let would_inject =
         |p: &k8s_openapi::api::core::v1::Pod| p.metadata.name.as_deref() != Some("conflicting");
     let (pass, ()) = tokio::join!(
-        missing::evict(&client, &evictions, &ss, &candidates, &would_inject),
+        missing::evict(
+            &client,
+            &evictions,
+            &ss,
+            &candidates,
+            &would_inject,
+            &|n: &str| (n == "mesh").then(|| "ss-uid".to_string())
+        ),
         server
     );
     assert_eq!(pass.evicted, 1);

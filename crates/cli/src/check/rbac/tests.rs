@@ -10,6 +10,7 @@ fn the_permissions_follow_the_chart_modes() {
         "patch sidecarsets.apps.kruise.io",
         "patch sidecarsets.apps.kruise.io/status",
         "create pods/eviction",
+        "list poddisruptionbudgets.policy",
         "patch mutatingwebhookconfigurations.admissionregistration.k8s.io cfg",
         "update leases.coordination.k8s.io lease -n ns",
         "get secrets certs -n ns",

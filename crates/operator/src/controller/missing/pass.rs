@@ -1,16 +1,21 @@
 //! One eviction pass over a SidecarSet's pods running without its sidecars: the API calls
 //! (the state ConfigMap, the fresh read of each pod, the Eviction), in the order the policy
 //! requires: the token is spent in the API before the Eviction is sent, and given back when the
-//! Eviction is refused.
+//! Eviction is refused. A pod that a PodDisruptionBudget allowing no disruption selects is
+//! withheld before any of that ([`super::disruption`]), and once the Eviction API refused a pod
+//! of an owner for its budget (HTTP 429), the owner's other pods wait for the next pass.
 
+use super::disruption::{Budgets, blocked};
 use super::policy::{
     OptIn, Policy, Withheld, came_back_missing, key, opt_in, precheck, recent, same_second,
+    took_effect,
 };
-use super::state::{Evicted, STATE_CONFIGMAP, SidecarSetState, Stored, load, store};
+use super::state::{Evicted, STATE_CONFIGMAP, SidecarSetState, Stored, load, prune, store};
 use crate::controller::slim::SlimPod;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
+use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -70,15 +75,20 @@ pub struct Pass {
     pub opened: Vec<(String, Pod)>,
 }
 
+/// The uid of the SidecarSet of a name, None when there is none (the cluster view's).
+pub type Current<'a> = &'a (dyn Fn(&str) -> Option<String> + Sync);
+
 /// Looks at the SidecarSet's pods running without its sidecars and evicts those the rules allow
 /// (see the module's documentation). `would_inject`: the webhook's decision for a pod as the API
-/// server has it now. Errors of the API are logged; the next pass tries again.
+/// server has it now; `current`: the SidecarSets that exist (the states of others are dropped).
+/// Errors of the API are logged; the next pass tries again.
 pub async fn evict(
     client: &kube::Client,
     ev: &Evictions,
     ss: &sidecarset_core::api::SidecarSet,
     pods: &[&SlimPod],
     would_inject: &(dyn Fn(&Pod) -> bool + Sync),
+    current: Current<'_>,
 ) -> Pass {
     let name = ss.name_any();
     let mut pass = Pass::default();
@@ -90,7 +100,9 @@ pub async fn evict(
         return pass;
     }
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ev.policy.namespace);
-    let Some((stored, state, now)) = current_state(&api, ss, &name, pods, &mut pass).await else {
+    let Some((stored, state, now)) =
+        current_state(&api, ss, &ev.policy, current, pods, &mut pass).await
+    else {
         return pass;
     };
     let mut evicting = Evicting {
@@ -105,6 +117,8 @@ pub async fn evict(
         state,
         now,
         pass,
+        refused: BTreeSet::new(),
+        budgets: Budgets::default(),
     };
     for p in pods {
         if evicting.one(p).await.is_break() {
@@ -114,17 +128,19 @@ pub async fn evict(
     evicting.pass
 }
 
-/// Reads the state, brings the SidecarSet's up to its current generation and opens the circuit
-/// of each owner whose replacement came back still missing (recorded in `pass`), and writes it
-/// back when it changed; with the time it was read (unix seconds). None: the state cannot be read
-/// or written (no eviction in this pass).
+/// Reads the state, drops the states of SidecarSets gone, brings the SidecarSet's up to its
+/// current generation (bounded) and opens the circuit of each owner whose replacement came back
+/// still missing (recorded in `pass`), and writes it back when it changed; with the time it was
+/// read (unix seconds). None: the state cannot be read or written (no eviction in this pass).
 async fn current_state(
     api: &Api<ConfigMap>,
     ss: &sidecarset_core::api::SidecarSet,
-    name: &str,
+    policy: &Policy,
+    current: Current<'_>,
     pods: &[&SlimPod],
     pass: &mut Pass,
 ) -> Option<(Stored, SidecarSetState, i64)> {
+    let name = &ss.name_any();
     let mut stored = match load(api).await {
         Ok(s) => s,
         Err(e) => {
@@ -135,13 +151,25 @@ async fn current_state(
     let now = jiff::Timestamp::now().as_second();
     let uid = ss.uid().unwrap_or_default();
     let generation = ss.metadata.generation.unwrap_or_default();
+    let created = ss
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second());
+    let gone = prune(&mut stored.states, name, current);
+    if !gone.is_empty() {
+        info!(sidecarset = %name, dropped = ?gone, configmap = STATE_CONFIGMAP, "dropped the eviction state of SidecarSets that no longer exist");
+    }
     let before = stored.states.get(name).cloned();
-    let mut state = before
-        .clone()
-        .unwrap_or_default()
-        .current(&uid, generation, now);
+    let mut state = before.clone().unwrap_or_default().current(
+        &uid,
+        generation,
+        took_effect(generation, created, now),
+        now,
+    );
+    state.bound(policy.per_hour);
     open_circuits(name, pods, &mut state, pass);
-    if before.as_ref() != Some(&state) {
+    if before.as_ref() != Some(&state) || !gone.is_empty() {
         stored.states.insert(name.to_string(), state.clone());
         if let Err(e) = store(api, &mut stored).await {
             warn!(sidecarset = %name, error = %e, "cannot write the eviction state; no eviction in this pass");
@@ -173,6 +201,15 @@ fn open_circuits(name: &str, pods: &[&SlimPod], state: &mut SidecarSetState, pas
     }
 }
 
+/// What became of an Eviction sent.
+enum Sent {
+    Evicted,
+    /// Refused for a PodDisruptionBudget (HTTP 429).
+    Disruption,
+    /// Refused otherwise, or not answered.
+    Failed,
+}
+
 /// One pass in progress, after the state was read.
 struct Evicting<'a> {
     client: &'a kube::Client,
@@ -189,6 +226,11 @@ struct Evicting<'a> {
     /// When the pass started (unix seconds).
     now: i64,
     pass: Pass,
+    /// Owners (uids) of which the Eviction API refused a pod for its disruption budget in this
+    /// pass: their other pods wait for the next pass.
+    refused: BTreeSet<String>,
+    /// The PodDisruptionBudgets of each namespace, listed once in this pass.
+    budgets: Budgets,
 }
 
 impl Evicting<'_> {
@@ -212,6 +254,10 @@ impl Evicting<'_> {
                 return ControlFlow::Continue(());
             }
         };
+        if self.refused.contains(&owner) || self.disruption_blocked(p).await {
+            withhold(&self.name, &pod_key, Withheld::Disruption);
+            return ControlFlow::Continue(());
+        }
         let Some(fresh) = self.read_fresh(p, &pod_key).await else {
             return ControlFlow::Continue(());
         };
@@ -221,10 +267,21 @@ impl Evicting<'_> {
         }
         let uid = p.metadata.uid.clone().unwrap_or_default();
         self.spend_token(&pod_key, &uid, &owner).await?;
-        if self.post_eviction(p, &pod_key, &fresh).await {
-            self.give_token_back().await?;
+        match self.post_eviction(p, &pod_key, &fresh).await {
+            Sent::Evicted => {}
+            Sent::Disruption => {
+                self.refused.insert(owner);
+                self.give_token_back().await?;
+            }
+            Sent::Failed => self.give_token_back().await?,
         }
         ControlFlow::Continue(())
+    }
+
+    /// Whether a PodDisruptionBudget of the pod's namespace selects it and allows no disruption.
+    async fn disruption_blocked(&mut self, p: &SlimPod) -> bool {
+        let ns = p.namespace().unwrap_or_default();
+        blocked(p, self.budgets.of(self.client, &ns).await)
     }
 
     /// The pod as the API server has it: the same pod (uid), whole, for the decision.
@@ -265,8 +322,8 @@ impl Evicting<'_> {
         ControlFlow::Continue(())
     }
 
-    /// Sends the Eviction of `p` (as read: `fresh`); true when it was refused.
-    async fn post_eviction(&mut self, p: &SlimPod, pod_key: &str, fresh: &Pod) -> bool {
+    /// Sends the Eviction of `p` (as read: `fresh`).
+    async fn post_eviction(&mut self, p: &SlimPod, pod_key: &str, fresh: &Pod) -> Sent {
         let name = &self.name;
         let ns = p.namespace().unwrap_or_default();
         let body = eviction(&p.name_any(), &ns, fresh);
@@ -287,19 +344,19 @@ impl Evicting<'_> {
                     .get_or_create(&crate::metrics::label(name))
                     .inc();
                 self.pass.evicted += 1;
-                false
+                Sent::Evicted
             }
             Err(kube::Error::Api(e)) if e.code == 429 => {
-                debug!(sidecarset = %name, pod = %pod_key, reason = %e.message, "eviction refused by a PodDisruptionBudget; tried again later");
-                true
+                debug!(sidecarset = %name, pod = %pod_key, reason = %e.message, "eviction refused by a PodDisruptionBudget; tried again later (the owner's other pods too)");
+                Sent::Disruption
             }
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
                 withhold(name, pod_key, Withheld::Precondition);
-                true
+                Sent::Failed
             }
             Err(e) => {
                 warn!(sidecarset = %name, pod = %pod_key, error = %e, "cannot evict a pod running without the SidecarSet's sidecars");
-                true
+                Sent::Failed
             }
         }
     }

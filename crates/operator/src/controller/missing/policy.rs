@@ -101,6 +101,9 @@ pub enum Withheld {
     Budget,
     /// The pod changed, was recreated or is gone (uid/resourceVersion preconditions).
     Precondition,
+    /// A PodDisruptionBudget allows no disruption of the pod now (its status says so), or
+    /// refused the eviction of another pod of the same owner in this pass.
+    Disruption,
 }
 
 impl Withheld {
@@ -114,7 +117,20 @@ impl Withheld {
             Withheld::Rate => "rate",
             Withheld::Budget => "budget",
             Withheld::Precondition => "precondition",
+            Withheld::Disruption => "pdb",
         }
+    }
+}
+
+/// When the SidecarSet's current generation took effect (unix seconds), or a later time, never
+/// an earlier one: generation 1 took effect when the SidecarSet was created (its
+/// `creationTimestamp`, on the API server's clock like the pods'); a later generation's time is
+/// not kept by the API (the cached SidecarSet has no managedFields), so it is `now`, the first
+/// pass that sees it.
+pub fn took_effect(generation: i64, created: Option<i64>, now: i64) -> i64 {
+    match created {
+        Some(c) if generation == 1 => c.min(now),
+        _ => now,
     }
 }
 

@@ -227,11 +227,11 @@ fn a_new_generation_starts_over_but_keeps_the_hours_budget() {
         ],
         open_circuits: [("o".to_string(), "a/ReplicaSet/o".to_string())].into(),
     };
-    let same = s.clone().current("u", 1, 4100);
+    let same = s.clone().current("u", 1, 4100, 4100);
     assert_eq!(same.since, 100, "same generation: unchanged");
     assert_eq!(same.evictions.len(), 1, "older than an hour: dropped");
     assert_eq!(same.open_circuits.len(), 1);
-    let next = s.clone().current("u", 2, 4100);
+    let next = s.clone().current("u", 2, 4100, 4100);
     assert_eq!((next.generation, next.since), (2, 4100));
     assert!(
         next.open_circuits.is_empty(),
@@ -242,7 +242,7 @@ fn a_new_generation_starts_over_but_keeps_the_hours_budget() {
         1,
         "the budget is per hour, not per generation"
     );
-    let other = s.current("u2", 1, 4100);
+    let other = s.current("u2", 1, 4100, 4100);
     assert_eq!(other.uid, "u2");
     assert!(
         other.evictions.is_empty(),
@@ -397,4 +397,153 @@ fn the_rate_counts_every_sidecarset_over_the_last_minute() {
     // 1000 is 60 s before 1060: out; 1050 and 1059 in; 930 out.
     assert_eq!(recent(&states, 1060), 2);
     assert_eq!(recent(&states, 1059), 3, "1000 is 59 s before 1059");
+}
+
+/// `since`, for `"true"`: never later than needed for generation 1 (its creation, on the API
+/// server's clock), never earlier than the generation took effect.
+#[test]
+fn since_is_when_the_generation_took_effect() {
+    let (created, first_pass, now) = (1000, 5000, 9000);
+    // (generation, creationTimestamp, state stored before, since wanted)
+    for (generation, created, stored, want) in [
+        // Generation 1: it took effect at the creation, whenever the first pass ran.
+        (1, Some(created), None, created),
+        // A state recorded at a later pass (a former version, or the annotation added later).
+        (1, Some(created), Some((1, first_pass)), created),
+        // A clock ahead of the API server's: never later than now.
+        (1, Some(now + 50), None, now),
+        (1, None, None, now),
+        // A later generation: its time is not kept by the API; the first pass that sees it.
+        (2, Some(created), None, now),
+        (2, Some(created), Some((1, first_pass)), now),
+        (2, Some(created), Some((2, first_pass)), first_pass),
+    ] {
+        let before = stored.map(|(generation, since)| SidecarSetState {
+            uid: "u".into(),
+            generation,
+            since,
+            ..Default::default()
+        });
+        let state = before.clone().unwrap_or_default().current(
+            "u",
+            generation,
+            took_effect(generation, created, now),
+            now,
+        );
+        assert_eq!(
+            state.since, want,
+            "generation {generation} created {created:?} stored {stored:?}"
+        );
+    }
+}
+
+#[test]
+fn a_state_is_bounded() {
+    let e = |i: usize, uids: usize| Evicted {
+        at: i as i64,
+        pod: format!("a/p{i}"),
+        same_second: (0..uids).map(|u| u.to_string()).collect(),
+        ..Default::default()
+    };
+    // (per hour, evictions, uids in each same_second, evictions kept, uids kept)
+    for (per_hour, n, uids, kept, uids_kept) in [
+        (20, 5, 3, 5, 3),
+        (20, 30, 0, 30, 0),
+        (20, 31, 0, 30, 0),
+        (2, 40, 60, 12, 50),
+    ] {
+        let mut s = SidecarSetState {
+            evictions: (0..n).map(|i| e(i, uids)).collect(),
+            ..Default::default()
+        };
+        s.bound(per_hour);
+        assert_eq!(s.evictions.len(), kept, "{per_hour}/h, {n} evictions");
+        assert_eq!(
+            s.evictions.last().unwrap().at,
+            n as i64 - 1,
+            "the newest kept"
+        );
+        assert!(s.evictions.iter().all(|e| e.same_second.len() == uids_kept));
+    }
+}
+
+#[test]
+fn the_states_of_sidecarsets_gone_are_pruned() {
+    let st = |uid: &str| SidecarSetState {
+        uid: uid.into(),
+        ..Default::default()
+    };
+    let current = |n: &str| match n {
+        "own" => Some("own-uid".to_string()),
+        "alive" => Some("alive-uid".to_string()),
+        "recreated" => Some("new".to_string()),
+        _ => None,
+    };
+    let mut states: BTreeMap<String, SidecarSetState> = [
+        ("own", st("own-uid")),
+        ("alive", st("alive-uid")),
+        ("recreated", st("old")),
+        ("deleted", st("d")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let mut unknown = states.clone();
+    assert_eq!(
+        state::prune(&mut states, "own", &current),
+        ["deleted", "recreated"]
+    );
+    assert_eq!(states.keys().collect::<Vec<_>>(), ["alive", "own"]);
+    // A view that does not know the pass's own SidecarSet yet: nothing dropped.
+    assert!(state::prune(&mut unknown, "new-one", &current).is_empty());
+    assert_eq!(unknown.len(), 4);
+}
+
+#[test]
+fn a_ready_pod_that_a_budget_allowing_no_disruption_selects_is_blocked() {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let pod = |ready: &str| -> SlimPod {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "p", "namespace": "a",
+            "labels": {"app": "web"}},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]}}),
+        )
+        .unwrap()
+    };
+    let pdb = |selector: Option<serde_json::Value>, allowed: Option<i32>| -> PodDisruptionBudget {
+        let mut v = serde_json::json!({"metadata": {"name": "b"}, "spec": {}});
+        if let Some(s) = selector {
+            v["spec"]["selector"] = s;
+        }
+        if let Some(a) = allowed {
+            v["status"] = serde_json::json!({"disruptionsAllowed": a, "currentHealthy": 1,
+                "desiredHealthy": 1, "expectedPods": 1});
+        }
+        serde_json::from_value(v).unwrap()
+    };
+    let web = || Some(serde_json::json!({"matchLabels": {"app": "web"}}));
+    // (pod ready, budget's selector, disruptions allowed, blocked)
+    for (ready, selector, allowed, want) in [
+        ("True", web(), Some(0), true),
+        ("True", web(), Some(1), false),
+        // No status yet: the Eviction API refuses until the budget is processed.
+        ("True", web(), None, true),
+        ("True", Some(serde_json::json!({})), Some(0), true),
+        ("True", None, Some(0), false),
+        (
+            "True",
+            Some(serde_json::json!({"matchLabels": {"app": "db"}})),
+            Some(0),
+            false,
+        ),
+        // An unready pod may be let go (unhealthyPodEvictionPolicy): the Eviction API decides.
+        ("False", web(), Some(0), false),
+    ] {
+        assert_eq!(
+            disruption::blocked(&pod(ready), &[pdb(selector.clone(), allowed)]),
+            want,
+            "ready {ready}, selector {selector:?}, allowed {allowed:?}"
+        );
+    }
+    assert!(!disruption::blocked(&pod("True"), &[]));
 }
