@@ -445,7 +445,7 @@ pub fn reason(s: &str) -> ReasonLabel {
 pub const POD_STATES: [&str; 4] = ["matched", "updated", "ready", "updated_ready"];
 
 /// The `reason` label values of `evictions_withheld` (`controller::missing::Withheld::label`).
-pub const WITHHELD_REASONS: [&str; 8] = [
+pub const WITHHELD_REASONS: [&str; 9] = [
     "not_opted_in",
     "not_injectable",
     "owner_not_allowed",
@@ -454,6 +454,7 @@ pub const WITHHELD_REASONS: [&str; 8] = [
     "rate",
     "budget",
     "precondition",
+    "pdb",
 ];
 
 /// Removes every series labelled with the SidecarSet `name` (it was deleted): without this they

@@ -251,6 +251,7 @@ mod tests {
             Withheld::Rate,
             Withheld::Budget,
             Withheld::Precondition,
+            Withheld::Disruption,
         ];
         for w in all {
             match w {
@@ -261,7 +262,8 @@ mod tests {
                 | Withheld::NotInjectable
                 | Withheld::Rate
                 | Withheld::Budget
-                | Withheld::Precondition => {}
+                | Withheld::Precondition
+                | Withheld::Disruption => {}
             }
             assert!(
                 crate::metrics::WITHHELD_REASONS.contains(&w.label()),
