@@ -107,6 +107,13 @@ pub struct Metrics {
     pub reconciles: Family<ResultLabel, Counter>,
     pub reconcile_seconds: Histogram,
     pub reconcile_wait_seconds: Histogram,
+    /// Failed reconciles by reason: the controller's error kinds (`kube`, `invalid`,
+    /// `conflict`; see `controller::Error::reason`).
+    pub reconcile_errors: Family<ReasonLabel, Counter>,
+    /// Status writes refused by their resourceVersion precondition, by cause: `own` (the store
+    /// had not caught up with this process's last write; written again on top of it) or
+    /// `foreign` (someone else wrote meanwhile; replanned).
+    pub status_conflicts: Family<CauseLabel, Counter>,
     pub pods: Family<PodsLabels, Gauge>,
     pub rollout_in_progress: Family<SidecarSetLabel, Gauge>,
     pub rollout_stalled: Family<SidecarSetLabel, Gauge>,
@@ -153,8 +160,6 @@ fn build() -> Metrics {
     register_watches(&mut registry, &m);
     register_safeguards(&mut registry, &m);
     register_process(&mut registry, &m);
-    register_reconcile_errors(&mut registry);
-    register_status_conflicts(&mut registry);
     Metrics { registry, ..m }
 }
 
@@ -175,6 +180,8 @@ fn unregistered() -> Metrics {
         reconciles: Family::default(),
         reconcile_seconds,
         reconcile_wait_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+        reconcile_errors: Family::default(),
+        status_conflicts: Family::default(),
         pods: Family::default(),
         rollout_in_progress: Family::default(),
         rollout_stalled: Family::default(),
@@ -247,6 +254,16 @@ fn register_reconciles(registry: &mut Registry, m: &Metrics) {
         "reconcile_wait_seconds",
         "Time a SidecarSet woken by its pods waited in turn for a reconcile slot (--max-concurrent-reconciles)",
         m.reconcile_wait_seconds.clone(),
+    );
+    registry.register(
+        "reconcile_errors",
+        "SidecarSet reconciles that failed, by reason (kube: an API call failed; invalid: the SidecarSet cannot be read or planned; conflict: a conditional write was refused and is replanned)",
+        m.reconcile_errors.clone(),
+    );
+    registry.register(
+        "status_conflicts",
+        "SidecarSet status writes refused by their resourceVersion precondition, by cause (own: the cache had not caught up with this replica's last write, written again on top of it; foreign: someone else wrote meanwhile, replanned)",
+        m.status_conflicts.clone(),
     );
     registry.register(
         "pods",
@@ -486,42 +503,9 @@ pub fn remove_sidecarset(name: &str) {
     }
 }
 
-/// Failed reconciles, by reason: the controller's error kinds (`kube`, `invalid`, `conflict`;
-/// see `controller::Error::reason`). Kept apart from [`Metrics`], registered by `build`.
-pub fn reconcile_errors() -> &'static Family<ReasonLabel, Counter> {
-    static ERRORS: OnceLock<Family<ReasonLabel, Counter>> = OnceLock::new();
-    ERRORS.get_or_init(Family::default)
-}
-
-/// Registers [`reconcile_errors`] (called by [`build`]).
-fn register_reconcile_errors(registry: &mut Registry) {
-    registry.register(
-        "reconcile_errors",
-        "SidecarSet reconciles that failed, by reason (kube: an API call failed; invalid: the SidecarSet cannot be read or planned; conflict: a conditional write was refused and is replanned)",
-        reconcile_errors().clone(),
-    );
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CauseLabel {
     pub cause: String,
-}
-
-/// Status writes refused by their resourceVersion precondition, by cause: `own` (the store had
-/// not caught up with this process's last write; written again on top of it) or `foreign`
-/// (someone else wrote meanwhile; replanned). Kept apart from [`Metrics`], registered by `build`.
-pub fn status_conflicts() -> &'static Family<CauseLabel, Counter> {
-    static CONFLICTS: OnceLock<Family<CauseLabel, Counter>> = OnceLock::new();
-    CONFLICTS.get_or_init(Family::default)
-}
-
-/// Registers [`status_conflicts`] (called by [`build`]).
-fn register_status_conflicts(registry: &mut Registry) {
-    registry.register(
-        "status_conflicts",
-        "SidecarSet status writes refused by their resourceVersion precondition, by cause (own: the cache had not caught up with this replica's last write, written again on top of it; foreign: someone else wrote meanwhile, replanned)",
-        status_conflicts().clone(),
-    );
 }
 
 #[cfg(test)]

@@ -108,7 +108,8 @@ pub async fn write_status(ctx: &Ctx, ss: &SidecarSet, plan: &ReconcilePlan) -> R
 
 fn count_status_conflict(own: bool) {
     let cause = if own { "own" } else { "foreign" };
-    crate::metrics::status_conflicts()
+    crate::metrics::metrics()
+        .status_conflicts
         .get_or_create(&crate::metrics::CauseLabel {
             cause: cause.into(),
         })

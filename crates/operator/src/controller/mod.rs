@@ -248,7 +248,8 @@ pub async fn run(
 /// 1 s doubling to 5 min, started over by a successful reconcile).
 fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, ctx: Arc<Ctx>) -> Action {
     let name = ss.name_any();
-    crate::metrics::reconcile_errors()
+    crate::metrics::metrics()
+        .reconcile_errors
         .get_or_create(&crate::metrics::reason(err.reason()))
         .inc();
     let delay = ctx.retries.next_delay(&name);

@@ -180,7 +180,8 @@ mod tests {
         let conflict = || Error::Conflict("changed".into());
         let invalid = || Error::Invalid("bad".into());
         let counted = |reason: &str| {
-            crate::metrics::reconcile_errors()
+            crate::metrics::metrics()
+                .reconcile_errors
                 .get_or_create(&crate::metrics::reason(reason))
                 .get()
         };

@@ -93,7 +93,8 @@ fn plan_with(ss: &SidecarSet, entry: &Entry, pods: &[Arc<SlimPod>]) -> Reconcile
 }
 
 fn conflicts(cause: &str) -> u64 {
-    crate::metrics::status_conflicts()
+    crate::metrics::metrics()
+        .status_conflicts
         .get_or_create(&crate::metrics::CauseLabel {
             cause: cause.into(),
         })
