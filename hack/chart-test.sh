@@ -524,8 +524,12 @@ release_phase() {
   section "7. the release: chart from an OCI registry (by version, by digest), image digest, Krew sha256"
   local t0=$SECONDS bin=${BIN:-$REPO/target/debug/sidecarset-operator} rel=$OUT/release version reg out
   [ -x "$bin" ] || die "the release step needs the operator binary $bin (cargo build --bin sidecarset-operator, or BIN=...)"
-  { command -v umoci >/dev/null && command -v skopeo >/dev/null; } \
-    || die "the release step builds the image with umoci and skopeo (apt-get install umoci skopeo; hack/node.sh deps installs them), or set SSO_CHART_TEST_RELEASE=0"
+  # The image is packed with umoci and skopeo: installed here when missing (as root, with apt-get),
+  # as the real node's suites do, since on a new machine this step runs before them.
+  if ! { command -v umoci >/dev/null && command -v skopeo >/dev/null; }; then
+    SSO_WORK=$WORK "$REPO/hack/node.sh" deps \
+      || die "the release step builds the image with umoci and skopeo (apt-get install umoci skopeo), or set SSO_CHART_TEST_RELEASE=0"
+  fi
   if ! SSO_WORK=$WORK "$REPO/hack/registry.sh" env >/dev/null 2>&1; then REGISTRY_STARTED=1; fi
   eval "$(SSO_WORK=$WORK "$REPO/hack/registry.sh" up 2>/dev/null)"
   reg=$SSO_REGISTRY
