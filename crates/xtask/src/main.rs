@@ -4,6 +4,9 @@
 
 mod bundle;
 mod doc;
+mod features;
+mod krew;
+mod release;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,6 +45,76 @@ enum Command {
     BundleGenerate(Box<BundleArgs>),
     /// One line about `opm render` of a bundle (read from stdin): one olm.bundle and its package
     OpmSummary,
+    /// Compare the `cargo tree -f '{p}|{f}'` files in DIR (workspace, bin, unit, e2e): fail,
+    /// naming each crate, when a build resolves a shared crate with other features
+    FeaturesCompare { dir: PathBuf },
+    /// The release version: Chart.yaml's version, equal to its appVersion and Cargo.toml's
+    ReleaseVersion {
+        #[arg(long, default_value = "charts/sidecarset-operator/Chart.yaml")]
+        chart: PathBuf,
+        #[arg(long, default_value = "Cargo.toml")]
+        cargo_toml: PathBuf,
+    },
+    /// The release notes of VERSION: CHANGELOG.md's newest entry, which must be that version's
+    ChangelogEntry {
+        version: String,
+        #[arg(long, default_value = "CHANGELOG.md")]
+        changelog: PathBuf,
+    },
+    /// release.json of the release directory DIR (the files' sha256 and where they went)
+    ReleaseRecord(RecordArgs),
+    /// A field of a JSON file by dotted path (image.digest); null prints nothing
+    JsonField { file: PathBuf, path: String },
+    /// The Krew manifest for one archive, from the template plugins/sidecarset.yaml
+    KrewManifest(KrewArgs),
+}
+
+#[derive(clap::Args)]
+struct RecordArgs {
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    version: String,
+    #[arg(long)]
+    commit: String,
+    #[arg(long)]
+    dirty: bool,
+    #[arg(long)]
+    epoch: i64,
+    #[arg(long)]
+    chart: String,
+    #[arg(long)]
+    chart_repo: String,
+    #[arg(long)]
+    chart_digest: String,
+    #[arg(long)]
+    image: String,
+    #[arg(long)]
+    image_digest: String,
+    /// Where the image was pushed (REPO@DIGEST); empty when it was not
+    #[arg(long, default_value = "")]
+    image_ref: String,
+    #[arg(long)]
+    krew: String,
+}
+
+#[derive(clap::Args)]
+struct KrewArgs {
+    #[arg(long, default_value = "plugins/sidecarset.yaml")]
+    template: PathBuf,
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long)]
+    os: String,
+    #[arg(long)]
+    arch: String,
+    #[arg(long)]
+    uri: String,
+    #[arg(long)]
+    sha256: String,
+    /// v1.2.3
+    #[arg(long)]
+    version: String,
 }
 
 #[derive(clap::Args)]
@@ -126,6 +199,39 @@ fn print(r: Result<String, Error>) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn release_record(a: &RecordArgs) -> Result<ExitCode, Error> {
+    let r = release::Record {
+        version: &a.version,
+        commit: &a.commit,
+        dirty: a.dirty,
+        epoch: a.epoch,
+        chart: &a.chart,
+        chart_repo: &a.chart_repo,
+        chart_digest: &a.chart_digest,
+        image: &a.image,
+        image_digest: &a.image_digest,
+        image_ref: &a.image_ref,
+        krew: &a.krew,
+    };
+    let path = a.dir.join("release.json");
+    std::fs::write(&path, release::record(&a.dir, &r)?)
+        .map_err(|e| Error::new(format!("{}: {e}", path.display())))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn krew_manifest(a: &KrewArgs) -> Result<ExitCode, Error> {
+    let p = krew::Platform {
+        os: &a.os,
+        arch: &a.arch,
+        uri: &a.uri,
+        sha256: &a.sha256,
+        version: &a.version,
+    };
+    let out = krew::manifest(&read(&a.template)?, &p)?;
+    std::fs::write(&a.out, out).map_err(|e| Error::new(format!("{}: {e}", a.out.display())))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (tag, result) = match &cli.command {
@@ -137,6 +243,24 @@ fn main() -> ExitCode {
                 .and_then(|_| bundle::opm::summary(&text));
             ("bundle", print(r))
         }
+        Command::FeaturesCompare { dir } => (
+            "features",
+            print(features::compare_dir(dir).map(|s| format!("[features] {s}"))),
+        ),
+        Command::ReleaseVersion { chart, cargo_toml } => {
+            let r = read(chart).and_then(|c| release::version(&c, &read(cargo_toml)?));
+            ("release", print(r))
+        }
+        Command::ChangelogEntry { version, changelog } => (
+            "release",
+            print(read(changelog).and_then(|t| release::changelog_entry(&t, version))),
+        ),
+        Command::ReleaseRecord(a) => ("release", release_record(a)),
+        Command::JsonField { file, path } => (
+            "release",
+            print(read(file).and_then(|t| release::json_field(&t, path))),
+        ),
+        Command::KrewManifest(a) => ("krew", krew_manifest(a)),
     };
     match result {
         Ok(code) => code,
