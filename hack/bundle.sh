@@ -4,7 +4,8 @@
 #
 #   hack/bundle.sh [generate]   render the chart for OLM and write the CSV, the PodDisruptionBudget,
 #                               bundle/metadata/annotations.yaml and bundle.Dockerfile
-#                               (hack/bundle/generate.py; the CRD comes from `make manifests`)
+#                               (`cargo xtask bundle-generate`, crates/xtask/src/bundle; the CRD
+#                               comes from `make manifests`)
 #   hack/bundle.sh check        fail when those files differ from what generate would write
 #   hack/bundle.sh validate     operator-sdk bundle validate --select-optional suite=operatorframework
 #                               and opm render, on ./bundle (builds both tools on first use)
@@ -58,8 +59,10 @@ find_helm() {
     HELM=$HELM_BIN/helm
   fi
   [ -x "$HELM" ] || HELM=$(command -v "$HELM" 2>/dev/null) || die "HELM=$HELM is not executable"
-  if ! python3 -c 'import yaml' 2>/dev/null; then die "python3 with PyYAML is needed (apt-get install python3-yaml)"; fi
 }
+
+# xtask ARGS: the build tool (crates/xtask), built on first use.
+xtask() { cargo run -q --locked -p xtask -- "$@"; }
 
 # image_values: --set arguments for OPERATOR_IMAGE (repository:tag or repository@sha256:...)
 image_values() {
@@ -90,7 +93,7 @@ run_generator() {
     die "helm template of $CHART failed"
   fi
   local rc=0
-  python3 "$REPO/hack/bundle/generate.py" --rendered "$rendered" --crd "$CRD" \
+  xtask bundle-generate --rendered "$rendered" --crd "$CRD" \
     --sample config/samples/sidecarset.yaml --base hack/bundle/csv-base.yaml --icon hack/bundle/icon.svg \
     --version "$VERSION" --channels "$BUNDLE_CHANNELS" --default-channel "$BUNDLE_DEFAULT_CHANNEL" \
     --replaces "${BUNDLE_REPLACES:-}" --out "$out" "$@" || rc=$?
@@ -210,20 +213,9 @@ cmd_validate() {
   if grep -qiE 'level=warn|WARN' <<<"$out"; then die "operator-sdk bundle validate printed warnings; fix them or document them in hack/bundle.sh"; fi
   log "opm render ./$BUNDLE (opm $OPM_VERSION)"
   out=$("$OPM" render "./$BUNDLE" -o yaml 2>&1) || { printf '%s\n' "$out" >&2; die "opm render ./$BUNDLE failed"; }
-  python3 -c '
-import sys, yaml
-docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
-b = [d for d in docs if d.get("schema") == "olm.bundle"]
-if len(b) != 1:
-    sys.exit("opm render: expected one olm.bundle, got %d" % len(b))
-props = {}
-for p in b[0].get("properties", []):
-    props.setdefault(p["type"], []).append(p["value"])
-pkg = props["olm.package"][0]
-gvks = ["%s/%s %s" % (g["group"], g["version"], g["kind"]) for g in props.get("olm.gvk", [])]
-print("    olm.bundle %s: package %s %s, provides %s, %d related images, %d properties"
-      % (b[0]["name"], pkg["packageName"], pkg["version"], ", ".join(gvks), len(b[0].get("relatedImages", [])), len(b[0].get("properties", []))))
-' <<<"$out" >&2 || die "opm render output is not what a registry+v1 bundle gives"
+  local summary
+  summary=$(xtask opm-summary <<<"$out") || die "opm render output is not what a registry+v1 bundle gives"
+  printf '    %s\n' "$summary" >&2
   log "bundle valid: operator-sdk (suite=operatorframework) without errors or warnings; opm render ok"
 }
 

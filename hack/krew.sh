@@ -37,17 +37,9 @@ tar -C "$OUT/stage" --sort=name --owner=0 --group=0 --numeric-owner "${stamp[@]}
 rm -rf "$OUT/stage"
 SHA=$(sha256sum "$OUT/$ARCHIVE" | cut -d' ' -f1)
 BASE=${KREW_BASE_URL:-https://releases.example.invalid/sidecarset-operator/$VERSION}
-python3 - "$REPO/plugins/sidecarset.yaml" "$OUT/sidecarset.yaml" "$OS" "$ARCH" "$BASE/$ARCHIVE" "$SHA" "$VERSION" <<'PY'
-import sys, yaml
-src, out, os_, arch, uri, sha, version = sys.argv[1:]
-m = yaml.safe_load(open(src))
-m["spec"]["version"] = version
-m["spec"]["platforms"] = [{
-    "selector": {"matchLabels": {"os": os_, "arch": arch}},
-    "uri": uri, "sha256": sha, "bin": "kubectl-sidecarset",
-    "files": [{"from": "kubectl-sidecarset", "to": "."}, {"from": "LICENSE", "to": "."}],
-}]
-yaml.safe_dump(m, open(out, "w"), sort_keys=False)
-PY
+# The manifest: the template with the version and this archive's platform, uri and sha256
+# (crates/xtask/src/krew.rs).
+cargo run -q --locked -p xtask -- krew-manifest --template plugins/sidecarset.yaml --out "$OUT/sidecarset.yaml" \
+  --os "$OS" --arch "$ARCH" --uri "$BASE/$ARCHIVE" --sha256 "$SHA" --version "$VERSION"
 echo "wrote $OUT/$ARCHIVE and $OUT/sidecarset.yaml (sha256 $SHA)" >&2
 echo "install: kubectl krew install --manifest=$OUT/sidecarset.yaml --archive=$OUT/$ARCHIVE" >&2

@@ -57,41 +57,16 @@ platform() {
   OS=$(uname -s | tr '[:upper:]' '[:lower:]')
 }
 
+# xtask ARGS: the build tool (crates/xtask; what this script computes is there, unit-tested).
+xtask() { cargo run -q --locked -p xtask -- "$@"; }
+
 # The version, from the chart; Chart.yaml's version and appVersion and Cargo.toml agree.
 release_version() {
-  local v av cv
-  v=$(sed -n 's/^version: *"*\([^"]*\)"* *$/\1/p' "$CHART/Chart.yaml")
-  av=$(sed -n 's/^appVersion: *"*\([^"]*\)"* *$/\1/p' "$CHART/Chart.yaml")
-  cv=$(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -n1)
-  [ -n "$v" ] || die "no version in $CHART/Chart.yaml"
-  [ "$v" = "$av" ] || die "$CHART/Chart.yaml: version $v and appVersion $av differ (they move together)"
-  [ "$v" = "$cv" ] || die "$CHART/Chart.yaml says $v, Cargo.toml says $cv"
-  VERSION=$v
+  VERSION=$(xtask release-version) || die "no release version (see above)"
 }
 
-# The CHANGELOG.md entry of VERSION (the newest entry with a version), without its heading.
-changelog_entry() {
-  python3 - CHANGELOG.md "$VERSION" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-want = sys.argv[2]
-heads = [(m.start(), m.end(), m.group(1), m.group(2)) for m in re.finditer(r"^## \[([^\]]+)\](.*)$", text, re.M)]
-released = [h for h in heads if h[2] != "Unreleased"]
-if not released:
-    sys.exit("CHANGELOG.md has no entry for a version (## [X.Y.Z] - YYYY-MM-DD)")
-start, end, version, rest = released[0]
-if version != want:
-    sys.exit(f"CHANGELOG.md's newest entry is [{version}], the chart's version is {want}: add a ## [{want}] - YYYY-MM-DD entry")
-if not re.match(r"^ - \d{4}-\d{2}-\d{2}$", rest):
-    sys.exit(f"CHANGELOG.md: the heading of [{version}] needs its date: ## [{version}] - YYYY-MM-DD")
-nxt = [h[0] for h in heads if h[0] > start]
-body = text[end:nxt[0] if nxt else len(text)].strip()
-body = re.split(r"^\[[^\]]+\]: ", body, flags=re.M)[0].strip()  # link references at the end
-if not body:
-    sys.exit(f"CHANGELOG.md: the entry of [{version}] is empty")
-print(f"# sidecarset-operator {version}{rest.replace(' - ', ' (', 1)})\n\n{body}")
-PY
-}
+# The CHANGELOG.md entry of VERSION (the newest entry with a version), headed for the notes.
+changelog_entry() { xtask changelog-entry "$VERSION"; }
 
 cmd_release() {
   command -v git >/dev/null || die "git is needed"
@@ -196,21 +171,11 @@ cmd_release() {
 
   # 4. Release notes, the record, the checksums.
   printf '%s\n' "$notes" >"$out/RELEASE-NOTES.md"
-  python3 - "$out" "$VERSION" "$commit" "$dirty" "$epoch" "$chart_tgz" "$chart_repo" "$chart_digest" \
-    "$image_tar" "$image_digest" "$image_ref" "$krew_tgz" <<'PY'
-import hashlib, json, os, sys
-out, version, commit, dirty, epoch, chart, chart_repo, chart_digest, image, image_digest, image_ref, krew = sys.argv[1:]
-sha = lambda f: hashlib.sha256(open(os.path.join(out, f), "rb").read()).hexdigest()
-rec = {
-    "version": version, "commit": commit, "dirty": dirty == "true", "sourceDateEpoch": int(epoch),
-    "chart": {"file": chart, "sha256": sha(chart), "oci": f"{chart_repo}/sidecarset-operator",
-              "tag": version, "digest": chart_digest},
-    "image": {"file": image, "sha256": sha(image), "digest": image_digest, "pushed": image_ref or None},
-    "krew": {"file": krew, "sha256": sha(krew), "manifest": "sidecarset.yaml"},
-    "notes": "RELEASE-NOTES.md",
-}
-json.dump(rec, open(os.path.join(out, "release.json"), "w"), indent=2)
-PY
+  local dirty_flag=()
+  [ "$dirty" = false ] || dirty_flag=(--dirty)
+  xtask release-record --dir "$out" --version "$VERSION" --commit "$commit" "${dirty_flag[@]}" --epoch "$epoch" \
+    --chart "$chart_tgz" --chart-repo "$chart_repo" --chart-digest "$chart_digest" \
+    --image "$image_tar" --image-digest "$image_digest" --image-ref "$image_ref" --krew "$krew_tgz"
   (cd "$out" && sha256sum -- * >"$w/SHA256SUMS") && mv "$w/SHA256SUMS" "$out/SHA256SUMS"
   cmd_verify "$out"
   log "release $VERSION in ${out#"$REPO"/}:"
@@ -278,8 +243,8 @@ PY
   # The image archive: an OCI layout whose manifest digest is the one recorded, as a registry
   # computes it (crane push + digest).
   local image digest registry crane started=0 got
-  image=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["image"]["file"])' "$dir/release.json")
-  digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["image"]["digest"])' "$dir/release.json")
+  image=$(xtask json-field "$dir/release.json" image.file)
+  digest=$(xtask json-field "$dir/release.json" image.digest)
   [ "$(cat "$dir/$image.digest")" = "$digest" ] || { log "FAIL $image.digest is not release.json's $digest"; rc=1; }
   eval "$(hack/tools.sh crane)"
   crane=$CRANE_BIN/crane
@@ -289,13 +254,14 @@ PY
     eval "$(hack/registry.sh up 2>/dev/null)"
     registry=$SSO_REGISTRY
   fi
-  got=$(push_layout "$crane" "$dir/$image" "$registry/release-verify/sidecarset-operator:$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$dir/release.json")" --insecure)
+  got=$(push_layout "$crane" "$dir/$image" "$registry/release-verify/sidecarset-operator:$(xtask json-field "$dir/release.json" version)" --insecure)
   if [ "${got#*@}" = "$digest" ]; then log "ok   image: $image is an OCI layout; pushed with crane, the registry computes $digest (recorded)"
   else log "FAIL image: $image pushed with crane has digest ${got#*@}, release.json says $digest"; rc=1; fi
   # The chart, where it was pushed (when that registry answers from here).
   local chart_ref chart_digest remote
-  chart_ref=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["chart"]; print(c["oci"][len("oci://"):] + ":" + c["tag"])' "$dir/release.json")
-  chart_digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chart"]["digest"])' "$dir/release.json")
+  chart_ref=$(xtask json-field "$dir/release.json" chart.oci):$(xtask json-field "$dir/release.json" chart.tag)
+  chart_ref=${chart_ref#oci://}
+  chart_digest=$(xtask json-field "$dir/release.json" chart.digest)
   if remote=$("$crane" digest --insecure "$chart_ref" 2>/dev/null); then
     if [ "$remote" = "$chart_digest" ]; then log "ok   chart: $chart_ref has the recorded digest $chart_digest"
     else log "FAIL chart: $chart_ref has digest $remote, release.json says $chart_digest"; rc=1; fi
@@ -304,7 +270,7 @@ PY
     layer=$("$crane" manifest --insecure "$chart_ref" | python3 -c '
 import json, sys
 print([l["digest"] for l in json.load(sys.stdin)["layers"] if l["mediaType"] == "application/vnd.cncf.helm.chart.content.v1.tar+gzip"][0])')
-    if [ "$layer" = "sha256:$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chart"]["sha256"])' "$dir/release.json")" ]; then
+    if [ "$layer" = "sha256:$(xtask json-field "$dir/release.json" chart.sha256)" ]; then
       log "ok   chart: its content layer is the release's chart archive"
     else
       log "FAIL chart: the registry's chart layer $layer is not the release's archive"; rc=1
