@@ -46,9 +46,13 @@ fn default_sidecar(c: &mut SidecarContainer, policy: PodInjectPolicy) {
         .upgrade_strategy
         .get_or_insert_with(SidecarContainerUpgradeStrategy::default);
     us.upgrade_type.get_or_insert(UpgradeType::ColdUpgrade);
-    c.share_volume_policy.get_or_insert(ShareVolumePolicy {
-        type_: ShareVolumePolicyType::Disabled,
-    });
+    // `shareVolumePolicy` is a struct in OpenKruise's Go types (never omitted, so `{}` is what a
+    // Go client sends): its type defaults to disabled. `shareVolumeDevicePolicy` is a pointer
+    // there and is not defaulted: `{}` stays `{}` (and counts in the hash as such).
+    c.share_volume_policy
+        .get_or_insert_with(ShareVolumePolicy::default)
+        .type_
+        .get_or_insert(ShareVolumePolicyType::Disabled);
     for t in &mut c.transfer_env {
         if let Some(fr) = t
             .source_container_name_from
