@@ -33,7 +33,7 @@ pub const LABEL_SIDECARSET_NAME: &str = "kruise.io/sidecarset-name";
 pub const LABEL_REVISION_CUSTOM_VERSION: &str = convert::LABEL_CUSTOM_VERSION;
 /// Label of a ControllerRevision with the hash its name ends with (Kubernetes' own label).
 pub const LABEL_HASH: &str = "controller.kubernetes.io/hash";
-pub use defaults::{default_container, default_sidecarset};
+pub use defaults::{default_container, default_pod_requests, default_sidecarset};
 pub use hash::{
     hash_input, revision_data, safe_encode, sidecarset_hash, sidecarset_hash_without_image,
     sidecarset_hashes_as_submitted,

@@ -116,7 +116,7 @@ fn all_cases() -> Vec<Case> {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 24, "recorded cases missing");
+    assert_eq!(files.len(), 25, "recorded cases missing");
     files
         .iter()
         .map(|p| {
@@ -132,12 +132,17 @@ fn all_cases() -> Vec<Case> {
 }
 
 /// A SidecarSet as submitted, converted to v1alpha1 (x18 submits one as v1beta1), decoded,
-/// defaulted and validated as our webhooks do.
+/// defaulted, hashed into its annotations (x25 submits stale ones) and validated as our webhooks
+/// do.
 fn defaulted(case: &Case, raw: &Value) -> SidecarSet {
     let raw = convert::convert(raw, convert::API_VERSION_V1ALPHA1).unwrap();
-    let mut ss: SidecarSet = serde_json::from_value(raw)
+    let mut ss: SidecarSet = serde_json::from_value(raw.clone())
         .unwrap_or_else(|e| panic!("{}: SidecarSet does not decode: {e}", case.name));
     default_sidecarset(&mut ss);
+    let (hash, without_image) = api::sidecarset_hashes_as_submitted(&ss, &raw);
+    let ann = ss.metadata.annotations.get_or_insert_with(Default::default);
+    ann.insert(ANNOTATION_HASH.into(), hash);
+    ann.insert(ANNOTATION_HASH_WITHOUT_IMAGE.into(), without_image);
     api::validate(&ss).unwrap_or_else(|e| panic!("{}: {} invalid: {e}", case.name, ss.name()));
     ss
 }
@@ -208,8 +213,8 @@ fn hashes_equal_openkruise() {
             }
         }
     }
-    // 28 stored SidecarSets and 27 pod entries, two hashes each.
-    assert_eq!(checked, 2 * 28 + 2 * 27, "every recorded hash compared");
+    // 29 stored SidecarSets and 28 pod entries, two hashes each.
+    assert_eq!(checked, 2 * 29 + 2 * 28, "every recorded hash compared");
 }
 
 /// Our defaulted spec as JSON, and OpenKruise's stored one, with the deliberate differences
@@ -248,7 +253,7 @@ fn defaulted_specs_equal_openkruise() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 28);
+    assert_eq!(checked, 29);
 }
 
 /// Our mutating webhook, given each SidecarSet as it was submitted, answers with a patch that
@@ -290,7 +295,7 @@ fn mutating_webhook_stores_openkruise_annotations() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 28);
+    assert_eq!(checked, 29);
 }
 
 #[test]
@@ -358,7 +363,7 @@ fn revisions_equal_openkruise() {
             case.name
         );
     }
-    assert_eq!(checked, 29);
+    assert_eq!(checked, 30);
 }
 
 /// What the API server does to a pod after the mutating webhooks (and what OpenKruise's recorded
@@ -442,6 +447,8 @@ fn names(list: &Value) -> Vec<String> {
 /// webhook leaves them and the revision names our controller gives them (pods record them).
 fn inject_case(case: &Case) -> Value {
     let mut pod = case.v["input"]["pod"].clone();
+    // The API server's defaulting the webhooks see (x25: requests from limits), as `inject` does.
+    api::default_pod_requests(&mut pod);
     if case.v["input"]["keep_sa_token"] == true {
         // Recorded on a cluster only: the API server's ServiceAccount admission adds the token
         // volume and its mounts before the webhooks see the pod; add them as it does.
@@ -531,6 +538,7 @@ fn inject_case(case: &Case) -> Value {
         injection.skipped
     );
     inject::apply(&mut pod, &injection.patch).unwrap();
+    api::default_pod_requests(&mut pod);
     pod
 }
 
@@ -597,7 +605,7 @@ fn injection_equals_openkruise() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 22);
+    assert_eq!(checked, 23);
 }
 
 /// x14: OpenKruise refuses a native sidecar (an init container with `restartPolicy: Always`)
@@ -664,7 +672,7 @@ fn stored_hashes_are_read_not_recomputed() {
             seen.insert(ss.name().to_string());
         }
     }
-    assert_eq!(seen.len(), 28);
+    assert_eq!(seen.len(), 29);
 }
 
 /// A SidecarSet as OpenKruise stored it is left alone by our defaults, and our controller names
@@ -691,7 +699,7 @@ fn openkruise_sidecarsets_keep_their_revision() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 28);
+    assert_eq!(checked, 29);
 }
 
 /// x17 (recorded by running OpenKruise's own controller code, see the file's header): every
@@ -990,5 +998,45 @@ fn merge_patch_json_values_that_are_not_objects_are_refused_on_purpose() {
             "spec.patchPodMetadata[0].annotations[example.io/plain]"
         ],
         "{errs}"
+    );
+}
+
+/// x25: the offline `inject` command gives what OpenKruise's webhook gave through the API
+/// server, from files as a user writes them: a SidecarSet carrying stale hash annotations (the
+/// mutating webhook recomputes them), and a pod with limits but no requests (the API server
+/// requests each resource at its limit before the webhook runs, and the sidecar's
+/// `resourcesPolicy` sums those requests).
+#[test]
+fn offline_inject_sees_what_the_webhook_sees() {
+    let case = case("x25");
+    let dir = std::env::temp_dir().join(format!("sso-x25-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ss_file = dir.join("sidecarsets.yaml");
+    let pod_file = dir.join("pod.yaml");
+    let input = &case.input("sidecarsets")[0];
+    assert_eq!(annotation(input, ANNOTATION_HASH), "stale");
+    std::fs::write(&ss_file, serde_saphyr::to_string(input).unwrap()).unwrap();
+    std::fs::write(
+        &pod_file,
+        serde_saphyr::to_string(&case.v["input"]["pod"]).unwrap(),
+    )
+    .unwrap();
+    let out = cli::inject_files(&pod_file, &ss_file, &BTreeMap::new(), NOW).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let ours: Value = serde_saphyr::from_str(&out).unwrap();
+    let (mut ours, theirs) = (injected_parts(&ours), injected_parts(case.kruise_pod()));
+    // The revision is the controller's to name (offline there is none); the rest is golden.
+    for key in [ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE] {
+        for (name, entry) in theirs["annotations"][key].as_object().unwrap() {
+            if let Some(rev) = entry.get("controllerRevision") {
+                ours["annotations"][key][name]["controllerRevision"] = rev.clone();
+            }
+        }
+    }
+    assert_eq!(ours["spec"], theirs["spec"]);
+    assert_eq!(ours["annotations"], theirs["annotations"]);
+    assert_eq!(
+        theirs["spec"]["containers"][0]["resources"]["requests"],
+        json!({"cpu": "700m", "memory": "612Mi"})
     );
 }
