@@ -11,6 +11,15 @@ pub enum ToolCommand {
     /// Print the SidecarSet CustomResourceDefinition as YAML.
     Crd,
     /// Inject a pod file offline with the SidecarSets of a file or folder; print the pod as YAML.
+    ///
+    /// The webhook's code, on the objects as the API server would hand them to it: each
+    /// SidecarSet defaulted, validated and hashed as the mutating webhook does (hash annotations
+    /// in the file are recomputed, not trusted); the pod's requests defaulted from its limits in
+    /// every container and init container, before the injection (a resourcesPolicy reads them)
+    /// and again after it. Unlike on a cluster, the API server's other pod defaults
+    /// (terminationMessagePath, imagePullPolicy, dnsPolicy, ...) and admission plugins (the
+    /// ServiceAccount token volume and its mounts, which a sidecar with shareVolumePolicy enabled
+    /// would share) are not applied.
     Inject {
         /// The pod (YAML or JSON).
         #[arg(short = 'f', long = "filename")]

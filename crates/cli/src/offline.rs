@@ -2,7 +2,10 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
-use sidecarset_core::api::{SidecarSet, conflicts, default_sidecarset, validate};
+use sidecarset_core::api::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, SidecarSet, conflicts, default_pod_requests,
+    default_sidecarset, sidecarset_hashes_as_submitted, validate,
+};
 use sidecarset_core::index::{Index, namespace_labels};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -56,7 +59,9 @@ pub fn read_pod(path: &Path) -> Result<(Value, Pod), InputError> {
 }
 
 /// A SidecarSet read from a file: where, its JSON as written (converted to v1alpha1), and the
-/// SidecarSet defaulted and validated.
+/// SidecarSet as the API server would store it: defaulted and validated, with the hash
+/// annotations the mutating webhook writes (recomputed: hashes the file carries, perhaps stale
+/// from an earlier version, are replaced as the webhook replaces them).
 #[derive(Debug, Clone)]
 pub struct SidecarSetDoc {
     pub file: PathBuf,
@@ -139,6 +144,10 @@ pub fn read_sidecarset_docs(path: &Path) -> Result<Vec<SidecarSetDoc>, InputErro
             default_sidecarset(&mut ss);
             validate(&ss)
                 .map_err(|e| invalid(&file, format!("SidecarSet {:?}: {e}", ss.name())))?;
+            let (hash, without_image) = sidecarset_hashes_as_submitted(&ss, &doc);
+            let ann = ss.metadata.annotations.get_or_insert_with(Default::default);
+            ann.insert(ANNOTATION_HASH.into(), hash);
+            ann.insert(ANNOTATION_HASH_WITHOUT_IMAGE.into(), without_image);
             if let Some(other) = out.iter().find(|o| o.ss.name() == ss.name()) {
                 return Err(invalid(
                     &file,
@@ -186,14 +195,22 @@ pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
         .collect()
 }
 
-/// Injects the pod file with the SidecarSets and returns the resulting pod as YAML.
+/// Injects the pod file with the SidecarSets and returns the resulting pod as YAML: the webhook's
+/// code on the SidecarSets as the API server would store them (see [`SidecarSetDoc`]) and on the
+/// pod with the API server's defaulting of requests from limits, applied again to the result
+/// ([`default_pod_requests`]). Not applied, unlike on a cluster: the API server's other pod
+/// defaults (terminationMessagePath, imagePullPolicy, dnsPolicy, ...) and admission plugins
+/// (the ServiceAccount token volume and its mounts, which a `shareVolumePolicy: enabled`
+/// sidecar would share).
 pub fn inject_files(
     pod_file: &Path,
     sidecarsets: &Path,
     ns_labels: &BTreeMap<String, String>,
     now: &str,
 ) -> Result<String, InputError> {
-    let (mut raw, pod) = read_pod(pod_file)?;
+    let (mut raw, _) = read_pod(pod_file)?;
+    default_pod_requests(&mut raw);
+    let pod: Pod = decode(&raw).map_err(|m| invalid(pod_file, format!("invalid Pod: {m}")))?;
     let sets = read_sidecarsets(sidecarsets)?;
     let (index, _) = Index::from_sidecarsets(sets);
     let ns = pod
@@ -211,6 +228,7 @@ pub fn inject_files(
     }
     sidecarset_core::inject::apply(&mut raw, &injection.patch)
         .map_err(|e| invalid(pod_file, format!("the injection patch does not apply: {e}")))?;
+    default_pod_requests(&mut raw);
     serde_saphyr::to_string(&raw)
         .map_err(|e| invalid(pod_file, format!("cannot print the result: {e}")))
 }

@@ -333,20 +333,7 @@ pub fn sidecarsets_as_admitted(
     path: &std::path::Path,
 ) -> Result<Vec<sidecarset_core::api::SidecarSet>, ToolError> {
     let docs = crate::offline::read_sidecarset_docs(path)?;
-    Ok(docs
-        .into_iter()
-        .map(|d| {
-            let mut ss = d.ss;
-            let (h, hw) = sidecarset_core::api::sidecarset_hashes_as_submitted(&ss, &d.raw);
-            let ann = ss.metadata.annotations.get_or_insert_with(Default::default);
-            ann.insert(sidecarset_core::api::ANNOTATION_HASH.into(), h);
-            ann.insert(
-                sidecarset_core::api::ANNOTATION_HASH_WITHOUT_IMAGE.into(),
-                hw,
-            );
-            ss
-        })
-        .collect())
+    Ok(docs.into_iter().map(|d| d.ss).collect())
 }
 
 /// `diff -f FILE`.

@@ -244,7 +244,7 @@ pub fn injected_sidecars(pod: &Pod, sidecarset: &str) -> Vec<String> {
         .and_then(|a| a.get(ANNOTATION_HASH))
         .and_then(|v| parse_hash_annotation(v))
         .and_then(|mut m| m.remove(sidecarset))
-        .map(|e| e.sidecar_list)
+        .and_then(|e| e.sidecar_list)
         .unwrap_or_default()
 }
 

@@ -46,9 +46,13 @@ fn default_sidecar(c: &mut SidecarContainer, policy: PodInjectPolicy) {
         .upgrade_strategy
         .get_or_insert_with(SidecarContainerUpgradeStrategy::default);
     us.upgrade_type.get_or_insert(UpgradeType::ColdUpgrade);
-    c.share_volume_policy.get_or_insert(ShareVolumePolicy {
-        type_: ShareVolumePolicyType::Disabled,
-    });
+    // `shareVolumePolicy` is a struct in OpenKruise's Go types (never omitted, so `{}` is what a
+    // Go client sends): its type defaults to disabled. `shareVolumeDevicePolicy` is a pointer
+    // there and is not defaulted: `{}` stays `{}` (and counts in the hash as such).
+    c.share_volume_policy
+        .get_or_insert_with(ShareVolumePolicy::default)
+        .type_
+        .get_or_insert(ShareVolumePolicyType::Disabled);
     for t in &mut c.transfer_env {
         if let Some(fr) = t
             .source_container_name_from
@@ -144,6 +148,39 @@ pub fn default_container(c: &mut Container) {
         {
             if let Some(g) = h.http_get.as_mut() {
                 default_http_get(g);
+            }
+        }
+    }
+}
+
+/// The API server's pod defaulting that changes what an injection computes: in every container
+/// and init container with `resources.limits`, each resource limited but not requested is
+/// requested at its limit (Kubernetes' `SetDefaults_Pod`). The API server applies it before
+/// the mutating webhooks see a pod (a `resourcesPolicy` reads the result) and again to what
+/// they return. Works on the pod's JSON, so unknown fields stay as they are. Idempotent.
+pub fn default_pod_requests(pod: &mut serde_json::Value) {
+    use serde_json::Value;
+    for list in ["containers", "initContainers"] {
+        let containers = pod
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(Value::as_array_mut);
+        for c in containers.into_iter().flatten() {
+            let Some(resources) = c.get_mut("resources").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let Some(limits) = resources.get("limits").and_then(Value::as_object).cloned() else {
+                continue;
+            };
+            let requests = resources
+                .entry("requests")
+                .or_insert_with(|| Value::Object(Default::default()));
+            if requests.is_null() {
+                *requests = Value::Object(Default::default());
+            }
+            if let Some(requests) = requests.as_object_mut() {
+                for (name, q) in limits {
+                    requests.entry(name).or_insert(q);
+                }
             }
         }
     }
@@ -350,5 +387,32 @@ spec:
                 .upgrade_type,
             Some(UpgradeType::ColdUpgrade)
         );
+    }
+
+    #[test]
+    fn pod_requests_default_to_limits_only_where_missing() {
+        let mut pod = serde_json::json!({"spec": {
+            "containers": [
+                {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+                                            "requests": {"memory": "200Mi"}}, "x-unknown": 1},
+                {"name": "b"},
+                {"name": "c", "resources": {"limits": {}}}
+            ],
+            "initContainers": [{"name": "i", "resources": {"limits": {"cpu": "100m"}}}]
+        }});
+        default_pod_requests(&mut pod);
+        let want = serde_json::json!({"spec": {
+            "containers": [
+                {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+                                            "requests": {"cpu": "1", "memory": "200Mi"}}, "x-unknown": 1},
+                {"name": "b"},
+                {"name": "c", "resources": {"limits": {}, "requests": {}}}
+            ],
+            "initContainers": [{"name": "i", "resources": {"limits": {"cpu": "100m"},
+                                                          "requests": {"cpu": "100m"}}}]
+        }});
+        assert_eq!(pod, want);
+        default_pod_requests(&mut pod);
+        assert_eq!(pod, want, "idempotent");
     }
 }

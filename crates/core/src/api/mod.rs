@@ -18,7 +18,7 @@ mod update_priority;
 pub mod v1beta1;
 mod validate;
 
-pub use field_path::{FieldPath, parse_field_path};
+pub use field_path::{FieldPath, check_field_path, parse_field_path};
 pub use hot_upgrade::{
     ANNOTATION_WORKING_HOT_UPGRADE, ENV_SIDECARSET_VERSION, ENV_SIDECARSET_VERSION_ALT,
     hot_upgrade_names, is_hot_upgrade_annotation, version_alt_annotation, version_annotation,
@@ -33,7 +33,7 @@ pub const LABEL_SIDECARSET_NAME: &str = "kruise.io/sidecarset-name";
 pub const LABEL_REVISION_CUSTOM_VERSION: &str = convert::LABEL_CUSTOM_VERSION;
 /// Label of a ControllerRevision with the hash its name ends with (Kubernetes' own label).
 pub const LABEL_HASH: &str = "controller.kubernetes.io/hash";
-pub use defaults::{default_container, default_sidecarset};
+pub use defaults::{default_container, default_pod_requests, default_sidecarset};
 pub use hash::{
     hash_input, revision_data, safe_encode, sidecarset_hash, sidecarset_hash_without_image,
     sidecarset_hashes_as_submitted,
@@ -230,19 +230,19 @@ impl SidecarContainer {
     }
 
     pub fn share_volumes(&self) -> bool {
-        matches!(
-            self.share_volume_policy,
-            Some(ShareVolumePolicy {
-                type_: ShareVolumePolicyType::Enabled
-            })
-        )
+        Self::enabled(&self.share_volume_policy)
     }
 
     pub fn share_volume_devices(&self) -> bool {
+        Self::enabled(&self.share_volume_device_policy)
+    }
+
+    /// A policy shares only when its type is `enabled`: absent, `{}` and `disabled` do not.
+    fn enabled(policy: &Option<ShareVolumePolicy>) -> bool {
         matches!(
-            self.share_volume_device_policy,
+            policy,
             Some(ShareVolumePolicy {
-                type_: ShareVolumePolicyType::Enabled
+                type_: Some(ShareVolumePolicyType::Enabled)
             })
         )
     }
@@ -274,11 +274,12 @@ pub enum UpgradeType {
     HotUpgrade,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct ShareVolumePolicy {
-    /// `enabled` or `disabled`.
-    #[serde(rename = "type")]
-    pub type_: ShareVolumePolicyType,
+    /// `enabled` or `disabled`. Optional, as in OpenKruise: `shareVolumePolicy: {}` is defaulted
+    /// to `disabled`; `shareVolumeDevicePolicy: {}` is kept as it is and shares nothing.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<ShareVolumePolicyType>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
@@ -477,19 +478,48 @@ impl SidecarSet {
 
 /// One entry of the pod annotation `kruise.io/sidecarset-hash` (and, without
 /// `controllerRevision`, of `kruise.io/sidecarset-hash-without-image`), as OpenKruise writes it.
+///
+/// An entry converted from the older `{"name": "hash"}` shape has no time and no sidecar list:
+/// both are written `null`, as OpenKruise writes them (its time type cannot read `""`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct SidecarSetUpgradeSpec {
-    #[serde(default)]
+    /// RFC 3339; empty: none (written `null`).
+    #[serde(default, with = "null_if_empty")]
     pub update_timestamp: String,
     #[serde(rename = "hash")]
     pub hash: String,
     #[serde(default)]
     pub sidecar_set_name: String,
+    /// `None` (written `null`) only for an entry converted from the older shape.
     #[serde(default)]
-    pub sidecar_list: Vec<String>,
+    pub sidecar_list: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub controller_revision: String,
+}
+
+impl SidecarSetUpgradeSpec {
+    /// The names in `sidecarList` (none when it is `null`).
+    pub fn sidecars(&self) -> &[String] {
+        self.sidecar_list.as_deref().unwrap_or_default()
+    }
+}
+
+/// A Go `metav1.Time`: the zero time is `null` in JSON, and `null` reads as the zero time.
+mod null_if_empty {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_empty() {
+            s.serialize_none()
+        } else {
+            s.serialize_str(v)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+    }
 }
 
 /// The SidecarSets named in a pod's `kruise.io/sidecarset-injected-list` annotation.
@@ -520,7 +550,7 @@ pub fn parse_hash_annotation(value: &str) -> Option<BTreeMap<String, SidecarSetU
                     update_timestamp: String::new(),
                     hash,
                     sidecar_set_name: name.clone(),
-                    sidecar_list: Vec::new(),
+                    sidecar_list: None,
                     controller_revision: String::new(),
                 };
                 (name, spec)

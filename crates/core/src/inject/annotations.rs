@@ -35,7 +35,7 @@ pub(super) fn injected_annotations(
             update_timestamp: now.to_string(),
             hash: e.hash.to_string(),
             sidecar_set_name: ss.name().to_string(),
-            sidecar_list: ss.sidecar_list(),
+            sidecar_list: Some(ss.sidecar_list()),
             // The revision of the spec injected, never an older one: the status names it only
             // once the controller has seen this generation (a pinned entry sets both).
             controller_revision: ss

@@ -281,7 +281,7 @@ fn claim_container_names<'e>(
     let mut claimed: BTreeMap<String, String> = recorded
         .values()
         .flat_map(|e| {
-            e.sidecar_list
+            e.sidecars()
                 .iter()
                 .map(|c| (c.clone(), e.sidecar_set_name.clone()))
         })
@@ -371,7 +371,9 @@ fn build_sidecars<'a>(
             (Ok(i), Ok(c)) => (i, c),
             (Err(denied), _) | (_, Err(denied)) => return Err(denied),
         };
-        for (_, c) in built.iter().chain(built_init.iter()) {
+        // Per SidecarSet, the init containers' volumes first, then the containers' (OpenKruise's
+        // order).
+        for (_, c) in built_init.iter().chain(built.iter()) {
             let mounted = c.volume_mounts.iter().flatten().map(|m| m.name.as_str());
             let devices = c.volume_devices.iter().flatten().map(|d| d.name.as_str());
             for name in mounted.chain(devices) {
@@ -404,14 +406,23 @@ fn volume_ops(spec: &PodSpec, volumes_needed: &[&Volume], ops: &mut Vec<PatchOpe
     append_ops("volumes", spec.volumes.is_none(), new_volumes, ops);
 }
 
-/// Adds the SidecarSets' image pull secrets the pod does not have.
+/// Adds the SidecarSets' image pull secrets the pod does not have, and removes the pod's own
+/// repeated ones (OpenKruise merges both lists without duplicates, the pod's first).
 fn pull_secret_ops(spec: &PodSpec, todo: &[&Entry], ops: &mut Vec<PatchOperation>) {
-    let mut secrets: BTreeSet<&str> = spec
-        .image_pull_secrets
+    let mut secrets: BTreeSet<&str> = BTreeSet::new();
+    let own = spec.image_pull_secrets.as_deref().unwrap_or(&[]);
+    let repeated: Vec<usize> = own
         .iter()
-        .flatten()
-        .map(|s| s.name.as_str())
+        .enumerate()
+        .filter(|(_, s)| !secrets.insert(s.name.as_str()))
+        .map(|(i, _)| i)
         .collect();
+    // From the last, so that each index still names the entry it was computed for.
+    for i in repeated.into_iter().rev() {
+        ops.push(PatchOperation::Remove(json_patch::RemoveOperation {
+            path: ptr(&["spec", "imagePullSecrets", &i.to_string()]),
+        }));
+    }
     let mut new_secrets = Vec::new();
     for e in todo {
         for s in &e.ss.spec.image_pull_secrets {
@@ -595,10 +606,12 @@ fn build_sidecar(sc: &SidecarContainer, pod: &Pod, apps: &[&Container]) -> Conta
         },
     );
 
-    let own_names: BTreeSet<&str> = [sc.name()].into_iter().collect();
+    // Shared from the pod's containers, but not from sidecars already in it (marked
+    // `IS_INJECTED=true`), as OpenKruise.
+    let sources = || apps.iter().filter(|a| !is_injected_sidecar(a));
     if sc.share_volumes() {
         let mut mounts = c.volume_mounts.take().unwrap_or_default();
-        for app in apps.iter().filter(|a| !own_names.contains(a.name.as_str())) {
+        for app in sources() {
             for m in app.volume_mounts.iter().flatten() {
                 if mounts.iter().any(|x| x.mount_path == m.mount_path) {
                     continue;
@@ -620,7 +633,7 @@ fn build_sidecar(sc: &SidecarContainer, pod: &Pod, apps: &[&Container]) -> Conta
     }
     if sc.share_volume_devices() {
         let mut devices = c.volume_devices.take().unwrap_or_default();
-        for app in apps.iter().filter(|a| !own_names.contains(a.name.as_str())) {
+        for app in sources() {
             for d in app.volume_devices.iter().flatten() {
                 if !devices.iter().any(|x| x.device_path == d.device_path) {
                     devices.push(d.clone());
@@ -659,9 +672,18 @@ fn build_sidecar(sc: &SidecarContainer, pod: &Pod, apps: &[&Container]) -> Conta
     c
 }
 
+/// A container injected as a sidecar: its first `IS_INJECTED` env var has the value `true`
+/// (OpenKruise's test).
+fn is_injected_sidecar(c: &Container) -> bool {
+    c.env
+        .iter()
+        .flatten()
+        .find(|e| e.name == ENV_IS_INJECTED)
+        .is_some_and(|e| e.value.as_deref() == Some("true"))
+}
+
 fn resolve_field(pod: &Pod, fp: &FieldPath) -> Option<String> {
     match fp {
-        FieldPath::Name => pod.metadata.name.clone(),
         FieldPath::Label(k) => pod.metadata.labels.as_ref()?.get(k).cloned(),
         FieldPath::Annotation(k) => pod.metadata.annotations.as_ref()?.get(k).cloned(),
     }
@@ -796,7 +818,7 @@ pub fn on_update(old: &Pod, new: &Pod) -> Patch {
         .and_then(|v| parse_hash_annotation(v))
         .is_some_and(|m| {
             m.values().all(|e| {
-                e.sidecar_list.iter().all(|n| {
+                e.sidecars().iter().all(|n| {
                     // A hot-upgrade sidecar is in the pod as its pair.
                     let (one, two) = crate::api::hot_upgrade_names(n);
                     names.contains(n.as_str())
@@ -963,7 +985,6 @@ mod tests {
 
     #[test]
     fn field_paths() {
-        assert_eq!(parse_field_path("metadata.name"), Some(FieldPath::Name));
         assert_eq!(
             parse_field_path("metadata.labels['app']"),
             Some(FieldPath::Label("app".into()))
@@ -972,11 +993,12 @@ mod tests {
             parse_field_path("metadata.annotations['x.io/c']"),
             Some(FieldPath::Annotation("x.io/c".into()))
         );
-        assert_eq!(
-            parse_field_path("metadata.labels[\"a\"]"),
-            Some(FieldPath::Label("a".into()))
-        );
+        // Refused as OpenKruise refuses them: unsubscripted (metadata.name too), quoted with
+        // `"`, or a key that is not a qualified name.
         for bad in [
+            "metadata.name",
+            "metadata.labels[\"a\"]",
+            "metadata.annotations['Bad Key']",
             "metadata.labels",
             "metadata.labels['']",
             "spec.nodeName",

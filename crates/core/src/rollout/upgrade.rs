@@ -202,7 +202,7 @@ fn hash_and_metadata_ops(
             update_timestamp: now.to_string(),
             hash: entry.hash.to_string(),
             sidecar_set_name: name.to_string(),
-            sidecar_list: ss.sidecar_list(),
+            sidecar_list: Some(ss.sidecar_list()),
             controller_revision: if revision.is_empty() {
                 old.map(|o| o.controller_revision).unwrap_or_default()
             } else {

@@ -156,8 +156,8 @@ fn fixtures_inject_as_expected() {
                         .filter(|c| c.is_native_sidecar())
                         .map(|c| c.name().to_string()),
                 );
-                assert_eq!(h.sidecar_list, want, "{}", case.name);
-                assert_eq!(w.sidecar_list, want, "{}", case.name);
+                assert_eq!(h.sidecars(), want, "{}", case.name);
+                assert_eq!(w.sidecars(), want, "{}", case.name);
                 assert!(w.controller_revision.is_empty());
             }
         }

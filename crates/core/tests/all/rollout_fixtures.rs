@@ -653,7 +653,7 @@ fn upgrade_patch_changes_only_sidecar_images_and_the_hash() {
     assert_eq!(h.update_timestamp, LATER);
     assert_eq!(h.sidecar_set_name, "mesh");
     // Sorted by name, as OpenKruise writes it.
-    assert_eq!(h.sidecar_list, ["agent", "logger", "proxy"]);
+    assert_eq!(h.sidecars(), ["agent", "logger", "proxy"]);
     // The revision follows the upgrade (OpenKruise writes the latest revision there).
     assert_eq!(h.controller_revision, "ss-rev-2");
 

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use sidecarset_cli::offline as cli;
 use sidecarset_core::api::{
     self, ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, LABEL_HASH,
-    LABEL_REVISION_CUSTOM_VERSION, LABEL_SIDECARSET_NAME, SidecarSet, default_sidecarset,
+    LABEL_REVISION_CUSTOM_VERSION, LABEL_SIDECARSET_NAME, SidecarSet, convert, default_sidecarset,
 };
 use sidecarset_core::index::{Entry, Index, namespace_labels};
 use sidecarset_core::inject;
@@ -48,11 +48,27 @@ impl Case {
         self.v["input"][key].as_array().cloned().unwrap_or_default()
     }
 
-    /// Every version of every SidecarSet as submitted, in order (creations, then updates).
+    /// Every version of every SidecarSet as submitted, in order (creations, then updates), but
+    /// those OpenKruise refused (see [`refused_sidecarsets_are_refused_here_too`]; x14, which
+    /// this project accepts on purpose, aside).
     fn versions(&self) -> Vec<Value> {
         let mut all = self.input("sidecarsets");
         all.extend(self.input("updates"));
-        all
+        if self.name.starts_with("x14") {
+            return all;
+        }
+        let stored = self.stored_names();
+        all.into_iter()
+            .filter(|s| stored.contains(s["metadata"]["name"].as_str().unwrap()))
+            .collect()
+    }
+
+    /// The names of the SidecarSets OpenKruise stored.
+    fn stored_names(&self) -> BTreeSet<String> {
+        self.stored()
+            .iter()
+            .map(|s| s["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
     }
 
     /// The versions of one SidecarSet, in order.
@@ -75,7 +91,24 @@ impl Case {
     }
 }
 
+/// The cases this project admits as OpenKruise does: all but x23, whose SidecarSet is refused
+/// here on purpose ([`merge_patch_json_values_that_are_not_objects_are_refused_on_purpose`]).
 fn cases() -> Vec<Case> {
+    all_cases()
+        .into_iter()
+        .filter(|c| !c.name.starts_with("x23"))
+        .collect()
+}
+
+/// The recorded case whose name starts with `prefix`.
+fn case(prefix: &str) -> Case {
+    all_cases()
+        .into_iter()
+        .find(|c| c.name.starts_with(prefix))
+        .unwrap()
+}
+
+fn all_cases() -> Vec<Case> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/kruise-1.9");
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
@@ -83,7 +116,7 @@ fn cases() -> Vec<Case> {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    assert_eq!(files.len(), 17, "recorded cases missing");
+    assert_eq!(files.len(), 25, "recorded cases missing");
     files
         .iter()
         .map(|p| {
@@ -98,11 +131,18 @@ fn cases() -> Vec<Case> {
         .collect()
 }
 
-/// A SidecarSet as submitted, decoded, defaulted and validated as our webhooks do.
+/// A SidecarSet as submitted, converted to v1alpha1 (x18 submits one as v1beta1), decoded,
+/// defaulted, hashed into its annotations (x25 submits stale ones) and validated as our webhooks
+/// do.
 fn defaulted(case: &Case, raw: &Value) -> SidecarSet {
+    let raw = convert::convert(raw, convert::API_VERSION_V1ALPHA1).unwrap();
     let mut ss: SidecarSet = serde_json::from_value(raw.clone())
         .unwrap_or_else(|e| panic!("{}: SidecarSet does not decode: {e}", case.name));
     default_sidecarset(&mut ss);
+    let (hash, without_image) = api::sidecarset_hashes_as_submitted(&ss, &raw);
+    let ann = ss.metadata.annotations.get_or_insert_with(Default::default);
+    ann.insert(ANNOTATION_HASH.into(), hash);
+    ann.insert(ANNOTATION_HASH_WITHOUT_IMAGE.into(), without_image);
     api::validate(&ss).unwrap_or_else(|e| panic!("{}: {} invalid: {e}", case.name, ss.name()));
     ss
 }
@@ -173,8 +213,8 @@ fn hashes_equal_openkruise() {
             }
         }
     }
-    // 21 stored SidecarSets and 20 pod entries, two hashes each.
-    assert_eq!(checked, 2 * 21 + 2 * 20, "every recorded hash compared");
+    // 29 stored SidecarSets and 28 pod entries, two hashes each.
+    assert_eq!(checked, 2 * 29 + 2 * 28, "every recorded hash compared");
 }
 
 /// Our defaulted spec as JSON, and OpenKruise's stored one, with the deliberate differences
@@ -213,7 +253,7 @@ fn defaulted_specs_equal_openkruise() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 21);
+    assert_eq!(checked, 29);
 }
 
 /// Our mutating webhook, given each SidecarSet as it was submitted, answers with a patch that
@@ -226,14 +266,21 @@ fn mutating_webhook_stores_openkruise_annotations() {
         for stored in case.stored() {
             let name = stored["metadata"]["name"].as_str().unwrap();
             let mut submitted = case.versions_of(name).pop().unwrap();
+            // In the version it was submitted in (x18 has one of each).
+            let version = submitted["apiVersion"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("apps.kruise.io/")
+                .to_string();
             let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                 "request": {"uid": "u", "operation": "CREATE",
-                    "kind": {"group": "apps.kruise.io", "version": "v1alpha1", "kind": "SidecarSet"},
-                    "resource": {"group": "apps.kruise.io", "version": "v1alpha1", "resource": "sidecarsets"},
+                    "kind": {"group": "apps.kruise.io", "version": version, "kind": "SidecarSet"},
+                    "resource": {"group": "apps.kruise.io", "version": version, "resource": "sidecarsets"},
                     "object": submitted}});
             let req = webhook::review::decode(&serde_json::to_vec(&review).unwrap()).unwrap();
             let resp = webhook::admit_sidecarset_defaults(&req);
             inject::apply(&mut submitted, &resp.patch.unwrap()).unwrap();
+            let submitted = convert::convert(&submitted, convert::API_VERSION_V1ALPHA1).unwrap();
             for key in [ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE] {
                 assert_eq!(
                     annotation(&submitted, key),
@@ -248,7 +295,7 @@ fn mutating_webhook_stores_openkruise_annotations() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 21);
+    assert_eq!(checked, 29);
 }
 
 #[test]
@@ -316,7 +363,7 @@ fn revisions_equal_openkruise() {
             case.name
         );
     }
-    assert_eq!(checked, 22);
+    assert_eq!(checked, 30);
 }
 
 /// What the API server does to a pod after the mutating webhooks (and what OpenKruise's recorded
@@ -400,6 +447,8 @@ fn names(list: &Value) -> Vec<String> {
 /// webhook leaves them and the revision names our controller gives them (pods record them).
 fn inject_case(case: &Case) -> Value {
     let mut pod = case.v["input"]["pod"].clone();
+    // The API server's defaulting the webhooks see (x25: requests from limits), as `inject` does.
+    api::default_pod_requests(&mut pod);
     if case.v["input"]["keep_sa_token"] == true {
         // Recorded on a cluster only: the API server's ServiceAccount admission adds the token
         // volume and its mounts before the webhooks see the pod; add them as it does.
@@ -489,6 +538,7 @@ fn inject_case(case: &Case) -> Value {
         injection.skipped
     );
     inject::apply(&mut pod, &injection.patch).unwrap();
+    api::default_pod_requests(&mut pod);
     pod
 }
 
@@ -555,7 +605,7 @@ fn injection_equals_openkruise() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 16);
+    assert_eq!(checked, 23);
 }
 
 /// x14: OpenKruise refuses a native sidecar (an init container with `restartPolicy: Always`)
@@ -622,7 +672,7 @@ fn stored_hashes_are_read_not_recomputed() {
             seen.insert(ss.name().to_string());
         }
     }
-    assert_eq!(seen.len(), 21);
+    assert_eq!(seen.len(), 29);
 }
 
 /// A SidecarSet as OpenKruise stored it is left alone by our defaults, and our controller names
@@ -649,7 +699,7 @@ fn openkruise_sidecarsets_keep_their_revision() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 21);
+    assert_eq!(checked, 29);
 }
 
 /// x17 (recorded by running OpenKruise's own controller code, see the file's header): every
@@ -833,4 +883,160 @@ fn hot_upgrade_validation_against_openkruise() {
             assert!(errs.0[0].message.contains("immutable"), "{errs}");
         }
     }
+}
+
+/// Every SidecarSet OpenKruise refused is refused here too (x14 aside, accepted on purpose), in
+/// the order OpenKruise answered. x22: a transferEnv's `sourceContainerNameFrom.fieldRef` may
+/// only name a label or an annotation, subscripted with `'`, by a valid key; `metadata.name`
+/// is refused as OpenKruise refuses it ("field label not supported"), and our message no
+/// longer offers it.
+#[test]
+fn refused_sidecarsets_are_refused_here_too() {
+    let mut checked = 0;
+    for case in all_cases() {
+        if case.name.starts_with("x14") {
+            continue; // native_sidecars_with_rolling_update_are_accepted
+        }
+        let errors = case.v["kruise"]["createErrors"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let stored = case.stored_names();
+        let refused: Vec<Value> = case
+            .input("sidecarsets")
+            .into_iter()
+            .filter(|s| !stored.contains(s["metadata"]["name"].as_str().unwrap()))
+            .collect();
+        assert_eq!(refused.len(), errors.len(), "{}", case.name);
+        for (raw, theirs) in refused.iter().zip(&errors) {
+            let theirs = theirs.as_str().unwrap();
+            let mut ss: SidecarSet = serde_json::from_value(raw.clone()).unwrap();
+            default_sidecarset(&mut ss);
+            let ours = api::validate(&ss).expect_err(&format!("{}: {theirs}", case.name));
+            if case.name.starts_with("x22") {
+                assert!(theirs.contains("transferEnv.fieldRef"), "{theirs}");
+                assert_eq!(ours.0.len(), 1, "{ours}");
+                let e = &ours.0[0];
+                assert_eq!(
+                    e.field,
+                    "spec.containers[0].transferEnv[0].sourceContainerNameFrom.fieldRef.fieldPath"
+                );
+                assert!(!e.message.contains("use metadata.name"), "{e:?}");
+                if theirs.contains("field label not supported") {
+                    assert!(e.message.contains("field label not supported"), "{e:?}");
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 3);
+    // The one OpenKruise accepted injects from the label's container.
+    let x22 = case("x22");
+    let pod = injected_parts(&inject_case(&x22));
+    assert_eq!(
+        pod["spec"]["containers"][0]["env"],
+        json!([{"name": "IS_INJECTED", "value": "true"}, {"name": "LEVEL", "value": "debug"}])
+    );
+}
+
+/// x21: a pod created with the older hash annotation shape (`{"<name>": "<hash>"}`) keeps that
+/// entry, rewritten as OpenKruise rewrites it: `updateTimestamp` and `sidecarList` are `null`
+/// (OpenKruise cannot read a time of `""`), and the entries OpenKruise writes that way are read
+/// back.
+#[test]
+fn old_format_hash_entries_are_rewritten_as_openkruise_does() {
+    let case = case("x21");
+    let ours = inject_case(&case);
+    let theirs = case.kruise_pod();
+    for key in [ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE] {
+        let entry = |pod: &Value| -> Value {
+            let m: Value = serde_json::from_str(annotation(pod, key)).unwrap();
+            m["legacy"].clone()
+        };
+        assert_eq!(entry(&ours), entry(theirs), "{key}");
+        assert_eq!(entry(theirs)["updateTimestamp"], Value::Null);
+        assert_eq!(entry(theirs)["sidecarList"], Value::Null);
+        // OpenKruise's annotation, nulls included, is read back whole.
+        let parsed = api::parse_hash_annotation(annotation(theirs, key)).unwrap();
+        assert_eq!(
+            parsed.keys().collect::<Vec<_>>(),
+            ["legacy", "modern"],
+            "{key}"
+        );
+        assert!(parsed["legacy"].sidecars().is_empty());
+    }
+}
+
+/// x23, a deliberate difference (README): OpenKruise admits a `MergePatchJson` value that is
+/// not a JSON object, sets it on pods without the annotation, refuses (500, "Invalid JSON
+/// Patch") a pod that carries the annotation when the value is not JSON, and replaces the pod's
+/// value when it is a JSON array. This project refuses the SidecarSet, naming each annotation.
+#[test]
+fn merge_patch_json_values_that_are_not_objects_are_refused_on_purpose() {
+    let case = case("x23");
+    assert_eq!(case.stored().len(), 1, "OpenKruise admitted it");
+    let pod = case.kruise_pod();
+    assert_eq!(annotation(pod, "example.io/plain"), "not-json");
+    let extra = case.v["kruise"]["extraPods"].as_array().unwrap();
+    assert!(
+        extra[0]["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("denied the request: Invalid JSON Patch")
+    );
+    assert_eq!(
+        annotation(&extra[1]["pod"], "example.io/list"),
+        r#"["a","b"]"#
+    );
+    let mut ss: SidecarSet = serde_json::from_value(case.input("sidecarsets")[0].clone()).unwrap();
+    default_sidecarset(&mut ss);
+    let errs = api::validate(&ss).unwrap_err();
+    assert_eq!(
+        errs.0.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(),
+        [
+            "spec.patchPodMetadata[0].annotations[example.io/list]",
+            "spec.patchPodMetadata[0].annotations[example.io/plain]"
+        ],
+        "{errs}"
+    );
+}
+
+/// x25: the offline `inject` command gives what OpenKruise's webhook gave through the API
+/// server, from files as a user writes them: a SidecarSet carrying stale hash annotations (the
+/// mutating webhook recomputes them), and a pod with limits but no requests (the API server
+/// requests each resource at its limit before the webhook runs, and the sidecar's
+/// `resourcesPolicy` sums those requests).
+#[test]
+fn offline_inject_sees_what_the_webhook_sees() {
+    let case = case("x25");
+    let dir = std::env::temp_dir().join(format!("sso-x25-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ss_file = dir.join("sidecarsets.yaml");
+    let pod_file = dir.join("pod.yaml");
+    let input = &case.input("sidecarsets")[0];
+    assert_eq!(annotation(input, ANNOTATION_HASH), "stale");
+    std::fs::write(&ss_file, serde_saphyr::to_string(input).unwrap()).unwrap();
+    std::fs::write(
+        &pod_file,
+        serde_saphyr::to_string(&case.v["input"]["pod"]).unwrap(),
+    )
+    .unwrap();
+    let out = cli::inject_files(&pod_file, &ss_file, &BTreeMap::new(), NOW).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let ours: Value = serde_saphyr::from_str(&out).unwrap();
+    let (mut ours, theirs) = (injected_parts(&ours), injected_parts(case.kruise_pod()));
+    // The revision is the controller's to name (offline there is none); the rest is golden.
+    for key in [ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE] {
+        for (name, entry) in theirs["annotations"][key].as_object().unwrap() {
+            if let Some(rev) = entry.get("controllerRevision") {
+                ours["annotations"][key][name]["controllerRevision"] = rev.clone();
+            }
+        }
+    }
+    assert_eq!(ours["spec"], theirs["spec"]);
+    assert_eq!(ours["annotations"], theirs["annotations"]);
+    assert_eq!(
+        theirs["spec"]["containers"][0]["resources"]["requests"],
+        json!({"cpu": "700m", "memory": "612Mi"})
+    );
 }

@@ -108,13 +108,10 @@ fn validate_transfer_env(c: &SidecarContainer, path: &str, errs: &mut Validation
                             "must be v1",
                         );
                     }
-                    if super::super::parse_field_path(&fr.field_path).is_none() {
+                    if let Err(e) = super::super::check_field_path(&fr.field_path) {
                         errs.push(
                             format!("{tpath}.sourceContainerNameFrom.fieldRef.fieldPath"),
-                            format!(
-                                "{:?} is not supported: use metadata.name, metadata.labels['KEY'] or metadata.annotations['KEY']",
-                                fr.field_path
-                            ),
+                            e,
                         );
                     }
                 }
