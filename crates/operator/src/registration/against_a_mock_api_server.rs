@@ -388,7 +388,7 @@ async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selecto
     assert!(!coverage.covers(&api_ss));
     let admission = tokio::spawn({
         let (c, ss) = (coverage.clone(), api_ss.clone());
-        async move { c.widen_for(&ss, Duration::from_secs(2)).await }
+        async move { c.widen_for(&ss, "10.0.0.1", Duration::from_secs(2)).await }
     });
     api.expect("GET", CONFIG).await.answer(200, live);
     let apply = api.expect("PATCH", CONFIG).await;
@@ -420,7 +420,7 @@ async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selecto
     other.metadata.name = Some("shop-mesh".into());
     let admission = tokio::spawn({
         let (c, ss) = (coverage.clone(), other.clone());
-        async move { c.widen_for(&ss, Duration::from_secs(2)).await }
+        async move { c.widen_for(&ss, "10.0.0.1", Duration::from_secs(2)).await }
     });
     api.expect("GET", CONFIG).await.fail(500, "InternalError");
     let refused = admission.await.unwrap().unwrap_err();

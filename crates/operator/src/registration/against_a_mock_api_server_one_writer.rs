@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use sidecarset_core::index::Index;
 use sidecarset_core::index::cel::PodCoverage;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A SidecarSet `name` with uid `uid-<name>` selecting `app`.
 fn named(name: &str, app: &str) -> sidecarset_core::api::SidecarSet {
@@ -250,6 +251,73 @@ async fn a_write_that_meets_another_is_computed_again_from_a_fresh_read() {
     apply.echo("7");
     api.expect_nothing().await;
     task.abort();
+}
+
+/// Forged `/validate-sidecarset` reviews (anyone who reaches the webhook port can send one):
+/// before, more than 64 pending SidecarSets made the condition match every pod for two minutes. Now each
+/// source has a budget of entries and bytes, the total is bounded, and beyond them the review
+/// is refused (the client retries), never widened to every pod.
+#[tokio::test(start_paused = true)]
+async fn forged_reviews_cannot_widen_beyond_a_budget_per_source() {
+    let coverage = Arc::new(MatchCoverage::default());
+    let short = Duration::from_millis(10);
+    let forged = |i: usize| {
+        let mut ss = sidecarset(&format!("forged-{i}"));
+        ss.metadata.name = Some(format!("forged-{i}"));
+        ss
+    };
+    // No keeper runs: each waits, is not confirmed, and stays pending.
+    for i in 0..PER_SOURCE {
+        let e = coverage.widen_for(&forged(i), "10.9.9.9", short).await;
+        assert!(e.unwrap_err().contains("not written within"));
+    }
+    let refused = coverage
+        .widen_for(&forged(PER_SOURCE), "10.9.9.9", short)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains("from 10.9.9.9 are already being admitted"),
+        "{refused}"
+    );
+    // A big selector is refused by the byte budget.
+    let mut big = sidecarset("x");
+    big.metadata.name = Some("big".into());
+    big.spec.selector = Some(
+        serde_json::from_value(json!({"matchExpressions": [{"key": "app", "operator": "In",
+            "values": (0..2000).map(|i| format!("value-{i}")).collect::<Vec<_>>()}]}))
+        .unwrap(),
+    );
+    let refused = coverage
+        .widen_for(&big, "10.9.9.8", short)
+        .await
+        .unwrap_err();
+    assert!(refused.contains("bytes"), "{refused}");
+    // Other sources, up to the total; then refused too.
+    let mut i = PER_SOURCE + 1;
+    let mut source = 0;
+    while coverage.wanted(&Index::default()).pending.len() < MAX_PENDING {
+        let from = format!("10.0.0.{}", source / PER_SOURCE);
+        let _ = coverage.widen_for(&forged(i), &from, short).await;
+        i += 1;
+        source += 1;
+    }
+    let refused = coverage
+        .widen_for(&forged(i), "10.1.1.1", short)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains(&format!("at most {MAX_PENDING} and")),
+        "{refused}"
+    );
+    let wanted = coverage.wanted(&Index::default());
+    assert_eq!(wanted.pending.len(), MAX_PENDING);
+    assert!(
+        wanted.expression().is_some(),
+        "the condition never widens to every pod for pending reviews"
+    );
+    // They expire.
+    tokio::time::sleep(PENDING_TTL).await;
+    assert!(coverage.wanted(&Index::default()).pending.is_empty());
 }
 
 /// The same with a condition that carries no record (written before this version): the

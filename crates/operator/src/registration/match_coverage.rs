@@ -38,15 +38,31 @@ struct Admitted {
     name: String,
     entry: Pending,
     at: Instant,
+    /// The peer address of the review (see [`PER_SOURCE`]).
+    source: String,
+    /// Bytes of its selector's CEL.
+    bytes: usize,
 }
 
 /// Pending SidecarSets are dropped after this long (their write never reached the index); the
 /// leader keeps another replica's entry this long after it first saw it.
 pub const PENDING_TTL: Duration = Duration::from_secs(120);
-/// At most this many SidecarSets are pending at once on a replica; more are refused for now
-/// (the review gets 503 and the client retries): the record cannot say "too many", and forged
-/// reviews must not grow it without bound.
-pub const MAX_PENDING: usize = 64;
+/// At most this many SidecarSets, and [`MAX_PENDING_BYTES`] of their selectors' CEL, are
+/// pending at once on a replica; more are refused for now (the review gets 503 and the client
+/// retries), never widened to every pod.
+pub const MAX_PENDING: usize = 256;
+/// See [`MAX_PENDING`]: half of what a condition may hold
+/// ([`sidecarset_core::index::cel::MAX_EXPRESSION_BYTES`]).
+pub const MAX_PENDING_BYTES: usize = sidecarset_core::index::cel::MAX_EXPRESSION_BYTES / 2;
+/// At most this many pending SidecarSets, and [`PER_SOURCE_BYTES`] of their selectors' CEL,
+/// per source address: anyone who can reach the webhook port can send reviews, and forged
+/// ones cannot widen the condition beyond this. The API server is one source per address; a
+/// SidecarSet is pending only until the view holds it (well under a second), so a client
+/// would need this many writes within that time to be held back (the scale benchmark creates
+/// 16 at once).
+pub const PER_SOURCE: usize = 64;
+/// See [`PER_SOURCE`].
+pub const PER_SOURCE_BYTES: usize = 16 * 1024;
 
 impl MatchCoverage {
     /// Only the leader narrows; until this is set (or with no election: `--controller=false`)
@@ -92,10 +108,11 @@ impl MatchCoverage {
 
     /// Makes the condition cover `ss` before its admission is answered: an entry for it in the
     /// live record (written by the keeper; at once when it is there already), waiting at most
-    /// `timeout`.
+    /// `timeout`. `source`: the review's peer address, for the per-source budget.
     pub async fn widen_for(
         &self,
         ss: &sidecarset_core::api::SidecarSet,
+        source: &str,
         timeout: Duration,
     ) -> Result<(), String> {
         let Ok(covers) = PodCoverage::of_sidecarset(ss) else {
@@ -105,7 +122,7 @@ impl MatchCoverage {
         let uid = ss.metadata.uid.clone();
         let id = pending_id(ss.name(), uid.as_deref(), &covers);
         let mut changed = self.changed.subscribe();
-        self.admit(&id, ss.name(), Pending { uid, covers })?;
+        self.admit(&id, ss.name(), Pending { uid, covers }, source)?;
         if self.published(&id) {
             return Ok(());
         }
@@ -129,24 +146,41 @@ impl MatchCoverage {
         }
     }
 
-    /// Records a SidecarSet being admitted, within [`MAX_PENDING`].
-    fn admit(&self, id: &str, name: &str, entry: Pending) -> Result<(), String> {
+    /// Records a SidecarSet being admitted, within the budgets.
+    fn admit(&self, id: &str, name: &str, entry: Pending, source: &str) -> Result<(), String> {
+        let bytes = entry.covers.expression().map_or(0, |e| e.len());
         let mut pending = self
             .pending
             .lock()
             .map_err(|_| "the pending SidecarSets are unavailable".to_string())?;
         let now = Instant::now();
         pending.retain(|_, a| now.duration_since(a.at) < PENDING_TTL);
-        let count = pending.keys().filter(|k| k.as_str() != id).count();
-        if count >= MAX_PENDING {
+        let others = pending.iter().filter(|(k, _)| k.as_str() != id);
+        let (mut count, mut total_bytes, mut from, mut from_bytes) = (0, 0, 0, 0);
+        for (_, a) in others {
+            count += 1;
+            total_bytes += a.bytes;
+            if a.source == source {
+                from += 1;
+                from_bytes += a.bytes;
+            }
+        }
+        if from >= PER_SOURCE || from_bytes + bytes > PER_SOURCE_BYTES {
             return Err(format!(
-                "{count} SidecarSets are already being admitted (at most {MAX_PENDING} until the operator's view holds them); retry in a moment"
+                "{from} SidecarSets ({from_bytes} bytes of selectors) from {source} are already being admitted (at most {PER_SOURCE} and {PER_SOURCE_BYTES} bytes per source until the operator's view holds them); retry in a moment"
+            ));
+        }
+        if count >= MAX_PENDING || total_bytes + bytes > MAX_PENDING_BYTES {
+            return Err(format!(
+                "{count} SidecarSets ({total_bytes} bytes of selectors) are already being admitted (at most {MAX_PENDING} and {MAX_PENDING_BYTES} bytes until the operator's view holds them); retry in a moment"
             ));
         }
         let admitted = Admitted {
             name: name.to_string(),
             entry,
             at: now,
+            source: source.to_string(),
+            bytes,
         };
         pending.insert(id.to_string(), admitted);
         Ok(())

@@ -17,7 +17,8 @@ pub use configurations::{POD_UPDATE_MATCH, apply_webhook_configurations, webhook
 pub use crd_conversion::keep_crd_conversion_from_file;
 pub use match_conditions::{RESYNC, keep_pod_match_conditions};
 pub use match_coverage::{
-    EVERY_POD, MATCH_CONDITION_NAME, MAX_PENDING, MatchCoverage, PENDING_TTL,
+    EVERY_POD, MATCH_CONDITION_NAME, MAX_PENDING, MAX_PENDING_BYTES, MatchCoverage, PENDING_TTL,
+    PER_SOURCE, PER_SOURCE_BYTES,
 };
 pub use openkruise::check_openkruise;
 
