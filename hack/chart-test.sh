@@ -330,8 +330,9 @@ for d in yaml.safe_load_all(sys.stdin):
   [ "$probes" = "7 8 9" ] || die "probes.*.timeoutSeconds not rendered as given (startup liveness readiness: $probes)"
   pass "probes.{startup,liveness,readiness}.timeoutSeconds reach the Deployment"
 
-  # The knobs of ci/knobs-values.yaml reach the objects; by default there is no NetworkPolicy or
-  # PodMonitor, and the pod webhooks keep the built-in exclusions.
+  # The knobs of ci/knobs-values.yaml reach the objects; by default there is a NetworkPolicy
+  # (webhook port from anywhere until apiServerCIDRs is set) and no PodMonitor, and the pod
+  # webhooks keep the built-in exclusions.
   local knobs
   knobs=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" -f "$CHART/ci/knobs-values.yaml" | python3 -c '
 import sys, yaml
@@ -353,7 +354,10 @@ print(" ".join(bad))')
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
 kinds = {d["kind"] for d in docs}
-bad = [k for k in ("NetworkPolicy", "PodMonitor") if k in kinds]
+bad = [k for k in ("PodMonitor",) if k in kinds]
+np = [d for d in docs if d["kind"] == "NetworkPolicy"]
+if len(np) != 1 or np[0]["spec"]["ingress"][0]["ports"] != [{"port": "webhook", "protocol": "TCP"}]:
+    bad.append("NetworkPolicy (on by default, admitting the webhook port)")
 for d in docs:
     if d["kind"] == "MutatingWebhookConfiguration":
         for w in d["webhooks"]:
@@ -361,7 +365,7 @@ for d in docs:
                 bad.append(w["name"])
 print(" ".join(bad))')
   [ -z "$knobs" ] || die "default values render $knobs"
-  pass "knobs (log level, lease duration, feature switches, replacing webhook selectors, NetworkPolicy, PodMonitor): rendered as set; none of the optional objects by default"
+  pass "knobs (log level, lease duration, feature switches, replacing webhook selectors, NetworkPolicy, PodMonitor): rendered as set; by default a NetworkPolicy and no PodMonitor"
 
   for f in "${VALUES_FILES[@]}"; do
     i=$((i + 1))

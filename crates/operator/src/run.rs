@@ -131,6 +131,9 @@ pub struct View {
     /// The controller's SidecarSet store and trigger, fed by the view's SidecarSet watch
     /// (`--controller` only).
     pub controller_feed: Option<ControllerFeed>,
+    /// What the pod webhook's match condition covers (`--pod-match-conditions`): told the
+    /// leadership by [`controller`], as only the leader narrows it.
+    pub match_coverage: Option<Arc<registration::MatchCoverage>>,
 }
 
 /// The controller's SidecarSets: a reflector store and the names that wake it.
@@ -212,8 +215,10 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
         shared,
         args.watch_stale_after,
     );
-    if args.pod_match_conditions {
-        let coverage = Arc::new(registration::MatchCoverage::default());
+    let match_coverage = args
+        .pod_match_conditions
+        .then(|| Arc::new(registration::MatchCoverage::default()));
+    if let Some(coverage) = match_coverage.clone() {
         state.set_match_coverage(coverage.clone());
         tokio::spawn(registration::keep_pod_match_conditions(
             clients.calls.clone(),
@@ -232,6 +237,7 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
         state,
         events,
         controller_feed,
+        match_coverage,
     })
 }
 
@@ -257,12 +263,20 @@ pub fn controller(
     } else {
         None
     };
+    // Only the leader narrows the pod webhook's match condition; without an election
+    // (`--leader-elect=false`) this process always leads; with an election but no controller
+    // there is none, and this replica only widens.
+    let leadership = match &election {
+        Some(e) => Some(e.leadership()),
+        None => (!args.leader_elect).then(Leadership::always),
+    };
+    if let (Some(coverage), Some(l)) = (&view.match_coverage, &leadership) {
+        coverage.set_leadership(l.clone());
+    }
     let Some((store, trigger)) = view.controller_feed.take() else {
         return Ok(election);
     };
-    let leadership = election
-        .as_ref()
-        .map_or_else(Leadership::always, Election::leadership);
+    let leadership = leadership.unwrap_or_else(Leadership::always);
     let (namespace, cluster) = (args.namespace.clone(), view.cluster.clone());
     let identity = config.identity.clone();
     let rules = args.rollout_rules.parse().unwrap_or_default();

@@ -5,8 +5,8 @@
 //! the other way round. An empty index gives `false`: no pod needs the webhook.
 
 use super::Index;
-use crate::api::{CompiledSelector, Op};
-use std::collections::BTreeSet;
+use crate::api::{CompiledSelector, Op, Scope, SelectorError};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Beyond this size the expression is not used (the webhook is then called for every pod, as
 /// without a condition): the API server bounds the cost of each expression, and a condition
@@ -57,51 +57,145 @@ pub fn selector_expression(sel: &CompiledSelector) -> String {
 
 /// The union over the index; `None` when it is longer than [`MAX_EXPRESSION_BYTES`].
 pub fn pod_match_expression(index: &Index) -> Option<String> {
-    // Selectors of one `key in (values)` requirement (the common `matchLabels: {app: x}`) are
-    // folded per key into one list, so that a thousand of them stay one short term.
-    let mut single: std::collections::BTreeMap<&str, BTreeSet<String>> = Default::default();
-    let mut terms: BTreeSet<String> = BTreeSet::new();
-    for e in index.entries.values() {
-        match e.scope.pods.requirements() {
+    PodCoverage::of_index(index).expression()
+}
+
+/// What a match condition covers, in a form whose union is exact (a set union, not an `||` of
+/// strings that would grow with every writer): selectors of one `key in (values)` requirement
+/// (the common `matchLabels: {app: x}`) as values per key, any other selector as its CEL term,
+/// or every pod. Several writers publish it, each adding what it knows; the expression is
+/// rendered from it ([`PodCoverage::expression`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCoverage {
+    /// Label key → the values a single-requirement selector accepts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, BTreeSet<String>>,
+    /// Any other selector as its CEL term ([`selector_expression`]), or a whole condition written
+    /// by someone else, kept as it is.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub terms: BTreeSet<String>,
+    /// Every pod (no condition).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub every_pod: bool,
+}
+
+impl PodCoverage {
+    /// Every pod.
+    pub fn every_pod() -> PodCoverage {
+        PodCoverage {
+            every_pod: true,
+            ..Default::default()
+        }
+    }
+
+    /// What one pod selector covers.
+    pub fn of_selector(sel: &CompiledSelector) -> PodCoverage {
+        let mut c = PodCoverage::default();
+        c.add_selector(sel);
+        c
+    }
+
+    /// What a SidecarSet's pod selector covers; an error when its selectors do not compile.
+    pub fn of_sidecarset(ss: &crate::api::SidecarSet) -> Result<PodCoverage, SelectorError> {
+        Ok(PodCoverage::of_selector(&Scope::of(&ss.spec)?.pods))
+    }
+
+    /// What the index's SidecarSets cover together.
+    pub fn of_index(index: &Index) -> PodCoverage {
+        let mut c = PodCoverage::default();
+        for e in index.entries.values() {
+            c.add_selector(&e.scope.pods);
+        }
+        c
+    }
+
+    fn add_selector(&mut self, sel: &CompiledSelector) {
+        match sel.requirements() {
             [r] if matches!(r.op, Op::In(_)) => {
                 if let Op::In(v) = &r.op {
-                    single
-                        .entry(r.key.as_str())
+                    self.labels
+                        .entry(r.key.clone())
                         .or_default()
                         .extend(v.iter().cloned());
                 }
             }
             _ => {
-                terms.insert(selector_expression(&e.scope.pods));
+                self.terms.insert(selector_expression(sel));
             }
         }
     }
-    for (key, values) in single {
-        let k = quote(key);
-        terms.insert(if values.len() == 1 {
-            format!(
-                "has({LABELS}) && {k} in {LABELS} && {LABELS}[{k}] == {}",
-                quote(values.iter().next().map(String::as_str).unwrap_or_default())
-            )
-        } else {
-            format!(
-                "has({LABELS}) && {k} in {LABELS} && {LABELS}[{k}] in {}",
-                list(&values)
-            )
-        });
+
+    /// A condition written by someone else, as it is ("true": every pod, "false": nothing).
+    pub fn of_expression(expression: &str) -> PodCoverage {
+        match expression.trim() {
+            "true" => PodCoverage::every_pod(),
+            "false" => PodCoverage::default(),
+            e => PodCoverage {
+                terms: BTreeSet::from([e.to_string()]),
+                ..Default::default()
+            },
+        }
     }
-    let expr = if terms.is_empty() {
-        "false".to_string()
-    } else if terms.len() == 1 {
-        terms.into_iter().next().unwrap_or_default()
-    } else {
-        terms
-            .iter()
-            .map(|t| format!("({t})"))
-            .collect::<Vec<_>>()
-            .join(" || ")
-    };
-    (expr.len() <= MAX_EXPRESSION_BYTES).then_some(expr)
+
+    /// Adds what `other` covers.
+    pub fn union(&mut self, other: &PodCoverage) {
+        for (k, v) in &other.labels {
+            self.labels
+                .entry(k.clone())
+                .or_default()
+                .extend(v.iter().cloned());
+        }
+        self.terms.extend(other.terms.iter().cloned());
+        self.every_pod |= other.every_pod;
+    }
+
+    /// True when every pod `other` covers is covered here, as far as the structure shows (a
+    /// term is covered by the same term only: never true when it is not).
+    pub fn covers(&self, other: &PodCoverage) -> bool {
+        self.every_pod
+            || (!other.every_pod
+                && other.terms.is_subset(&self.terms)
+                && other
+                    .labels
+                    .iter()
+                    .all(|(k, v)| self.labels.get(k).is_some_and(|have| v.is_subset(have))))
+    }
+
+    /// The CEL expression; `None` for every pod, or when it is longer than
+    /// [`MAX_EXPRESSION_BYTES`]. Nothing covered gives `false`.
+    pub fn expression(&self) -> Option<String> {
+        if self.every_pod {
+            return None;
+        }
+        let mut terms = self.terms.clone();
+        for (key, values) in &self.labels {
+            let k = quote(key);
+            terms.insert(if values.len() == 1 {
+                format!(
+                    "has({LABELS}) && {k} in {LABELS} && {LABELS}[{k}] == {}",
+                    quote(values.iter().next().map(String::as_str).unwrap_or_default())
+                )
+            } else {
+                format!(
+                    "has({LABELS}) && {k} in {LABELS} && {LABELS}[{k}] in {}",
+                    list(values)
+                )
+            });
+        }
+        let expr = if terms.is_empty() {
+            "false".to_string()
+        } else if terms.len() == 1 {
+            terms.into_iter().next().unwrap_or_default()
+        } else {
+            terms
+                .iter()
+                .map(|t| format!("({t})"))
+                .collect::<Vec<_>>()
+                .join(" || ")
+        };
+        (expr.len() <= MAX_EXPRESSION_BYTES).then_some(expr)
+    }
 }
 
 #[cfg(test)]
@@ -203,5 +297,45 @@ mod tests {
             .collect();
         let (index, _) = Index::from_sidecarsets(many);
         assert_eq!(pod_match_expression(&index), None);
+    }
+
+    #[test]
+    fn coverages_unite_exactly_and_render_as_the_index_of_both() {
+        let a = ss("a", serde_json::json!({"matchLabels": {"app": "web"}}));
+        let b = ss(
+            "b",
+            serde_json::json!({"matchLabels": {"app": "db", "tier": "x"}}),
+        );
+        let c = ss("c", serde_json::json!({"matchLabels": {"app": "shop"}}));
+        let (left, _) = Index::from_sidecarsets([a.clone(), b.clone()]);
+        let (right, _) = Index::from_sidecarsets([c.clone(), b.clone()]);
+        let (all, _) = Index::from_sidecarsets([a, b, c.clone()]);
+        let mut u = PodCoverage::of_index(&left);
+        u.union(&PodCoverage::of_index(&right));
+        assert_eq!(u, PodCoverage::of_index(&all));
+        assert_eq!(u.expression(), pod_match_expression(&all));
+        // Union is idempotent: writing it again changes nothing.
+        let before = u.clone();
+        u.union(&PodCoverage::of_index(&right));
+        assert_eq!(u, before);
+        assert!(u.covers(&PodCoverage::of_sidecarset(&c).unwrap()));
+        assert!(!PodCoverage::of_index(&left).covers(&PodCoverage::of_sidecarset(&c).unwrap()));
+        // Every pod covers everything and is rendered as no expression; a foreign condition
+        // is one term, "false" is nothing.
+        assert!(PodCoverage::every_pod().covers(&u));
+        assert!(!u.covers(&PodCoverage::every_pod()));
+        assert_eq!(PodCoverage::every_pod().expression(), None);
+        assert_eq!(
+            PodCoverage::of_expression(" true "),
+            PodCoverage::every_pod()
+        );
+        assert_eq!(PodCoverage::of_expression("false"), PodCoverage::default());
+        assert_eq!(
+            PodCoverage::of_expression("x == 1").expression().as_deref(),
+            Some("x == 1")
+        );
+        // The structure survives a round trip through JSON (it is published in an annotation).
+        let json = serde_json::to_string(&u).unwrap();
+        assert_eq!(serde_json::from_str::<PodCoverage>(&json).unwrap(), u);
     }
 }

@@ -274,7 +274,13 @@ impl Manager {
                 if matches!(action, Action::Keep | Action::Wait(_)) {
                     stored.unwrap_or_else(|| unreachable!("decide keeps only existing material"))
                 } else {
-                    let next = act(&action, stored.as_ref(), cfg, t).map_err(anyhow::Error::msg)?;
+                    let mut next =
+                        act(&action, stored.as_ref(), cfg, t).map_err(anyhow::Error::msg)?;
+                    if matches!(action, Action::Generate(_)) {
+                        // Replicas still serve a leaf of the CA trusted now: keep trusting it
+                        // next to the new one for an overlap.
+                        next.prev_ca_cert = self.cas_to_keep(secret.as_ref(), &next, t).await?;
+                    }
                     match self.write(existing.as_ref(), &next).await {
                         Ok(m) => {
                             self.log_action(&action, &m);

@@ -9,16 +9,34 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-const CONFIG: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sso";
+pub(super) const CONFIG: &str =
+    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/sso";
 
-fn view(app: &str) -> Arc<ClusterView> {
+/// A replica that leads (only the leader narrows).
+pub(super) fn leader() -> Arc<MatchCoverage> {
+    let c = MatchCoverage::default();
+    c.set_leadership(crate::controller::leader::Leadership::always());
+    Arc::new(c)
+}
+
+/// The configuration as the API server has it after `apply` landed: its condition and its
+/// record, at `resource_version`.
+pub(super) fn live_after(apply: &mock_api::Call, resource_version: &str) -> Value {
+    let mut c = configuration(true);
+    c["metadata"]["resourceVersion"] = json!(resource_version);
+    c["metadata"]["annotations"] = apply.body["metadata"]["annotations"].clone();
+    c["webhooks"][1]["matchConditions"] = apply.body["webhooks"][0]["matchConditions"].clone();
+    c
+}
+
+pub(super) fn view(app: &str) -> Arc<ClusterView> {
     let readiness = Readiness::default();
     let view = Arc::new(ClusterView::new(Vec::<String>::new(), &readiness));
     view.reset_sidecarsets(vec![sidecarset(app)]);
     view
 }
 
-fn sidecarset(app: &str) -> sidecarset_core::api::SidecarSet {
+pub(super) fn sidecarset(app: &str) -> sidecarset_core::api::SidecarSet {
     let mut ss: sidecarset_core::api::SidecarSet = serde_json::from_value(json!({
         "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
         "metadata": {"name": "mesh"},
@@ -31,7 +49,7 @@ fn sidecarset(app: &str) -> sidecarset_core::api::SidecarSet {
 }
 
 /// The configuration as installed, with the pod CREATE webhook or without it.
-fn configuration(with_pod_webhook: bool) -> Value {
+pub(super) fn configuration(with_pod_webhook: bool) -> Value {
     let mut webhooks = vec![json!({"name": "other.sidecarset-operator.io",
         "admissionReviewVersions": ["v1"], "sideEffects": "None", "clientConfig": {}})];
     if with_pod_webhook {
@@ -80,12 +98,12 @@ async fn the_condition_follows_the_selectors_and_is_dropped_when_refused() {
         client,
         view.clone(),
         "sso".into(),
-        Default::default(),
+        leader(),
     ));
     let (expression, apply) = applied(&mut api).await;
     let expression = expression.expect("a condition for the selectors");
     assert!(expression.contains("web"), "{expression}");
-    let expression_web = expression.clone();
+    let live_web = live_after(&apply, "2");
     apply.echo("2");
     api.expect_nothing().await;
 
@@ -96,9 +114,7 @@ async fn the_condition_follows_the_selectors_and_is_dropped_when_refused() {
     assert!(expression.expect("the new selectors").contains("api"));
     apply.fail(422, "Invalid");
     // Read back (it still has the condition for "web"), then written without one.
-    api.expect("GET", CONFIG)
-        .await
-        .answer(200, configuration_with(Some(&expression_web)));
+    api.expect("GET", CONFIG).await.answer(200, live_web);
     let apply = api.expect("PATCH", CONFIG).await;
     // Written as a condition every pod matches: leaving it out would not remove the one the
     // chart rendered (server-side apply keeps what another field manager also set).
@@ -139,7 +155,7 @@ async fn nothing_is_applied_before_the_pod_webhook_entry_exists() {
         client,
         view("web"),
         "sso".into(),
-        Default::default(),
+        leader(),
     ));
     // Never an apply that would create an incomplete entry: the configuration is read
     // again (after a backoff) until the entry is there.
@@ -171,20 +187,29 @@ async fn the_charts_initial_condition_is_widened_by_the_first_replica() {
         client,
         view.clone(),
         "sso".into(),
-        Default::default(),
+        leader(),
     ));
     let web = sidecarset_core::index::cel::pod_match_expression(&view.index()).unwrap();
+    let written = Arc::new(std::sync::Mutex::new(Value::Null));
     let api = Scenario::new("the chart's \"false\" widened to the SidecarSets' selectors")
         .answer("GET", CONFIG, 200, configuration_with(Some("false")))
         .echo("PATCH", CONFIG, "2")
-        .checking(the_condition_applied(&web))
+        .checking({
+            let written = written.clone();
+            let check = the_condition_applied(&web);
+            move |apply| {
+                check(apply);
+                *written.lock().unwrap() = live_after(apply, "2");
+            }
+        })
         .run(api)
         .await
         .unwrap();
-    // The SidecarSet deleted: narrowed back to nothing, as the chart had it.
+    // The SidecarSet deleted: the leader narrows back to nothing, as the chart had it.
     view.reset_sidecarsets(vec![]);
+    let live = written.lock().unwrap().clone();
     let mut api = Scenario::new("narrowed to \"false\" when no SidecarSet is left")
-        .answer("GET", CONFIG, 200, configuration_with(Some(&web)))
+        .answer("GET", CONFIG, 200, live)
         .echo("PATCH", CONFIG, "3")
         .checking(the_condition_applied("false"))
         .run(api)
@@ -203,7 +228,7 @@ async fn configurations_found_by_label_each_get_the_condition() {
         client,
         view("web"),
         WebhookConfigs::Selected(selector.into()),
-        Default::default(),
+        leader(),
     ));
     const LIST: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations?";
     // None yet (OLM has not created it): nothing is written, the list is asked again.
@@ -232,6 +257,7 @@ async fn configurations_found_by_label_each_get_the_condition() {
                          named("mpod.sidecarset-operator.io-fghij", None)]}),
     );
     let mut expressions = vec![];
+    let mut written = vec![];
     for name in ["abcde", "fghij"] {
         let path = format!(
             "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/mpod.sidecarset-operator.io-{name}?"
@@ -247,6 +273,7 @@ async fn configurations_found_by_label_each_get_the_condition() {
                 .unwrap()
                 .to_string(),
         );
+        written.push(live_after(&apply, "2"));
         apply.echo("2");
     }
     assert!(expressions[0].contains("web") && expressions[0] == expressions[1]);
@@ -257,8 +284,9 @@ async fn configurations_found_by_label_each_get_the_condition() {
     api.expect("GET", LIST).await.answer(
         200,
         json!({"apiVersion": "v1", "kind": "List", "metadata": {},
-               "items": [named("mpod.sidecarset-operator.io-abcde", Some(&expressions[0])),
-                         named("mpod.sidecarset-operator.io-fghij", None)]}),
+               "items": [renamed(written[0].clone(), "mpod.sidecarset-operator.io-abcde"),
+                         // OLM's update dropped the condition (the record is left).
+                         without_condition(renamed(written[1].clone(), "mpod.sidecarset-operator.io-fghij"))]}),
     );
     let apply = api
         .expect(
@@ -271,8 +299,20 @@ async fn configurations_found_by_label_each_get_the_condition() {
     task.abort();
 }
 
+/// `c` named `name`.
+fn renamed(mut c: Value, name: &str) -> Value {
+    c["metadata"]["name"] = json!(name);
+    c
+}
+
+/// `c` without the pod webhook's conditions.
+fn without_condition(mut c: Value) -> Value {
+    c["webhooks"][1]["matchConditions"] = Value::Null;
+    c
+}
+
 /// The configuration with our condition set to `expression`.
-fn configuration_with(expression: Option<&str>) -> Value {
+pub(super) fn configuration_with(expression: Option<&str>) -> Value {
     let mut c = configuration(true);
     if let Some(e) = expression {
         c["webhooks"][1]["matchConditions"] =
@@ -289,24 +329,23 @@ async fn the_condition_is_read_back_on_every_pass_and_a_changed_one_written_agai
         client,
         view.clone(),
         "sso".into(),
-        Default::default(),
+        leader(),
     ));
     let (expression, apply) = applied(&mut api).await;
     let expression = expression.unwrap();
+    let live = live_after(&apply, "2");
     apply.echo("2");
     let before = crate::metrics::metrics().match_condition_repairs.get();
     // A minute later the configuration is read again: as written, nothing is written.
     tokio::time::sleep(RESYNC).await;
-    api.expect("GET", CONFIG)
-        .await
-        .answer(200, configuration_with(Some(&expression)));
+    api.expect("GET", CONFIG).await.answer(200, live.clone());
     api.expect_nothing().await;
     // Someone dropped our condition (a Helm upgrade, kubectl apply): the next pass sees it
     // and writes it back, and counts the repair.
     tokio::time::sleep(RESYNC).await;
     api.expect("GET", CONFIG)
         .await
-        .answer(200, configuration_with(None));
+        .answer(200, without_condition(live));
     let apply = api.expect("PATCH", CONFIG).await;
     assert_eq!(
         apply.body["webhooks"][0]["matchConditions"][0]["expression"],
@@ -321,6 +360,8 @@ async fn the_condition_is_read_back_on_every_pass_and_a_changed_one_written_agai
     task.abort();
 }
 
+/// The admission goes through a follower (any replica answers the webhook): it widens, and
+/// answers once the live record holds an entry for the SidecarSet.
 #[tokio::test(start_paused = true)]
 async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selector() {
     let (client, mut api) = mock_api::client();
@@ -332,8 +373,11 @@ async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selecto
         "sso".into(),
         coverage.clone(),
     ));
-    let (web, apply) = applied(&mut api).await;
-    let web = web.unwrap();
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, configuration_with(Some("false")));
+    let apply = api.expect("PATCH", CONFIG).await;
+    let live = live_after(&apply, "2");
     apply.echo("2");
     api.expect_nothing().await;
     // The SidecarSet in the index is covered at once; one selecting app=api is not: its
@@ -344,12 +388,11 @@ async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selecto
     assert!(!coverage.covers(&api_ss));
     let admission = tokio::spawn({
         let (c, ss) = (coverage.clone(), api_ss.clone());
-        async move { c.widen_for(&ss, Duration::from_secs(2)).await }
+        async move { c.widen_for(&ss, "10.0.0.1", Duration::from_secs(2)).await }
     });
-    api.expect("GET", CONFIG)
-        .await
-        .answer(200, configuration_with(Some(&web)));
+    api.expect("GET", CONFIG).await.answer(200, live);
     let apply = api.expect("PATCH", CONFIG).await;
+    assert_eq!(apply.body["metadata"]["resourceVersion"], json!("2"));
     let widened = apply.body["webhooks"][0]["matchConditions"][0]["expression"]
         .as_str()
         .unwrap()
@@ -362,11 +405,12 @@ async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selecto
         !admission.is_finished(),
         "admitted before the condition was written"
     );
+    let live = live_after(&apply, "3");
     apply.echo("3");
     admission.await.unwrap().expect("admitted once covered");
-    // Once the index holds it, the condition made from the index alone is the same: not
-    // written again.
+    // Once the index holds it, the condition covers it already: read back, not written again.
     view.reset_sidecarsets(vec![sidecarset("web"), api_ss.clone()]);
+    api.expect("GET", CONFIG).await.answer(200, live);
     api.expect_nothing().await;
     assert!(coverage.covers(&api_ss));
 
@@ -376,7 +420,7 @@ async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selecto
     other.metadata.name = Some("shop-mesh".into());
     let admission = tokio::spawn({
         let (c, ss) = (coverage.clone(), other.clone());
-        async move { c.widen_for(&ss, Duration::from_secs(2)).await }
+        async move { c.widen_for(&ss, "10.0.0.1", Duration::from_secs(2)).await }
     });
     api.expect("GET", CONFIG).await.fail(500, "InternalError");
     let refused = admission.await.unwrap().unwrap_err();
@@ -384,27 +428,26 @@ async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selecto
     task.abort();
 }
 
-/// What the condition read back stands for: none or ours set to "true" is every pod (what the
-/// operator writes when the selectors are too many); the chart's "false" on a new install is
-/// an expression that covers no SidecarSet, so the first SidecarSet widens it.
+/// What the condition read back stands for: none or "true" is every pod; the chart's "false"
+/// on a new install is the empty record's rendering, which covers no SidecarSet, so the first
+/// SidecarSet widens it.
 #[test]
 fn the_condition_read_back_every_pod_or_an_expression() {
     let read = |e: Option<&str>| {
         let c: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration =
             serde_json::from_value(configuration_with(e)).unwrap();
-        match_coverage::read_back(&c).map(|c| format!("{:?}", match_coverage::expression_of(&c)))
+        match_coverage::read_back(&c).unwrap()
     };
-    assert_eq!(read(None).as_deref(), Some("Some(None)"));
-    assert_eq!(read(Some("true")).as_deref(), Some("Some(None)"));
-    assert_eq!(read(Some(" true ")).as_deref(), Some("Some(None)"));
-    assert_eq!(
-        read(Some("false")).as_deref(),
-        Some("Some(Some(\"false\"))")
-    );
     let coverage = MatchCoverage::default();
-    let c: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration =
-        serde_json::from_value(configuration_with(Some("false"))).unwrap();
-    coverage.set(match_coverage::read_back(&c).unwrap());
+    for every_pod in [None, Some("true"), Some(" true ")] {
+        let (record, _) = match_record::understood(None, read(every_pod).as_deref());
+        assert_eq!(record.expression(), None, "{every_pod:?}");
+        coverage.set(record);
+        assert!(coverage.covers(&sidecarset("web")));
+    }
+    let (record, ours) = match_record::understood(None, read(Some("false")).as_deref());
+    assert!(ours);
+    coverage.set(record);
     assert!(
         !coverage.covers(&sidecarset("web")),
         "the chart's initial condition covers no SidecarSet"

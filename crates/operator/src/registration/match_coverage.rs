@@ -1,115 +1,129 @@
 //! What the pod webhook's match condition covers, and the SidecarSets being admitted that it must
 //! cover before their admission is answered ("widen before narrowing").
 
+use super::match_record::{Pending, Published, held_by_view, pending_id};
+use crate::controller::leader::Leadership;
 use crate::names::POD_CREATE_WEBHOOK;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use sidecarset_core::index::Index;
+use sidecarset_core::index::cel::PodCoverage;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
+use tokio::time::Instant;
 
-/// What the pod webhook's match condition was last read back to cover, and the SidecarSets
-/// being admitted that it must cover before their admission is answered ("widen before
-/// narrowing"): the validating webhook admits a new or changed SidecarSet only once the
-/// condition covers its selector (or the webhook has no condition: it matches every pod), so no
-/// pod it selects is created without the webhook being called.
+/// What the pod webhook's match condition was last read back (or written) to cover, and the
+/// SidecarSets being admitted that it must cover before their admission is answered ("widen
+/// before narrowing"): the validating webhook admits a new or changed SidecarSet only once the
+/// live record ([`super::match_record`]) holds an entry for it (or the condition matches every
+/// pod), so no pod it selects is created without the webhook being called, whichever replica's
+/// view lags.
+#[derive(Default)]
 pub struct MatchCoverage {
-    covered: std::sync::Mutex<Covered>,
-    /// SidecarSets admitted lately (or being admitted) by name, and when: kept in the
-    /// condition until the index holds them (or [`PENDING_TTL`] passes: their write failed).
-    pending: std::sync::Mutex<
-        BTreeMap<String, (Arc<sidecarset_core::api::SidecarSet>, std::time::Instant)>,
-    >,
+    /// The record as last read back or written; None before the first pass.
+    live: Mutex<Option<Published>>,
+    /// SidecarSets admitted lately (or being admitted) by this replica, by entry id: kept in
+    /// the record until the view holds them (or [`PENDING_TTL`] passes: their write failed).
+    pending: Mutex<BTreeMap<String, Admitted>>,
+    /// This replica's leadership, once the election runs: only the leader narrows.
+    leadership: std::sync::OnceLock<Leadership>,
     /// Wakes the keeper (a SidecarSet waits).
     pub(super) wake: tokio::sync::Notify,
-    /// Bumped whenever `covered` changes.
+    /// Bumped whenever `live` changes.
     changed: tokio::sync::watch::Sender<u64>,
 }
 
-/// What the condition read back covers.
-#[derive(Clone, Debug)]
-pub(super) enum Covered {
-    /// Not read yet, or something else set it (another condition, an expression not ours).
-    Unknown,
-    /// No condition: the webhook is called for every pod.
-    Everything,
-    /// Our expression, made from this index.
-    Expression { expression: String, index: Index },
+/// A SidecarSet this replica is admitting.
+struct Admitted {
+    name: String,
+    entry: Pending,
+    at: Instant,
+    /// The peer address of the review (see [`PER_SOURCE`]).
+    source: String,
+    /// Bytes of its selector's CEL.
+    bytes: usize,
 }
 
-/// Pending SidecarSets are dropped after this long (their write never reached the index).
+/// Pending SidecarSets are dropped after this long (their write never reached the index); the
+/// leader keeps another replica's entry this long after it first saw it.
 pub const PENDING_TTL: Duration = Duration::from_secs(120);
-/// Beyond this many pending SidecarSets the condition is dropped (the webhook matches every
-/// pod until they are in the index): forged reviews cannot grow the expression without bound.
-pub const MAX_PENDING: usize = 64;
-
-/// The key of a pending SidecarSet in the index the condition is made from (beside the one of
-/// the same name the index holds: until it is replaced, both selectors are covered).
-fn pending_name(name: &str) -> String {
-    format!("{name}\u{0}pending")
-}
-
-impl Default for MatchCoverage {
-    fn default() -> Self {
-        MatchCoverage {
-            covered: std::sync::Mutex::new(Covered::Unknown),
-            pending: Default::default(),
-            wake: Default::default(),
-            changed: tokio::sync::watch::channel(0).0,
-        }
-    }
-}
-
-/// Whether `expression`, made from `index`, covers `ss`: adding it changes nothing.
-fn expression_covers(
-    expression: &str,
-    index: &Index,
-    ss: &sidecarset_core::api::SidecarSet,
-) -> bool {
-    let mut with = index.clone();
-    let mut named = ss.clone();
-    named.metadata.name = Some(pending_name(ss.name()));
-    if with.upsert(Arc::new(named)).is_err() {
-        // Selectors that select nothing (refused by validation anyway): nothing to cover.
-        return true;
-    }
-    sidecarset_core::index::cel::pod_match_expression(&with).as_deref() == Some(expression)
-}
+/// At most this many SidecarSets, and [`MAX_PENDING_BYTES`] of their selectors' CEL, are
+/// pending at once on a replica; more are refused for now (the review gets 503 and the client
+/// retries), never widened to every pod.
+pub const MAX_PENDING: usize = 256;
+/// See [`MAX_PENDING`]: half of what a condition may hold
+/// ([`sidecarset_core::index::cel::MAX_EXPRESSION_BYTES`]).
+pub const MAX_PENDING_BYTES: usize = sidecarset_core::index::cel::MAX_EXPRESSION_BYTES / 2;
+/// At most this many pending SidecarSets, and [`PER_SOURCE_BYTES`] of their selectors' CEL,
+/// per source address: anyone who can reach the webhook port can send reviews, and forged
+/// ones cannot widen the condition beyond this. The API server is one source per address; a
+/// SidecarSet is pending only until the view holds it (well under a second), so a client
+/// would need this many writes within that time to be held back (the scale benchmark creates
+/// 16 at once).
+pub const PER_SOURCE: usize = 64;
+/// See [`PER_SOURCE`].
+pub const PER_SOURCE_BYTES: usize = 16 * 1024;
 
 impl MatchCoverage {
-    /// Whether the condition last read back covers `ss`'s selector.
-    pub fn covers(&self, ss: &sidecarset_core::api::SidecarSet) -> bool {
-        match self.covered.lock().map(|c| c.clone()) {
-            Ok(Covered::Everything) => true,
-            Ok(Covered::Expression { expression, index }) => {
-                expression_covers(&expression, &index, ss)
-            }
-            _ => false,
-        }
+    /// Only the leader narrows; until this is set (or with no election: `--controller=false`)
+    /// this replica only widens.
+    pub fn set_leadership(&self, leadership: Leadership) {
+        let _ = self.leadership.set(leadership);
     }
 
-    pub(super) fn set(&self, covered: Covered) {
-        if let Ok(mut c) = self.covered.lock() {
-            *c = covered;
+    /// True while this replica leads.
+    pub(super) fn leads(&self) -> bool {
+        self.leadership.get().is_some_and(Leadership::is_leader)
+    }
+
+    /// Whether the condition last read back covers `ss`'s selector.
+    pub fn covers(&self, ss: &sidecarset_core::api::SidecarSet) -> bool {
+        let Ok(want) = PodCoverage::of_sidecarset(ss) else {
+            return true;
+        };
+        self.live
+            .lock()
+            .ok()
+            .and_then(|l| {
+                l.as_ref()
+                    .map(|r| r.expression().is_none() || r.total().covers(&want))
+            })
+            .unwrap_or(false)
+    }
+
+    /// The record as last read back or written.
+    pub(super) fn set(&self, live: Published) {
+        if let Ok(mut l) = self.live.lock() {
+            *l = Some(live);
         }
         self.changed.send_modify(|n| *n += 1);
     }
 
-    /// Makes the condition cover `ss` before its admission is answered: returns at once when it
-    /// does, else asks the keeper to widen it and waits at most `timeout`.
+    fn published(&self, id: &str) -> bool {
+        self.live
+            .lock()
+            .ok()
+            .is_some_and(|l| l.as_ref().is_some_and(|r| r.pending.contains_key(id)))
+    }
+
+    /// Makes the condition cover `ss` before its admission is answered: an entry for it in the
+    /// live record (written by the keeper; at once when it is there already), waiting at most
+    /// `timeout`. `source`: the review's peer address, for the per-source budget.
     pub async fn widen_for(
         &self,
         ss: &sidecarset_core::api::SidecarSet,
+        source: &str,
         timeout: Duration,
     ) -> Result<(), String> {
+        let Ok(covers) = PodCoverage::of_sidecarset(ss) else {
+            // Selectors that do not compile select nothing (refused by validation anyway).
+            return Ok(());
+        };
+        let uid = ss.metadata.uid.clone();
+        let id = pending_id(ss.name(), uid.as_deref(), &covers);
         let mut changed = self.changed.subscribe();
-        if let Ok(mut p) = self.pending.lock() {
-            p.insert(
-                ss.name().to_string(),
-                (Arc::new(ss.clone()), std::time::Instant::now()),
-            );
-        }
-        if self.covers(ss) {
+        self.admit(&id, ss.name(), Pending { uid, covers }, source)?;
+        if self.published(&id) {
             return Ok(());
         }
         self.wake.notify_one();
@@ -118,7 +132,7 @@ impl MatchCoverage {
                 if changed.changed().await.is_err() {
                     return false;
                 }
-                if self.covers(ss) {
+                if self.published(&id) {
                     return true;
                 }
             }
@@ -132,27 +146,73 @@ impl MatchCoverage {
         }
     }
 
-    /// The index the condition must be made from now: the view's, and the pending SidecarSets
-    /// the view does not hold as they are yet (those it holds, or older than [`PENDING_TTL`],
-    /// are dropped). None: too many pending, no condition.
-    pub(super) fn wanted(&self, view: &Index) -> Option<Index> {
-        let mut pending = self.pending.lock().ok()?;
-        pending.retain(|name, (ss, at)| {
-            at.elapsed() < PENDING_TTL
-                && view
-                    .get(name)
-                    .is_none_or(|have| have.spec.selector != ss.spec.selector)
+    /// Records a SidecarSet being admitted, within the budgets.
+    fn admit(&self, id: &str, name: &str, entry: Pending, source: &str) -> Result<(), String> {
+        let bytes = entry.covers.expression().map_or(0, |e| e.len());
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| "the pending SidecarSets are unavailable".to_string())?;
+        let now = Instant::now();
+        pending.retain(|_, a| now.duration_since(a.at) < PENDING_TTL);
+        let others = pending.iter().filter(|(k, _)| k.as_str() != id);
+        let (mut count, mut total_bytes, mut from, mut from_bytes) = (0, 0, 0, 0);
+        for (_, a) in others {
+            count += 1;
+            total_bytes += a.bytes;
+            if a.source == source {
+                from += 1;
+                from_bytes += a.bytes;
+            }
+        }
+        if from >= PER_SOURCE || from_bytes + bytes > PER_SOURCE_BYTES {
+            return Err(format!(
+                "{from} SidecarSets ({from_bytes} bytes of selectors) from {source} are already being admitted (at most {PER_SOURCE} and {PER_SOURCE_BYTES} bytes per source until the operator's view holds them); retry in a moment"
+            ));
+        }
+        if count >= MAX_PENDING || total_bytes + bytes > MAX_PENDING_BYTES {
+            return Err(format!(
+                "{count} SidecarSets ({total_bytes} bytes of selectors) are already being admitted (at most {MAX_PENDING} and {MAX_PENDING_BYTES} bytes until the operator's view holds them); retry in a moment"
+            ));
+        }
+        let admitted = Admitted {
+            name: name.to_string(),
+            entry,
+            at: now,
+            source: source.to_string(),
+            bytes,
+        };
+        pending.insert(id.to_string(), admitted);
+        Ok(())
+    }
+
+    /// What this replica wants the record to hold now: its view, and the SidecarSets it is
+    /// admitting that the view does not hold as they are (those it holds, by uid or else by
+    /// name, with a selector covering theirs, or older than [`PENDING_TTL`], are dropped).
+    pub(super) fn wanted(&self, view: &Index) -> Published {
+        let held = held_by_view(view);
+        let mut mine = Published {
+            selected: PodCoverage::of_index(view),
+            ..Default::default()
+        };
+        let Ok(mut pending) = self.pending.lock() else {
+            return mine;
+        };
+        let now = Instant::now();
+        pending.retain(|_, a| {
+            let in_view = match &a.entry.uid {
+                Some(uid) => held.get(uid.as_str()).cloned(),
+                None => view
+                    .get(&a.name)
+                    .and_then(|ss| PodCoverage::of_sidecarset(ss).ok()),
+            };
+            now.duration_since(a.at) < PENDING_TTL
+                && !in_view.is_some_and(|c| c.covers(&a.entry.covers))
         });
-        if pending.len() > MAX_PENDING {
-            return None;
+        for (id, a) in pending.iter() {
+            mine.pending.insert(id.clone(), a.entry.clone());
         }
-        let mut index = view.clone();
-        for (name, (ss, _)) in pending.iter() {
-            let mut named = (**ss).clone();
-            named.metadata.name = Some(pending_name(name));
-            let _ = index.upsert(Arc::new(named));
-        }
-        Some(index)
+        mine
     }
 }
 
@@ -165,32 +225,20 @@ pub const MATCH_CONDITION_NAME: &str = "selected-by-a-sidecarset";
 /// also set does not remove it.
 pub const EVERY_POD: &str = "true";
 
-/// What the pod CREATE webhook's match conditions are: None when the entry does not exist.
-pub(super) fn read_back(config: &MutatingWebhookConfiguration) -> Option<Covered> {
+/// The pod CREATE webhook's entry as read back: None when it does not exist; else our
+/// condition's expression (None: no condition of ours, every pod).
+pub(super) fn read_back(config: &MutatingWebhookConfiguration) -> Option<Option<String>> {
     let entry = config
         .webhooks
         .iter()
         .flatten()
         .find(|w| w.name == POD_CREATE_WEBHOOK)?;
-    let conditions = entry.match_conditions.clone().unwrap_or_default();
-    Some(match conditions.as_slice() {
-        [] => Covered::Everything,
-        [c] if c.name == MATCH_CONDITION_NAME && c.expression.trim() == EVERY_POD => {
-            Covered::Everything
-        }
-        [c] if c.name == MATCH_CONDITION_NAME => Covered::Expression {
-            expression: c.expression.clone(),
-            index: Index::default(),
-        },
-        _ => Covered::Unknown,
-    })
-}
-
-/// The expression `c` stands for: `Some(None)` for no condition, None when unknown.
-pub(super) fn expression_of(c: &Covered) -> Option<Option<&str>> {
-    match c {
-        Covered::Everything => Some(None),
-        Covered::Expression { expression, .. } => Some(Some(expression.as_str())),
-        Covered::Unknown => None,
-    }
+    Some(
+        entry
+            .match_conditions
+            .iter()
+            .flatten()
+            .find(|c| c.name == MATCH_CONDITION_NAME)
+            .map(|c| c.expression.clone()),
+    )
 }

@@ -19,9 +19,11 @@ use tracing::{Instrument, debug};
 /// pod validation (one dry-run per SidecarSet write), timed with the admission.
 pub(super) async fn endpoint(
     AxState(state): AxState<Arc<State>>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
     body: Bytes,
 ) -> HttpResponse {
+    let source = super::source(&extensions);
     let call = Prologue::begin("validate-sidecarset", &headers);
     let decoded = call.decode(&body);
     // The other SidecarSets as the API server has them now (conflicts), when it answers.
@@ -57,7 +59,7 @@ pub(super) async fn endpoint(
     }
     let mut answer = checked.or_else(|| decoded.as_ref().ok().map(&own_rules));
     // Widen before narrowing: a SidecarSet is admitted only once the pod webhook's match
-    // condition covers it.
+    // condition covers it (within a budget per source: see `registration::PER_SOURCE`).
     if let (Some(coverage), Ok(req), Some(resp)) =
         (state.match_coverage(), &decoded, answer.as_mut())
         && resp.allowed
@@ -65,7 +67,7 @@ pub(super) async fn endpoint(
         && !req.dry_run.unwrap_or(false)
         && let Some(Ok(new)) = req.object.as_deref().map(decode_sidecarset)
         && let Err(why) = coverage
-            .widen_for(&new.ss, COVERAGE_TIMEOUT)
+            .widen_for(&new.ss, &source, COVERAGE_TIMEOUT)
             .instrument(call.span().clone())
             .await
     {

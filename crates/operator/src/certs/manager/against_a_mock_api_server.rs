@@ -2,6 +2,7 @@
 //! once, the order of a CA rotation, and a caBundle repaired after someone overwrote it.
 
 use super::*;
+use crate::certs::bundle_contains;
 use crate::health::Readiness;
 use crate::mock_api::{self, ApiServer, Call};
 use k8s_openapi::ByteString;
@@ -149,6 +150,8 @@ async fn a_secret_another_replica_created_first_is_adopted_not_overwritten() {
     api.expect("GET", &format!("{SECRET}/certs"))
         .await
         .fail(404, "NotFound");
+    // What the webhooks trust now (nothing yet: a new install).
+    api.expect("GET", MUTATING).await.fail(404, "NotFound");
     let create = api.expect("POST", SECRET).await;
     assert_eq!(create.body["metadata"]["name"], "certs");
     create.fail(409, "AlreadyExists");
@@ -423,4 +426,82 @@ async fn a_certificate_of_a_new_ca_is_not_served_before_the_bundles_trust_that_c
         served.tls_cert == old.tls_cert && served.tls_cert != promoted.tls_cert,
         "the new CA's certificate was served before any bundle trusted that CA"
     );
+}
+
+/// A Secret found corrupted is regenerated while the replicas still serve the old CA's leaf
+/// (each until it reconciles): the new CA is published next to the old one, kept as the
+/// previous CA for the overlap, so the API server keeps trusting every replica meanwhile.
+#[tokio::test]
+async fn a_regenerated_ca_is_published_next_to_the_one_the_replicas_still_serve() {
+    let (client, mut api) = mock_api::client();
+    let readiness = Readiness::default();
+    let m = manager_with(client, &readiness, system_clock(), |s| {
+        s.certs.overlap = Duration::from_secs(3600)
+    });
+    let old = generated();
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&old, "3"));
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    pass.await.unwrap().unwrap();
+
+    // The Secret's CA key is corrupted: a new CA and leaf are made.
+    let mut corrupted = secret(&old, "4");
+    corrupted["data"]["ca.key"] = serde_json::to_value(ByteString(b"garbage".to_vec())).unwrap();
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, corrupted);
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    // What the webhooks trust now is read before the Secret is replaced.
+    let mut replace = api.next().await;
+    if replace.method == "GET" {
+        assert!(replace.uri.starts_with(MUTATING), "{}", replace.uri);
+        replace.answer(
+            200,
+            configuration("MutatingWebhookConfiguration", &old.ca_bundle()),
+        );
+        replace = api.next().await;
+    }
+    assert_eq!(
+        (
+            replace.method.as_str(),
+            replace.uri.starts_with(&format!("{SECRET}/certs"))
+        ),
+        ("PUT", true)
+    );
+    let data = |k: &str| -> Option<String> {
+        serde_json::from_value::<ByteString>(replace.body["data"][k].clone())
+            .ok()
+            .map(|b| String::from_utf8(b.0).unwrap())
+    };
+    let new_ca = data("ca.crt").unwrap();
+    assert!(
+        !bundle_contains(old.ca_cert.as_bytes(), &new_ca),
+        "a new CA"
+    );
+    assert!(
+        data("prev-ca.crt").is_some_and(|p| bundle_contains(p.as_bytes(), &old.ca_cert)),
+        "the old CA is kept as the previous CA"
+    );
+    replace.echo("5");
+    // The bundles are read (they trust only the old CA), then written.
+    configurations_trust(&mut api, &old.ca_bundle()).await;
+    let (mutating, validating) = bundle_written(&mut api, &old.ca_bundle()).await;
+    for bundle in [&mutating, &validating] {
+        assert!(
+            bundle_contains(bundle.as_bytes(), &old.ca_cert),
+            "the old CA was dropped from the caBundle while replicas still serve its leaf"
+        );
+        assert!(bundle_contains(bundle.as_bytes(), &new_ca));
+    }
+    pass.await.unwrap().unwrap();
 }

@@ -10,6 +10,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tracing::{info, warn};
+use x509_parser::prelude::FromDer;
 
 impl Manager {
     /// Whether every caBundle that must trust a CA before it signs what is served does: both
@@ -41,6 +42,55 @@ impl Manager {
                 .all(|w| trusts(w.client_config.ca_bundle.as_ref()))
         });
         Ok(m_ok && v_ok)
+    }
+
+    /// The CAs still valid at `now` that a regenerated `next` must keep trusting (as its
+    /// previous CA, dropped after the overlap like a rotation's): those the pod webhook's
+    /// caBundle trusts now, the one this replica serves under, and those of the Secret being
+    /// replaced when they still parse. Without them the new CA alone would be published while
+    /// replicas still serve the old leaf, and every admission they answer would fail TLS.
+    pub(super) async fn cas_to_keep(
+        &self,
+        replaced: Option<&k8s_openapi::api::core::v1::Secret>,
+        next: &Material,
+        now: i64,
+    ) -> anyhow::Result<Option<String>> {
+        let mut pems: Vec<u8> = Vec::new();
+        let published = Api::<MutatingWebhookConfiguration>::all(self.client.clone())
+            .get_opt(&self.settings.webhook_config_name)
+            .await?;
+        for w in published.iter().flat_map(|c| c.webhooks.iter().flatten()) {
+            if let Some(b) = &w.client_config.ca_bundle {
+                pems.extend_from_slice(&b.0);
+                pems.push(b'\n');
+            }
+        }
+        if let Some(m) = self.current.lock().ok().and_then(|g| g.clone()) {
+            pems.extend_from_slice(m.ca_bundle().as_bytes());
+        }
+        if let Some(ca) = replaced
+            .and_then(|s| s.data.as_ref())
+            .and_then(|d| d.get(crate::certs::KEY_CA_CERT))
+        {
+            pems.extend_from_slice(&ca.0);
+            pems.push(b'\n');
+        }
+        let new = bundle_ders(next.ca_bundle().as_bytes());
+        let mut kept: Vec<Vec<u8>> = Vec::new();
+        for der in bundle_ders(&pems) {
+            let valid = x509_parser::prelude::X509Certificate::from_der(&der)
+                .is_ok_and(|(_, c)| c.is_ca() && now < c.validity().not_after.timestamp());
+            if valid && !new.contains(&der) && !kept.contains(&der) {
+                kept.push(der);
+            }
+        }
+        if !kept.is_empty() {
+            info!(
+                kept = kept.len(),
+                "the new CA is published next to the CAs trusted until now, for the overlap"
+            );
+        }
+        Ok((!kept.is_empty()).then(|| kept.iter().map(|d| der_to_pem(d)).collect()))
     }
 
     /// Whether the CRD's conversion settings (when kept) point here and trust `bundle`; true
@@ -188,6 +238,21 @@ impl Manager {
         vapi.patch(name, &pp, &Patch::Apply(&vpatch)).await?;
         Ok(())
     }
+}
+
+/// One certificate as PEM (the caBundle's text format).
+fn der_to_pem(der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = b64
+        .as_bytes()
+        .chunks(64)
+        .filter_map(|c| std::str::from_utf8(c).ok())
+        .collect();
+    format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    )
 }
 
 /// The webhook names of a configuration, or an error saying it must be installed.

@@ -1,0 +1,348 @@
+//! One writer narrows: several replicas keep the pod webhook's match condition; a follower only
+//! widens (whatever its view), the leader narrows, keeping others' entries for their TTL.
+
+use super::against_a_mock_api_server::{
+    CONFIG, configuration_with, leader, live_after, sidecarset,
+};
+use super::match_record::{Pending, Published};
+use super::*;
+use crate::cluster::ClusterView;
+use crate::health::Readiness;
+use crate::mock_api::{self, ApiServer};
+use serde_json::{Value, json};
+use sidecarset_core::index::Index;
+use sidecarset_core::index::cel::PodCoverage;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A SidecarSet `name` with uid `uid-<name>` selecting `app`.
+fn named(name: &str, app: &str) -> sidecarset_core::api::SidecarSet {
+    let mut ss = sidecarset(app);
+    ss.metadata.name = Some(name.into());
+    ss.metadata.uid = Some(format!("uid-{name}"));
+    ss
+}
+
+/// A synced view holding `all`.
+fn view_of(all: Vec<sidecarset_core::api::SidecarSet>) -> Arc<ClusterView> {
+    let readiness = Readiness::default();
+    let view = Arc::new(ClusterView::new(Vec::<String>::new(), &readiness));
+    view.reset_sidecarsets(all);
+    view
+}
+
+fn index_of(all: Vec<sidecarset_core::api::SidecarSet>) -> Index {
+    Index::from_sidecarsets(all).0
+}
+
+/// The configuration as a writer of this version left it: `record` and its rendering.
+fn with_record(record: &Published, resource_version: &str) -> Value {
+    let expression = record.expression().unwrap_or_else(|| EVERY_POD.into());
+    let mut c = configuration_with(Some(&expression));
+    c["metadata"]["resourceVersion"] = json!(resource_version);
+    c["metadata"]["annotations"] =
+        json!({match_record::ANNOTATION: serde_json::to_string(record).unwrap()});
+    c
+}
+
+fn expression_of(apply: &mock_api::Call) -> String {
+    apply.body["webhooks"][0]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn record_of(apply: &mock_api::Call) -> Published {
+    let a = apply.body["metadata"]["annotations"][match_record::ANNOTATION]
+        .as_str()
+        .expect("the record is written with the condition");
+    serde_json::from_str(a).unwrap()
+}
+
+fn keeper(
+    view: Arc<ClusterView>,
+    coverage: Arc<MatchCoverage>,
+) -> (tokio::task::JoinHandle<()>, ApiServer) {
+    let (client, api) = mock_api::client();
+    let task = tokio::spawn(keep_pod_match_conditions(
+        client,
+        view,
+        "sso".into(),
+        coverage,
+    ));
+    (task, api)
+}
+
+/// The issue: a follower whose view has not seen SidecarSet B yet wrote the condition from its
+/// own view, narrowing what the leader had just widened for B: pods only B selects were created
+/// without sidecars. A follower writes the union of the live record and its view.
+#[tokio::test(start_paused = true)]
+async fn a_follower_with_a_stale_view_keeps_what_the_leader_widened() {
+    let leaders = Published {
+        selected: PodCoverage::of_index(&index_of(vec![named("a", "web"), named("b", "api")])),
+        ..Default::default()
+    };
+    // The follower has not seen B; it has seen C, which the leader's record lacks.
+    let view = view_of(vec![named("a", "web"), named("c", "shop")]);
+    let (task, mut api) = keeper(view.clone(), Arc::new(MatchCoverage::default()));
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, with_record(&leaders, "7"));
+    let apply = api.expect("PATCH", CONFIG).await;
+    let written = expression_of(&apply);
+    for app in ["'web'", "'api'", "'shop'"] {
+        assert!(
+            written.contains(app),
+            "the follower's condition must still cover {app}: {written}"
+        );
+    }
+    assert_eq!(
+        apply.body["metadata"]["resourceVersion"],
+        json!("7"),
+        "written under the resourceVersion read"
+    );
+    assert!(record_of(&apply).selected.covers(&leaders.selected));
+    let live = live_after(&apply, "8");
+    apply.echo("8");
+    // Its view loses C (deleted) and still lacks B: it reads back and never narrows.
+    view.reset_sidecarsets(vec![named("a", "web")]);
+    for _ in 0..3 {
+        api.expect("GET", CONFIG).await.answer(200, live.clone());
+        api.expect_nothing().await;
+        tokio::time::sleep(RESYNC).await;
+    }
+    task.abort();
+}
+
+/// The leader narrows once B is deleted, and keeps another replica's entry (a SidecarSet being
+/// admitted that its view does not hold) until it has seen it for PENDING_TTL.
+#[tokio::test(start_paused = true)]
+async fn the_leader_narrows_after_b_is_deleted_and_keeps_others_entries_for_their_ttl() {
+    let both = index_of(vec![named("a", "web"), named("b", "api")]);
+    let mut live_record = Published {
+        selected: PodCoverage::of_index(&both),
+        ..Default::default()
+    };
+    let shop = PodCoverage::of_sidecarset(&named("c", "shop")).unwrap();
+    live_record.pending.insert(
+        "c.uid-c.0".into(),
+        Pending {
+            uid: Some("uid-c".into()),
+            covers: shop,
+        },
+    );
+    let view = view_of(vec![named("a", "web"), named("b", "api")]);
+    let started = tokio::time::Instant::now();
+    let (task, mut api) = keeper(view.clone(), leader());
+    // As the leader would write it: nothing to do.
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, with_record(&live_record, "3"));
+    api.expect_nothing().await;
+    // B deleted: narrowed at once; C's entry is kept.
+    view.reset_sidecarsets(vec![named("a", "web")]);
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, with_record(&live_record, "3"));
+    let apply = api.expect("PATCH", CONFIG).await;
+    let written = expression_of(&apply);
+    assert!(!written.contains("'api'"), "{written}");
+    assert!(
+        written.contains("'web'") && written.contains("'shop'"),
+        "{written}"
+    );
+    let mut live = live_after(&apply, "4");
+    apply.echo("4");
+    // C never reaches the leader's view: its entry goes once seen for PENDING_TTL.
+    let apply = loop {
+        let call = api.next().await;
+        match call.method.as_str() {
+            "GET" => call.answer(200, live.clone()),
+            _ => break call,
+        }
+    };
+    assert!(started.elapsed() >= PENDING_TTL, "{:?}", started.elapsed());
+    let written = expression_of(&apply);
+    assert!(
+        !written.contains("'shop'") && written.contains("'web'"),
+        "{written}"
+    );
+    live = live_after(&apply, "5");
+    apply.echo("5");
+    tokio::time::sleep(RESYNC).await;
+    api.expect("GET", CONFIG).await.answer(200, live);
+    api.expect_nothing().await;
+    task.abort();
+}
+
+/// A rolling upgrade: an older version wrote its own expression (no record). A follower of this
+/// version keeps it whole (it does not understand it); the leader narrows it to its view.
+#[tokio::test(start_paused = true)]
+async fn an_older_versions_condition_is_kept_by_followers_and_narrowed_by_the_leader() {
+    let old = sidecarset_core::index::cel::pod_match_expression(&index_of(vec![
+        named("a", "web"),
+        named("b", "api"),
+    ]))
+    .unwrap();
+    let (task, mut api) = keeper(
+        view_of(vec![named("a", "web"), named("c", "shop")]),
+        Arc::new(MatchCoverage::default()),
+    );
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, configuration_with(Some(&old)));
+    let apply = api.expect("PATCH", CONFIG).await;
+    let written = expression_of(&apply);
+    assert!(
+        written.contains(&old) && written.contains("'shop'"),
+        "{written}"
+    );
+    let after_follower = live_after(&apply, "2");
+    apply.echo("2");
+    task.abort();
+
+    let (task, mut api) = keeper(view_of(vec![named("a", "web")]), leader());
+    api.expect("GET", CONFIG).await.answer(200, after_follower);
+    let apply = api.expect("PATCH", CONFIG).await;
+    assert_eq!(
+        expression_of(&apply),
+        sidecarset_core::index::cel::pod_match_expression(&index_of(vec![named("a", "web")]))
+            .unwrap()
+    );
+    let live = live_after(&apply, "3");
+    apply.echo("3");
+    tokio::time::sleep(RESYNC).await;
+    api.expect("GET", CONFIG).await.answer(200, live);
+    api.expect_nothing().await;
+    task.abort();
+}
+
+/// Two writers at once: the follower's write meets the leader's (409); it reads again and
+/// writes the union with what the leader wrote, under the new resourceVersion.
+#[tokio::test(start_paused = true)]
+async fn a_write_that_meets_another_is_computed_again_from_a_fresh_read() {
+    let (task, mut api) = keeper(
+        view_of(vec![named("a", "web"), named("c", "shop")]),
+        Arc::new(MatchCoverage::default()),
+    );
+    let web = Published {
+        selected: PodCoverage::of_index(&index_of(vec![named("a", "web")])),
+        ..Default::default()
+    };
+    let web_api = Published {
+        selected: PodCoverage::of_index(&index_of(vec![named("a", "web"), named("b", "api")])),
+        ..Default::default()
+    };
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, with_record(&web, "5"));
+    let apply = api.expect("PATCH", CONFIG).await;
+    assert_eq!(apply.body["metadata"]["resourceVersion"], json!("5"));
+    apply.fail(409, "Conflict");
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, with_record(&web_api, "6"));
+    let apply = api.expect("PATCH", CONFIG).await;
+    assert_eq!(apply.body["metadata"]["resourceVersion"], json!("6"));
+    let written = expression_of(&apply);
+    for app in ["'web'", "'api'", "'shop'"] {
+        assert!(written.contains(app), "{app}: {written}");
+    }
+    apply.echo("7");
+    api.expect_nothing().await;
+    task.abort();
+}
+
+/// Forged `/validate-sidecarset` reviews (anyone who reaches the webhook port can send one):
+/// before, more than 64 pending SidecarSets made the condition match every pod for two minutes. Now each
+/// source has a budget of entries and bytes, the total is bounded, and beyond them the review
+/// is refused (the client retries), never widened to every pod.
+#[tokio::test(start_paused = true)]
+async fn forged_reviews_cannot_widen_beyond_a_budget_per_source() {
+    let coverage = Arc::new(MatchCoverage::default());
+    let short = Duration::from_millis(10);
+    let forged = |i: usize| {
+        let mut ss = sidecarset(&format!("forged-{i}"));
+        ss.metadata.name = Some(format!("forged-{i}"));
+        ss
+    };
+    // No keeper runs: each waits, is not confirmed, and stays pending.
+    for i in 0..PER_SOURCE {
+        let e = coverage.widen_for(&forged(i), "10.9.9.9", short).await;
+        assert!(e.unwrap_err().contains("not written within"));
+    }
+    let refused = coverage
+        .widen_for(&forged(PER_SOURCE), "10.9.9.9", short)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains("from 10.9.9.9 are already being admitted"),
+        "{refused}"
+    );
+    // A big selector is refused by the byte budget.
+    let mut big = sidecarset("x");
+    big.metadata.name = Some("big".into());
+    big.spec.selector = Some(
+        serde_json::from_value(json!({"matchExpressions": [{"key": "app", "operator": "In",
+            "values": (0..2000).map(|i| format!("value-{i}")).collect::<Vec<_>>()}]}))
+        .unwrap(),
+    );
+    let refused = coverage
+        .widen_for(&big, "10.9.9.8", short)
+        .await
+        .unwrap_err();
+    assert!(refused.contains("bytes"), "{refused}");
+    // Other sources, up to the total; then refused too.
+    let mut i = PER_SOURCE + 1;
+    let mut source = 0;
+    while coverage.wanted(&Index::default()).pending.len() < MAX_PENDING {
+        let from = format!("10.0.0.{}", source / PER_SOURCE);
+        let _ = coverage.widen_for(&forged(i), &from, short).await;
+        i += 1;
+        source += 1;
+    }
+    let refused = coverage
+        .widen_for(&forged(i), "10.1.1.1", short)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains(&format!("at most {MAX_PENDING} and")),
+        "{refused}"
+    );
+    let wanted = coverage.wanted(&Index::default());
+    assert_eq!(wanted.pending.len(), MAX_PENDING);
+    assert!(
+        wanted.expression().is_some(),
+        "the condition never widens to every pod for pending reviews"
+    );
+    // They expire.
+    tokio::time::sleep(PENDING_TTL).await;
+    assert!(coverage.wanted(&Index::default()).pending.is_empty());
+}
+
+/// The same with a condition that carries no record (written before this version): the
+/// follower keeps it whole. Seen failing before this change: the follower wrote its own view,
+/// `... in ['shop', 'web']`, dropping 'api'.
+#[tokio::test(start_paused = true)]
+async fn a_follower_keeps_a_condition_without_a_record_whole() {
+    let leaders = sidecarset_core::index::cel::pod_match_expression(&index_of(vec![
+        named("a", "web"),
+        named("b", "api"),
+    ]))
+    .unwrap();
+    let view = view_of(vec![named("a", "web"), named("c", "shop")]);
+    let (task, mut api) = keeper(view, Arc::new(MatchCoverage::default()));
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, configuration_with(Some(&leaders)));
+    let apply = api.expect("PATCH", CONFIG).await;
+    let written = expression_of(&apply);
+    assert!(written.contains(&leaders), "{written}");
+    for app in ["'web'", "'api'", "'shop'"] {
+        assert!(
+            written.contains(app),
+            "the follower's condition must still cover {app}: {written}"
+        );
+    }
+    task.abort();
+}
