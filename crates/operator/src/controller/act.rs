@@ -160,7 +160,7 @@ pub async fn upgrade(
 
 /// What [`patch_pods`] writes into each pod.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Step {
+pub(crate) enum Step {
     /// The in-place upgrade ([`rollout::upgrade_patch`]).
     Upgrade,
     /// The reset of old hot-upgrade containers to the empty image ([`rollout::reset_patch`]).
@@ -168,8 +168,9 @@ enum Step {
 }
 
 /// Writes `step` into the planned pods, 16 at a time; returns the keys of the pods written.
-/// The first error of the API (other than a pod that changed meanwhile) fails the step, after
-/// every pod was tried.
+/// A pod that changed meanwhile is replanned; a write refused for the pod itself (see
+/// [`refused::refusal`]) holds that pod alone until its retry; any other error of the API fails
+/// the step, after every pod was tried.
 async fn patch_pods(
     ctx: &Ctx,
     entry: &Entry,
@@ -220,13 +221,25 @@ async fn patch_pods(
     let mut first_error = None;
     for (key, r) in results {
         match r {
-            Ok(None) => {}
+            Ok(None) => ctx.refusals.written(name, &key),
             Ok(Some(pod)) => {
+                ctx.refusals.written(name, &key);
                 written(ctx, name, &key, &pod, step).await;
                 upgraded.push(key);
             }
-            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
+            Err(kube::Error::Api(e)) if refused::changed_meanwhile(&e) => {
                 info!(sidecarset = %name, pod = %key, reason = %e.message, "pod changed meanwhile; replanning");
+            }
+            // Refused for this pod alone: retried after its own delay, the others go on.
+            Err(kube::Error::Api(e)) if refused::refusal(&e) => {
+                let uid = pods.get(&key).and_then(|p| p.uid()).unwrap_or_default();
+                let why = format!("HTTP {}: {}", e.code, e.message);
+                let now = tokio::time::Instant::now();
+                let delay = ctx
+                    .refusals
+                    .refused(name, &key, &uid, revision, step, &why, now);
+                warn!(sidecarset = %name, pod = %key, error = %why, retry_in = ?delay, "the API server refused the pod's write; the other pods go on");
+                failed(ctx, name, &key, pods, &kube::Error::Api(e), step).await;
             }
             Err(e) => {
                 failed(ctx, name, &key, pods, &e, step).await;
@@ -565,6 +578,8 @@ pub fn report_excluded(ctx: &Ctx, entry: &Entry) {
         }
     }
 }
+
+pub mod refused;
 
 #[cfg(test)]
 mod against_a_mock_api_server;

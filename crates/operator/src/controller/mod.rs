@@ -78,6 +78,8 @@ pub struct Ctx {
     queue: Arc<queue::ReconcileQueue>,
     /// Each failing SidecarSet's next retry delay (the error policy's).
     retries: retry::Backoffs,
+    /// Pods whose in-place write the API server refused, each retried after its own delay.
+    refusals: act::refused::Refusals,
     /// SidecarSet → (uid, generation) its pods were last scanned for missing sidecars at.
     scanned: Mutex<HashMap<String, Scanned>>,
     /// SidecarSet → the status this process last wrote and the resourceVersions its recent
@@ -118,6 +120,7 @@ impl Ctx {
             concurrency: 8,
             queue: queue::ReconcileQueue::new(8),
             retries: Default::default(),
+            refusals: Default::default(),
             scanned: Default::default(),
             written: Default::default(),
             conflict_wake: {
@@ -346,6 +349,12 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         without_sidecars: without.len(),
         evicting: ctx.evictions.is_some()
             && missing::opt_in(ss.annotations()) != missing::OptIn::Off,
+        refused: &ctx.refusals.standing(
+            &name,
+            &pods,
+            &latest_revision,
+            tokio::time::Instant::now(),
+        ),
         revisions_namespace: &ctx.namespace,
         rules: ctx.rules,
         now: &now,
