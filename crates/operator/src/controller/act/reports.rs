@@ -86,7 +86,8 @@ pub async fn report_missing(ctx: &Ctx, entry: &Entry, pods: &[Arc<SlimPod>]) {
     }
 }
 
-/// Queues a `SidecarSetNamespaceExcluded` Event for each pod [`crate::controller::excluded_but_selected`] finds, once
+/// Queues a `SidecarSetNamespaceExcluded` Event for each pod (of those the pod index saw this
+/// SidecarSet select) [`crate::controller::excluded_but_selected`] finds, once
 /// per pod and SidecarSet in this process (the webhook never sees these pods: the webhook
 /// configurations leave excluded namespaces out).
 pub fn report_excluded(ctx: &Ctx, entry: &Entry) {
@@ -98,7 +99,7 @@ pub fn report_excluded(ctx: &Ctx, entry: &Entry) {
     let keys = ctx
         .pod_index
         .lock()
-        .map(|i| i.excluded())
+        .map(|i| i.excluded_selected_by(entry.ss.name()))
         .unwrap_or_default();
     let pods: Vec<Pod> = keys
         .iter()
