@@ -62,8 +62,8 @@ pub struct Ctx {
     pub events: SidecarSetEvents,
     /// Where notices of pods selected in excluded namespaces go (recorded as Events).
     pub skips: crate::events::Sender,
-    /// `pod uid/SidecarSet` already reported as selected in an excluded namespace.
-    pub(crate) reported_excluded: Mutex<std::collections::HashSet<String>>,
+    /// The pods each SidecarSet's reports named (missing sidecars, excluded namespaces).
+    pub(crate) reported: act::reports::Reported,
     /// How `partition` and `maxUnavailable` are counted (`--rollout-rules`).
     pub rules: rollout::Rules,
     /// With `--evict-pods-without-sidecars`: the eviction policy and its state.
@@ -113,7 +113,7 @@ impl Ctx {
             leadership,
             cluster,
             skips,
-            reported_excluded: Default::default(),
+            reported: Default::default(),
             rules,
             evictions: None,
             resync: Duration::from_secs(36_000),

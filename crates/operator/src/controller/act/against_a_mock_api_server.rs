@@ -522,3 +522,142 @@ async fn a_refused_hot_upgrade_reset_holds_its_pod_alone_and_stalls_naming_it() 
     );
     api.expect_nothing().await;
 }
+
+/// Pods running without the SidecarSet's sidecars are reported to the Event recorder when they
+/// come, not again at every reconcile: a SidecarSet selecting many pods it never injected filled
+/// the recorder's queue at each wake-up, and most notices were dropped. One notice per owner
+/// (the recorder makes one Event of them anyway); a new pod, or one recreated, is reported.
+#[tokio::test]
+async fn pods_without_the_sidecars_are_reported_when_they_come_not_at_every_reconcile() {
+    let (client, mut api) = mock_api::client();
+    let (skips, mut notices) = crate::events::queue();
+    let readiness = Readiness::default();
+    let ctx = Ctx::new(
+        client,
+        "sidecarset-system".into(),
+        leader::Leadership::always(),
+        "me".into(),
+        Arc::new(ClusterView::new(Vec::<String>::new(), &readiness)),
+        skips,
+        rollout::Rules::OpenKruise,
+    );
+    let entry = Entry::new(Arc::new(sidecarset("proxy:2"))).unwrap();
+    let bare = |name: &str, uid: &str, owner: Option<&str>| -> Arc<SlimPod> {
+        let mut v = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "a", "uid": uid, "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "app", "image": "app:1"}]},
+            "status": {"phase": "Running"}});
+        if let Some(o) = owner {
+            v["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1",
+                "kind": "ReplicaSet", "name": o, "uid": format!("uid-{o}"), "controller": true}]);
+        }
+        Arc::new(serde_json::from_value(v).unwrap())
+    };
+    let mut drain = || {
+        let mut got = Vec::new();
+        while let Ok(n) = notices.try_recv() {
+            got.push(n.regarding.name.unwrap_or_default());
+        }
+        got
+    };
+    let pods = vec![
+        bare("w1", "u1", Some("web-1")),
+        bare("w2", "u2", Some("web-1")),
+        bare("solo", "u3", None),
+    ];
+    report_missing(&ctx, &entry, &pods).await;
+    let first = drain();
+    assert!(
+        !first.is_empty() && first.iter().all(|r| r == "web-1" || r == "solo"),
+        "{first:?}"
+    );
+    for _ in 0..3 {
+        report_missing(&ctx, &entry, &pods).await;
+    }
+    let again = drain();
+    assert!(
+        again.is_empty(),
+        "reported again without a change: {} notices ({again:?})",
+        again.len()
+    );
+    assert_eq!(first, ["web-1", "solo"], "one notice per owner");
+    // A new pod of the ReplicaSet, and `solo` recreated (another uid): reported; `w2` gone.
+    let pods = vec![
+        bare("w1", "u1", Some("web-1")),
+        bare("w3", "u4", Some("web-1")),
+        bare("solo", "u5", None),
+    ];
+    report_missing(&ctx, &entry, &pods).await;
+    assert_eq!(drain(), ["web-1", "solo"]);
+    // w2 back (selected again): reported again.
+    let pods = vec![bare("w2", "u2", Some("web-1"))];
+    report_missing(&ctx, &entry, &pods).await;
+    assert_eq!(drain(), ["web-1"]);
+    api.expect_nothing().await;
+}
+
+/// Pods the SidecarSet selects in an excluded namespace are reported once, read from the pods
+/// the pod index saw it select (not every pod of the excluded namespaces at every reconcile).
+#[tokio::test]
+async fn pods_selected_in_excluded_namespaces_are_reported_once() {
+    use kube::runtime::watcher::Event;
+    let (client, mut api) = mock_api::client();
+    let (skips, mut notices) = crate::events::queue();
+    let readiness = Readiness::default();
+    let mut ctx = Ctx::new(
+        client,
+        "sidecarset-system".into(),
+        leader::Leadership::always(),
+        "me".into(),
+        Arc::new(ClusterView::new(["kube-system".to_string()], &readiness)),
+        skips,
+        rollout::Rules::OpenKruise,
+    );
+    let (store, mut writer) = kube::runtime::reflector::store::<SlimPod>();
+    ctx.pods = store;
+    let mut ss = sidecarset("proxy:2");
+    ss.metadata.creation_timestamp =
+        Some(Time(jiff::Timestamp::from_second(1_800_000_000).unwrap()));
+    let entry = Entry::new(Arc::new(ss)).unwrap();
+    let pod = |name: &str, uid: &str, app: &str| -> SlimPod {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "namespace": "kube-system",
+            "uid": uid, "labels": {"app": app}, "creationTimestamp": "2027-01-15T08:00:00Z"},
+            "status": {"phase": "Running"}}),
+        )
+        .unwrap()
+    };
+    let selects = |p: &SlimPod| {
+        if p.labels().get("app").is_some_and(|a| a == "web") {
+            vec!["mesh".to_string()]
+        } else {
+            Vec::new()
+        }
+    };
+    let mut seen = |p: SlimPod| {
+        writer.apply_watcher_event(&Event::Apply(p.clone()));
+        ctx.pod_index.lock().unwrap().step(
+            &Event::Apply(p),
+            &ctx.cluster.skip_namespaces,
+            &selects,
+        );
+    };
+    seen(pod("web-1", "u1", "web"));
+    seen(pod("dns", "u2", "dns"));
+    let mut drain = || {
+        let mut got = Vec::new();
+        while let Ok(n) = notices.try_recv() {
+            got.push(n.pod);
+        }
+        got
+    };
+    report_excluded(&ctx, &entry);
+    assert_eq!(drain(), ["kube-system/web-1"]);
+    report_excluded(&ctx, &entry);
+    report_excluded(&ctx, &entry);
+    assert!(drain().is_empty(), "reported again without a change");
+    seen(pod("web-2", "u3", "web"));
+    report_excluded(&ctx, &entry);
+    assert_eq!(drain(), ["kube-system/web-2"]);
+    api.expect_nothing().await;
+}

@@ -6,35 +6,121 @@ use crate::controller::{Ctx, missing};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use sidecarset_core::index::Entry;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use tracing::info;
 
-/// Reports the pods running without the SidecarSet's sidecars on their owners (a
-/// `SidecarSetMissing` Event per owner in each repeat window, through the same queue and
+/// What a report names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Report {
+    /// Pods running without the SidecarSet's sidecars (`SidecarSetMissing`, on their owners).
+    Missing,
+    /// Pods the SidecarSet selects in excluded namespaces (`SidecarSetNamespaceExcluded`).
+    Excluded,
+}
+
+/// The pods (uids) each SidecarSet's reports named, so that a report names only what changed
+/// since: a pod when it comes (or comes back), not at every reconcile. A SidecarSet selecting
+/// many pods it never injected re-queued a notice for each of them at every wake-up, and the
+/// Event recorder's queue dropped most.
+#[derive(Debug, Default)]
+pub struct Reported {
+    named: Mutex<HashMap<(Report, String), HashSet<String>>>,
+}
+
+impl Reported {
+    /// Of `current` (the uids a `report` of `sidecarset` would name now), those it has not
+    /// named. What it named that is no longer current is forgotten: named again if it comes
+    /// back.
+    pub fn fresh<'a>(&self, report: Report, sidecarset: &str, current: &[&'a str]) -> Vec<&'a str> {
+        let Ok(mut all) = self.named.lock() else {
+            return current.to_vec();
+        };
+        let key = (report, sidecarset.to_string());
+        if current.is_empty() {
+            all.remove(&key);
+            return Vec::new();
+        }
+        let Some(named) = all.get_mut(&key) else {
+            return current.to_vec();
+        };
+        let now: HashSet<&str> = current.iter().copied().collect();
+        named.retain(|u| now.contains(u.as_str()));
+        current
+            .iter()
+            .copied()
+            .filter(|u| !named.contains(*u))
+            .collect()
+    }
+
+    /// Remembers that `report` of `sidecarset` named `uids`.
+    pub fn named<'a>(
+        &self,
+        report: Report,
+        sidecarset: &str,
+        uids: impl IntoIterator<Item = &'a str>,
+    ) {
+        if let Ok(mut all) = self.named.lock() {
+            let set = all.entry((report, sidecarset.to_string())).or_default();
+            set.extend(uids.into_iter().map(String::from));
+        }
+    }
+}
+
+/// Queues `notice` for the Event recorder; false (and counted) when its queue is full.
+fn queue(ctx: &Ctx, notice: crate::events::SkipNotice) -> bool {
+    let sent = ctx.skips.try_send(notice).is_ok();
+    if !sent {
+        crate::metrics::metrics().events_dropped.inc();
+    }
+    sent
+}
+
+/// Reports the pods running without the SidecarSet's sidecars that it has not reported yet, on
+/// their owners (one notice per owner: a `SidecarSetMissing` Event, through the same queue and
 /// deduplication as the webhook's Events), and evicts them when that is enabled.
 pub async fn report_missing(ctx: &Ctx, entry: &Entry, pods: &[Arc<SlimPod>]) {
-    if pods.is_empty() {
-        return;
-    }
     let name = entry.ss.name();
     let evicting =
         ctx.evictions.is_some() && missing::opt_in(entry.ss.annotations()) != missing::OptIn::Off;
-    for pod in pods {
+    let uids: Vec<String> = pods.iter().map(|p| p.uid().unwrap_or_default()).collect();
+    let current: Vec<&str> = uids.iter().map(String::as_str).collect();
+    let fresh: HashSet<&str> = ctx
+        .reported
+        .fresh(Report::Missing, name, &current)
+        .into_iter()
+        .collect();
+    if pods.is_empty() {
+        return;
+    }
+    let mut owners: HashMap<String, bool> = HashMap::new();
+    let mut named = Vec::new();
+    for (pod, uid) in pods
+        .iter()
+        .zip(&current)
+        .filter(|(_, u)| fresh.contains(*u))
+    {
         let ns = pod.namespace().unwrap_or_default();
-        if let Some(regarding) = crate::events::regarding(&pod.to_pod(), &ns)
-            && ctx
-                .skips
-                .try_send(crate::events::SkipNotice {
-                    regarding,
-                    pod: format!("{ns}/{}", pod.name_any()),
-                    skipped: vec![sidecarset_core::inject::not_injected_skip(name, evicting)],
-                })
-                .is_err()
-        {
-            crate::metrics::metrics().events_dropped.inc();
+        let Some(regarding) = crate::events::regarding(&pod.to_pod(), &ns) else {
+            named.push(*uid);
+            continue;
+        };
+        let owner = format!(
+            "{}/{}",
+            regarding.kind.as_deref().unwrap_or(""),
+            regarding.name.as_deref().unwrap_or("")
+        );
+        let notice = crate::events::SkipNotice {
+            regarding,
+            pod: format!("{ns}/{}", pod.name_any()),
+            skipped: vec![sidecarset_core::inject::not_injected_skip(name, evicting)],
+        };
+        // The recorder makes one Event per owner of them anyway.
+        if *owners.entry(owner).or_insert_with(|| queue(ctx, notice)) {
+            named.push(*uid);
         }
     }
+    ctx.reported.named(Report::Missing, name, named);
     let Some(evictions) = &ctx.evictions else {
         return;
     };
@@ -86,25 +172,37 @@ pub async fn report_missing(ctx: &Ctx, entry: &Entry, pods: &[Arc<SlimPod>]) {
     }
 }
 
-/// Queues a `SidecarSetNamespaceExcluded` Event for each pod (of those the pod index saw this
-/// SidecarSet select) [`crate::controller::excluded_but_selected`] finds, once
-/// per pod and SidecarSet in this process (the webhook never sees these pods: the webhook
-/// configurations leave excluded namespaces out).
+/// Queues a `SidecarSetNamespaceExcluded` Event for each pod
+/// [`crate::controller::excluded_but_selected`] finds that it has not reported yet (the webhook
+/// never sees these pods: the webhook configurations leave excluded namespaces out). Only the
+/// pods the pod index has seen this SidecarSet select are read whole.
 pub fn report_excluded(ctx: &Ctx, entry: &Entry) {
     let cluster = &ctx.cluster;
     if cluster.skip_namespaces.is_empty() {
         return;
     }
-    // Full Pods only for those in excluded namespaces (few), from the pod index.
+    let name = entry.ss.name();
     let keys = ctx
         .pod_index
         .lock()
-        .map(|i| i.excluded_selected_by(entry.ss.name()))
+        .map(|i| i.excluded_selected_by(name))
         .unwrap_or_default();
-    let pods: Vec<Pod> = keys
+    let selected: Vec<Arc<SlimPod>> = keys.iter().filter_map(|k| ctx.pods.get(k)).collect();
+    let uids: Vec<String> = selected
         .iter()
-        .filter_map(|k| ctx.pods.get(k))
-        .map(|p| p.to_pod())
+        .map(|p| p.uid().unwrap_or_default())
+        .collect();
+    let current: Vec<&str> = uids.iter().map(String::as_str).collect();
+    let fresh: HashSet<&str> = ctx
+        .reported
+        .fresh(Report::Excluded, name, &current)
+        .into_iter()
+        .collect();
+    let pods: Vec<Pod> = selected
+        .iter()
+        .zip(&current)
+        .filter(|(_, u)| fresh.contains(*u))
+        .map(|(p, _)| p.to_pod())
         .collect();
     let found = crate::controller::excluded_but_selected(
         entry,
@@ -112,34 +210,26 @@ pub fn report_excluded(ctx: &Ctx, entry: &Entry) {
         &cluster.skip_namespaces,
         &|ns| cluster.namespace_labels(ns),
     );
-    let Ok(mut reported) = ctx.reported_excluded.lock() else {
-        return;
-    };
-    if reported.len() > 100_000 {
-        reported.clear();
-    }
+    // Those not found (older than the SidecarSet) have nothing to report either.
+    let mut unsent: HashSet<String> = HashSet::new();
     for pod in found {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if !reported.insert(format!("{uid}/{}", entry.ss.name())) {
-            continue;
-        }
         let ns = pod.namespace().unwrap_or_default();
         let key = format!("{ns}/{}", pod.name_any());
-        info!(pod = %key, sidecarset = %entry.ss.name(), "SidecarSet selects a pod in an excluded namespace");
-        if let Some(regarding) = crate::events::regarding(pod, &ns)
-            && ctx
-                .skips
-                .try_send(crate::events::SkipNotice {
-                    regarding,
-                    pod: key,
-                    skipped: vec![sidecarset_core::inject::excluded_namespace_skip(
-                        entry.ss.name(),
-                        &ns,
-                    )],
-                })
-                .is_err()
-        {
-            crate::metrics::metrics().events_dropped.inc();
+        info!(pod = %key, sidecarset = %name, "SidecarSet selects a pod in an excluded namespace");
+        if let Some(regarding) = crate::events::regarding(pod, &ns) {
+            let notice = crate::events::SkipNotice {
+                regarding,
+                pod: key,
+                skipped: vec![sidecarset_core::inject::excluded_namespace_skip(name, &ns)],
+            };
+            if !queue(ctx, notice) {
+                unsent.insert(pod.metadata.uid.clone().unwrap_or_default());
+            }
         }
     }
+    ctx.reported.named(
+        Report::Excluded,
+        name,
+        fresh.into_iter().filter(|u| !unsent.contains(*u)),
+    );
 }
