@@ -653,6 +653,7 @@ fn main() {
             conflict,
             without_sidecars: without.len(),
             evicting: false,
+            refused: &[],
             revisions_namespace: "sidecarset-system",
             rules: rollout::Rules::default(),
             now: &now,

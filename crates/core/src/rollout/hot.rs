@@ -265,7 +265,7 @@ pub fn upgrade_targets(pod: &Pod, ss: &SidecarSet) -> Vec<(String, String, Strin
 
 #[cfg(test)]
 mod tests {
-    use super::super::{PodView, Rules, plan_with, pod_view, upgrade_patch};
+    use super::super::{PodView, Rules, plan_holding, plan_with, pod_view, upgrade_patch};
     use super::*;
     use serde_json::{Value, json};
     use std::sync::Arc;
@@ -643,5 +643,63 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.upgrade, ["ns/b"]);
+    }
+
+    /// A reset the API server refused (an admission policy) holds only its pod: with its retry
+    /// not due, the other pods are upgraded, the held pod spends no `maxUnavailable` (its
+    /// working containers are ready), and the rollout is not done without it. A held candidate
+    /// gives its turn to the next one.
+    #[test]
+    fn a_held_pod_is_left_out_and_the_others_go_on() {
+        let v = |key: &str, updated: bool, ready: bool, reset: bool| PodView {
+            key: key.into(),
+            active: true,
+            injected: true,
+            updated,
+            upgradable: true,
+            consistent: true,
+            ready,
+            matches_update_selector: true,
+            reset,
+            ..Default::default()
+        };
+        let strategy: crate::api::SidecarSetUpdateStrategy =
+            serde_json::from_value(json!({"maxUnavailable": 1})).unwrap();
+        let views = [
+            v("ns/a", true, false, true),
+            v("ns/b", false, true, false),
+            v("ns/c", false, true, false),
+        ];
+        let held: BTreeSet<String> = ["ns/a".to_string()].into();
+        let p = plan_holding(&strategy, &views, Rules::OpenKruise, &held).unwrap();
+        assert!(p.reset.is_empty(), "{p:?}");
+        assert_eq!(p.upgrade, ["ns/b"], "{p:?}");
+        assert_eq!(p.held, ["ns/a"]);
+        assert!(!p.done);
+        let strict = plan_holding(&strategy, &views, Rules::Strict, &held).unwrap();
+        assert_eq!(strict.upgrade, ["ns/b"], "{strict:?}");
+        // Its retry due: the reset goes first and alone again.
+        let p = plan_holding(&strategy, &views, Rules::OpenKruise, &BTreeSet::new()).unwrap();
+        assert_eq!(
+            (p.reset.as_slice(), p.upgrade.len()),
+            (&["ns/a".to_string()][..], 0)
+        );
+        // A held candidate: the next one is upgraded; alone, the waiting says why.
+        let views = [v("ns/b", false, true, false), v("ns/c", false, true, false)];
+        let held: BTreeSet<String> = ["ns/b".to_string()].into();
+        let p = plan_holding(&strategy, &views, Rules::OpenKruise, &held).unwrap();
+        assert_eq!(
+            (p.upgrade.as_slice(), p.held.as_slice()),
+            (&["ns/c".to_string()][..], &["ns/b".to_string()][..])
+        );
+        let p = plan_holding(&strategy, &views[..1], Rules::OpenKruise, &held).unwrap();
+        assert!(p.upgrade.is_empty() && !p.done, "{p:?}");
+        assert!(
+            p.waiting
+                .as_deref()
+                .unwrap_or("")
+                .contains("waiting for the retry of a refused write to 1 pod (ns/b)"),
+            "{p:?}"
+        );
     }
 }

@@ -496,6 +496,10 @@ pub struct Plan {
     /// (sorted). When there are any, no pod is upgraded this round (as OpenKruise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reset: Vec<String>,
+    /// Keys of the pods left out of this round because a write to them was refused and its
+    /// retry is not due yet (see [`plan_holding`]; sorted): due for a reset, or candidates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<String>,
 }
 
 /// Scales an int-or-percentage against `total`: ints are returned as they are; `"N%"` (N a
@@ -635,6 +639,29 @@ pub fn plan_with(
     views: &[PodView],
     rules: Rules,
 ) -> Result<Plan, String> {
+    plan_holding(strategy, views, rules, &BTreeSet::new())
+}
+
+/// [`plan_with`], holding the pods of `held` (keys): pods whose last in-place write (a reset or
+/// an upgrade) the API server refused, an admission policy for instance, and whose retry is not
+/// due yet. They are left out of this round and listed in [`Plan::held`]; the other pods go on
+/// without them:
+/// * a held reset does not keep the other pods from being upgraded (a reset due holds every
+///   upgrade, as OpenKruise, only while it can be written);
+/// * a pod whose reset is held does not spend `maxUnavailable`: a reset is due only once the
+///   pod's working containers run the new image and are ready, so the pod serves; only its old,
+///   idle container is not back on the empty image;
+/// * a held candidate is not upgraded and is not counted as one (as a pod that is not
+///   upgradable in place), so the next candidate takes its turn.
+///
+/// A held pod is never done (not updated, or amid its hot upgrade): the rollout does not
+/// complete without it.
+pub fn plan_holding(
+    strategy: &SidecarSetUpdateStrategy,
+    views: &[PodView],
+    rules: Rules,
+    held: &BTreeSet<String>,
+) -> Result<Plan, String> {
     let matched: Vec<&PodView> = views.iter().filter(|v| v.matched()).collect();
     let total = count(matched.len());
     let partition = resolve_partition(strategy.partition.as_ref(), total)?;
@@ -656,19 +683,10 @@ pub fn plan_with(
         return Ok(plan);
     }
 
-    // Hot upgrades whose new container took over: the old containers go back to the empty
-    // image first, before any other pod is upgraded.
-    let mut reset: Vec<String> = matched
-        .iter()
-        .filter(|v| v.reset)
-        .map(|v| v.key.clone())
-        .collect();
-    if !reset.is_empty() {
-        reset.sort();
-        plan.waiting = Some(waiting::resetting(&reset));
-        plan.reset = reset;
+    if resets(&mut plan, &matched, held) {
         return Ok(plan);
     }
+    let is_held = |v: &PodView| held.contains(&v.key);
 
     let old: Vec<&PodView> = matched.iter().copied().filter(|v| !v.updated).collect();
     let selected: Vec<&PodView> = old
@@ -683,7 +701,8 @@ pub fn plan_with(
         .collect();
     not_upgradable.sort();
     plan.not_upgradable = not_upgradable;
-    let candidates = candidates(strategy, &matched);
+    let mut candidates = candidates(strategy, &matched);
+    candidates.retain(|v| !is_held(v));
 
     let updated = total - count(old.len());
     let allowed = match rules {
@@ -695,7 +714,7 @@ pub fn plan_with(
     let mut unavailable: Vec<&PodView> = matched
         .iter()
         .copied()
-        .filter(|v| v.unavailable(rules))
+        .filter(|v| v.unavailable(rules) && !(v.reset && is_held(v)))
         .collect();
     unavailable.sort_by(|a, b| a.key.cmp(&b.key));
     let mut budget = (max_unavailable - count(unavailable.len())).max(0);
@@ -714,7 +733,7 @@ pub fn plan_with(
         return Ok(plan);
     }
 
-    plan.waiting = Some(if blocked > 0 {
+    let mut why = if blocked > 0 {
         waiting::max_unavailable_reached(max_unavailable, &unavailable)
     } else if !candidates.is_empty() {
         format!(
@@ -725,8 +744,37 @@ pub fn plan_with(
         waiting::settling(&matched)
     } else {
         waiting::nothing_upgradable(&matched, &old, &selected, &plan.not_upgradable)
-    });
+    };
+    if !plan.held.is_empty() {
+        why.push_str(&waiting::held(&plan.held));
+    }
+    plan.waiting = Some(why);
     Ok(plan)
+}
+
+/// Puts into `plan` the held pods and the resets due now: hot upgrades whose new container took
+/// over, their old containers to go back to the empty image first, before any other pod is
+/// upgraded (held pods left out). True when there are resets: nothing else this round.
+fn resets(plan: &mut Plan, matched: &[&PodView], held: &BTreeSet<String>) -> bool {
+    let is_held = |v: &PodView| held.contains(&v.key);
+    let mut reset: Vec<String> = matched
+        .iter()
+        .filter(|v| v.reset && !is_held(v))
+        .map(|v| v.key.clone())
+        .collect();
+    plan.held = matched
+        .iter()
+        .filter(|v| is_held(v) && (v.reset || (!v.updated && v.matches_update_selector)))
+        .map(|v| v.key.clone())
+        .collect();
+    plan.held.sort();
+    if reset.is_empty() {
+        return false;
+    }
+    reset.sort();
+    plan.waiting = Some(waiting::resetting(&reset));
+    plan.reset = reset;
+    true
 }
 
 /// The pods that can be upgraded now (matched, not updated, selected, upgradable, consistent)

@@ -101,3 +101,12 @@ pub(super) fn nothing_upgradable(
     }
     format!("no pod can be upgraded now: {}", parts.join("; "))
 }
+
+/// The pods left out while their refused write waits for its retry (`held`), as a clause.
+pub(super) fn held(held: &[String]) -> String {
+    format!(
+        "; waiting for the retry of a refused write to {} ({})",
+        pods(held.len()),
+        some_keys(held.iter().map(String::as_str))
+    )
+}

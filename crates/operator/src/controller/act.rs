@@ -160,7 +160,7 @@ pub async fn upgrade(
 
 /// What [`patch_pods`] writes into each pod.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Step {
+pub(crate) enum Step {
     /// The in-place upgrade ([`rollout::upgrade_patch`]).
     Upgrade,
     /// The reset of old hot-upgrade containers to the empty image ([`rollout::reset_patch`]).
@@ -168,8 +168,9 @@ enum Step {
 }
 
 /// Writes `step` into the planned pods, 16 at a time; returns the keys of the pods written.
-/// The first error of the API (other than a pod that changed meanwhile) fails the step, after
-/// every pod was tried.
+/// A pod that changed meanwhile is replanned; a write refused for the pod itself (see
+/// [`refused::refusal`]) holds that pod alone until its retry; any other error of the API fails
+/// the step, after every pod was tried.
 async fn patch_pods(
     ctx: &Ctx,
     entry: &Entry,
@@ -220,13 +221,25 @@ async fn patch_pods(
     let mut first_error = None;
     for (key, r) in results {
         match r {
-            Ok(None) => {}
+            Ok(None) => ctx.refusals.written(name, &key),
             Ok(Some(pod)) => {
+                ctx.refusals.written(name, &key);
                 written(ctx, name, &key, &pod, step).await;
                 upgraded.push(key);
             }
-            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 || e.code == 404 => {
+            Err(kube::Error::Api(e)) if refused::changed_meanwhile(&e) => {
                 info!(sidecarset = %name, pod = %key, reason = %e.message, "pod changed meanwhile; replanning");
+            }
+            // Refused for this pod alone: retried after its own delay, the others go on.
+            Err(kube::Error::Api(e)) if refused::refusal(&e) => {
+                let uid = pods.get(&key).and_then(|p| p.uid()).unwrap_or_default();
+                let why = format!("HTTP {}: {}", e.code, e.message);
+                let now = tokio::time::Instant::now();
+                let delay = ctx
+                    .refusals
+                    .refused(name, &key, &uid, revision, step, &why, now);
+                warn!(sidecarset = %name, pod = %key, error = %why, retry_in = ?delay, "the API server refused the pod's write; the other pods go on");
+                failed(ctx, name, &key, pods, &kube::Error::Api(e), step).await;
             }
             Err(e) => {
                 failed(ctx, name, &key, pods, &e, step).await;
@@ -436,135 +449,10 @@ async fn set_upgradable(ctx: &Ctx, pod: &Pod, ss: &str, upgradable: bool) {
     }
 }
 
-/// Queues a `SidecarSetNamespaceExcluded` Event for each pod [`super::excluded_but_selected`] finds, once
-/// per pod and SidecarSet in this process (the webhook never sees these pods: the webhook
-/// configurations leave excluded namespaces out).
-/// Reports the pods running without the SidecarSet's sidecars on their owners (a
-/// `SidecarSetMissing` Event per owner in each repeat window, through the same queue and
-/// deduplication as the webhook's Events), and evicts them when that is enabled.
-pub async fn report_missing(ctx: &Ctx, entry: &Entry, pods: &[Arc<SlimPod>]) {
-    if pods.is_empty() {
-        return;
-    }
-    let name = entry.ss.name();
-    let evicting = ctx.evictions.is_some()
-        && super::missing::opt_in(entry.ss.annotations()) != super::missing::OptIn::Off;
-    for pod in pods {
-        let ns = pod.namespace().unwrap_or_default();
-        if let Some(regarding) = crate::events::regarding(&pod.to_pod(), &ns)
-            && ctx
-                .skips
-                .try_send(crate::events::SkipNotice {
-                    regarding,
-                    pod: format!("{ns}/{}", pod.name_any()),
-                    skipped: vec![sidecarset_core::inject::not_injected_skip(name, evicting)],
-                })
-                .is_err()
-        {
-            crate::metrics::metrics().events_dropped.inc();
-        }
-    }
-    let Some(evictions) = &ctx.evictions else {
-        return;
-    };
-    let list: Vec<&SlimPod> = pods.iter().map(|p| p.as_ref()).collect();
-    // The webhook's own decision, on the pod as the API server has it now.
-    let would_inject = |pod: &Pod| -> bool {
-        let ns = pod.namespace().unwrap_or_default();
-        let key = format!("{ns}/{}", pod.name_any());
-        let empty = BTreeMap::new();
-        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-        let index = ctx.cluster.index();
-        let now = jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
-        let injection = sidecarset_core::inject::for_pod_pinned(
-            &index,
-            pod,
-            &ctx.cluster.namespace_labels(&ns),
-            &now,
-            &|e| ctx.cluster.pinned(e, labels, &key),
-        );
-        injection.denied.is_none() && injection.injected.iter().any(|n| n == name)
-    };
-    let index = ctx.cluster.index();
-    let current = |n: &str| index.get(n).map(|ss| ss.uid().unwrap_or_default());
-    let pass = super::missing::evict(
-        &ctx.client,
-        evictions,
-        &entry.ss,
-        &list,
-        &would_inject,
-        &current,
-    )
-    .await;
-    for (owner, pod) in pass.opened {
-        let ns = pod.namespace().unwrap_or_default();
-        if let Some(regarding) = crate::events::regarding(&pod, &ns)
-            && ctx
-                .skips
-                .try_send(crate::events::SkipNotice {
-                    regarding,
-                    pod: format!("{ns}/{}", pod.name_any()),
-                    skipped: vec![sidecarset_core::inject::eviction_stopped_skip(name, &owner)],
-                })
-                .is_err()
-        {
-            crate::metrics::metrics().events_dropped.inc();
-        }
-    }
-}
+pub mod refused;
+pub mod reports;
 
-pub fn report_excluded(ctx: &Ctx, entry: &Entry) {
-    let cluster = &ctx.cluster;
-    if cluster.skip_namespaces.is_empty() {
-        return;
-    }
-    // Full Pods only for those in excluded namespaces (few), from the pod index.
-    let keys = ctx
-        .pod_index
-        .lock()
-        .map(|i| i.excluded())
-        .unwrap_or_default();
-    let pods: Vec<Pod> = keys
-        .iter()
-        .filter_map(|k| ctx.pods.get(k))
-        .map(|p| p.to_pod())
-        .collect();
-    let found = super::excluded_but_selected(entry, pods.iter(), &cluster.skip_namespaces, &|ns| {
-        cluster.namespace_labels(ns)
-    });
-    let Ok(mut reported) = ctx.reported_excluded.lock() else {
-        return;
-    };
-    if reported.len() > 100_000 {
-        reported.clear();
-    }
-    for pod in found {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if !reported.insert(format!("{uid}/{}", entry.ss.name())) {
-            continue;
-        }
-        let ns = pod.namespace().unwrap_or_default();
-        let key = format!("{ns}/{}", pod.name_any());
-        info!(pod = %key, sidecarset = %entry.ss.name(), "SidecarSet selects a pod in an excluded namespace");
-        if let Some(regarding) = crate::events::regarding(pod, &ns)
-            && ctx
-                .skips
-                .try_send(crate::events::SkipNotice {
-                    regarding,
-                    pod: key,
-                    skipped: vec![sidecarset_core::inject::excluded_namespace_skip(
-                        entry.ss.name(),
-                        &ns,
-                    )],
-                })
-                .is_err()
-        {
-            crate::metrics::metrics().events_dropped.inc();
-        }
-    }
-}
+pub use reports::{report_excluded, report_missing};
 
 #[cfg(test)]
 mod against_a_mock_api_server;

@@ -55,6 +55,7 @@ fn planned(ss: &SidecarSet) -> plan::ReconcilePlan {
         conflict: None,
         without_sidecars: 0,
         evicting: false,
+        refused: &[],
         revisions_namespace: "sidecarset-system",
         rules: rollout::Rules::OpenKruise,
         now: &now,

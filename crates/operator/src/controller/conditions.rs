@@ -7,8 +7,9 @@
 //!   ready. `Reconciling` says the same for kstatus (Flux, `kpt live status`, cli-utils), which
 //!   reads `Reconciling` and `Stalled` on custom resources.
 //! * `Stalled`: the rollout cannot move without a change: `updateStrategy.paused`, `type:
-//!   NotUpdate` with pods on older sidecars, pods that differ in more than images, a sidecar image
-//!   the kubelet cannot pull, or an invalid strategy.
+//!   NotUpdate` with pods on older sidecars, a pod whose in-place write the API server refuses
+//!   (the other pods go on meanwhile), pods that differ in more than images, a sidecar image the
+//!   kubelet cannot pull, or an invalid strategy.
 //!
 //! A rollout held on purpose by `partition`, `updateStrategy.selector` or `maxUnavailable: 0` is
 //! neither progressing nor stalled; `Ready` is then False with the reason `Partitioned`,
@@ -69,6 +70,22 @@ pub struct HealthInputs<'a> {
     /// Matched pods whose sidecar image the kubelet cannot pull: key and what it reports
     /// (see [`image_pull_failure`]).
     pub pull_failures: &'a [(String, String)],
+    /// Pods whose last in-place write the API server refused (sorted by key).
+    pub refused: &'a [Refused],
+}
+
+/// A pod whose last in-place write the API server refused (kept by
+/// [`super::act::refused::Refusals`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// `namespace/name`.
+    pub key: String,
+    /// What was refused: `"hot-upgrade reset"` or `"in-place upgrade"`.
+    pub write: &'static str,
+    /// The API server's answer.
+    pub why: String,
+    /// How long until the write is tried again; None: due now (planned this round).
+    pub retry_in: Option<std::time::Duration>,
 }
 
 use sidecarset_core::rollout::{pods, some_keys as some};
@@ -99,6 +116,7 @@ pub fn assess(o: &HealthInputs) -> Health {
         return complete(o.status);
     }
     stopped_by_strategy(&s)
+        .or_else(|| refused(&s))
         .or_else(|| moving(&s))
         .or_else(|| held_or_stuck(&s))
         .unwrap_or_else(|| {
@@ -206,6 +224,29 @@ fn stopped_by_strategy(s: &Situation) -> Option<Health> {
         ));
     }
     Some(s.waiting_for_pods())
+}
+
+/// Pods whose in-place write the API server refuses: stalled, naming them (each is retried
+/// after its own delay, and the other pods go on meanwhile).
+fn refused(s: &Situation) -> Option<Health> {
+    let refused = s.o.refused;
+    if refused.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = refused
+        .iter()
+        .map(|r| format!("{} ({}: {})", r.key, r.write, r.why))
+        .collect();
+    Some(health(
+        Phase::Stalled,
+        "PodWriteRefused",
+        format!(
+            "{}; the API server refused the write to {}: {}; each is retried with a growing delay while the other pods go on: allow the write (the admission policy or webhook that refuses it) or recreate the pod",
+            s.counts,
+            pods(refused.len()),
+            some(named.iter().map(String::as_str))
+        ),
+    ))
 }
 
 /// Pods being upgraded or on their way to ready; else sidecar images the kubelet cannot pull;

@@ -62,8 +62,8 @@ pub struct Ctx {
     pub events: SidecarSetEvents,
     /// Where notices of pods selected in excluded namespaces go (recorded as Events).
     pub skips: crate::events::Sender,
-    /// `pod uid/SidecarSet` already reported as selected in an excluded namespace.
-    pub(crate) reported_excluded: Mutex<std::collections::HashSet<String>>,
+    /// The pods each SidecarSet's reports named (missing sidecars, excluded namespaces).
+    pub(crate) reported: act::reports::Reported,
     /// How `partition` and `maxUnavailable` are counted (`--rollout-rules`).
     pub rules: rollout::Rules,
     /// With `--evict-pods-without-sidecars`: the eviction policy and its state.
@@ -78,6 +78,8 @@ pub struct Ctx {
     queue: Arc<queue::ReconcileQueue>,
     /// Each failing SidecarSet's next retry delay (the error policy's).
     retries: retry::Backoffs,
+    /// Pods whose in-place write the API server refused, each retried after its own delay.
+    refusals: act::refused::Refusals,
     /// SidecarSet → (uid, generation) its pods were last scanned for missing sidecars at.
     scanned: Mutex<HashMap<String, Scanned>>,
     /// SidecarSet → the status this process last wrote and the resourceVersions its recent
@@ -111,13 +113,14 @@ impl Ctx {
             leadership,
             cluster,
             skips,
-            reported_excluded: Default::default(),
+            reported: Default::default(),
             rules,
             evictions: None,
             resync: Duration::from_secs(36_000),
             concurrency: 8,
             queue: queue::ReconcileQueue::new(8),
             retries: Default::default(),
+            refusals: Default::default(),
             scanned: Default::default(),
             written: Default::default(),
             conflict_wake: {
@@ -346,6 +349,12 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         without_sidecars: without.len(),
         evicting: ctx.evictions.is_some()
             && missing::opt_in(ss.annotations()) != missing::OptIn::Off,
+        refused: &ctx.refusals.standing(
+            &name,
+            &pods,
+            &latest_revision,
+            tokio::time::Instant::now(),
+        ),
         revisions_namespace: &ctx.namespace,
         rules: ctx.rules,
         now: &now,

@@ -33,6 +33,9 @@ pub struct Observation<'a> {
     pub without_sidecars: usize,
     /// Whether those are evicted (`--evict-pods-without-sidecars`).
     pub evicting: bool,
+    /// Pods whose last in-place write the API server refused (see [`super::act::refused`]):
+    /// reported, and held out of the rollout until their retry is due.
+    pub refused: &'a [conditions::Refused],
     /// Where the ControllerRevisions are (for messages).
     pub revisions_namespace: &'a str,
     pub rules: rollout::Rules,
@@ -113,12 +116,11 @@ fn upgraded_in_place(pod: &SlimPod, ss: &str) -> bool {
 /// The SidecarSet's state for its conditions (see [`conditions::assess`]); the pods' container
 /// statuses are read only for matched pods that are not ready (image pull failures).
 fn health(
-    entry: &Entry,
-    pods: &[Arc<SlimPod>],
-    views: &[rollout::PodView],
+    o: &Observation,
     st: &rollout::Status,
     planned: &Result<rollout::Plan, String>,
 ) -> conditions::Health {
+    let (entry, pods, views) = (o.entry, o.pods, o.views);
     let pull_failures: Vec<(String, String)> = pods
         .iter()
         .zip(views)
@@ -133,6 +135,7 @@ fn health(
         plan: planned.as_ref().map_err(String::as_str),
         views,
         pull_failures: &pull_failures,
+        refused: o.refused,
     })
 }
 
@@ -142,8 +145,14 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
     let counts = rollout::status(o.views);
     let strategy = &o.entry.ss.spec.update_strategy;
     let not_update = strategy.type_ == Some(UpdateStrategyType::NotUpdate);
-    let planned = rollout::plan_with(strategy, o.views, o.rules);
-    let health = health(o.entry, o.pods, o.views, &counts, &planned);
+    let held: std::collections::BTreeSet<String> = o
+        .refused
+        .iter()
+        .filter(|r| r.retry_in.is_some())
+        .map(|r| r.key.clone())
+        .collect();
+    let planned = rollout::plan_holding(strategy, o.views, o.rules, &held);
+    let health = health(o, &counts, &planned);
     let previous = o.ss.status.as_ref().map_or(&[][..], |s| &s.conditions);
     let mut conditions = conditions::conditions(&health, o.ss.metadata.generation, previous, o.now);
     let mut notes = Vec::new();
@@ -245,8 +254,23 @@ fn upgradable_again(o: &Observation, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// When to look again for the rollout: soon while pods are in flight or being written.
+/// When to look again for the rollout: soon while pods are in flight or being written, and when
+/// the first refused write is due for its retry.
 fn next_for_rollout(o: &Observation, planned: &Result<rollout::Plan, String>) -> Next {
+    let next = next_for_pods(o, planned);
+    let Some(retry) = o.refused.iter().filter_map(|r| r.retry_in).min() else {
+        return next;
+    };
+    // Never sooner than a second: a retry due within it is taken by the next look.
+    let retry = retry.max(Duration::from_secs(1));
+    match next {
+        Next::After(d) => Next::After(d.min(retry)),
+        Next::OnChange => Next::After(retry),
+    }
+}
+
+/// [`next_for_rollout`] for the pods in flight or being written.
+fn next_for_pods(o: &Observation, planned: &Result<rollout::Plan, String>) -> Next {
     let in_flight = o
         .views
         .iter()

@@ -28,7 +28,9 @@ fn key_of(pod: &SlimPod) -> Key {
 struct Maps {
     by_sidecarset: HashMap<String, HashSet<Shared>>,
     of_pod: HashMap<Shared, Vec<String>>,
-    excluded: HashSet<Shared>,
+    /// Pods in excluded namespaces → the SidecarSets that select them without having injected
+    /// them (none once the pod is finished).
+    excluded: HashMap<Shared, Vec<String>>,
     /// SidecarSet → active pods it selects that were not injected with it.
     missing: HashMap<String, HashSet<Shared>>,
     missing_of: HashMap<Shared, Vec<String>>,
@@ -47,6 +49,11 @@ impl Maps {
             }
         }
         self.excluded.remove(key);
+        self.forget_missing(key);
+    }
+
+    /// Removes the pod from the missing sets.
+    fn forget_missing(&mut self, key: &Key) {
         if let Some(old) = self.missing_of.remove(key) {
             for ss in old {
                 if let Some(set) = self.missing.get_mut(&ss) {
@@ -69,6 +76,16 @@ impl Maps {
         }
     }
 
+    /// The SidecarSets that select the pod without having injected it, as last seen (see
+    /// [`Seen::merely_selecting`]).
+    fn merely_selecting(&self, key: &Key) -> Vec<String> {
+        self.excluded
+            .get(key)
+            .or_else(|| self.missing_of.get(key))
+            .cloned()
+            .unwrap_or_default()
+    }
+
     fn insert(&mut self, pod: &SlimPod, seen: &Seen) {
         let key = Arc::new(key_of(pod));
         self.remove(&key);
@@ -83,12 +100,10 @@ impl Maps {
                 .insert(key.clone(), seen.injected.iter().cloned().collect());
         }
         if seen.excluded {
-            self.excluded.insert(key);
-        } else if seen.active {
-            for ss in &seen.selecting {
-                if !seen.injected.contains(ss) {
-                    self.mark_missing(&key, ss);
-                }
+            self.excluded.insert(key, seen.merely_selecting());
+        } else {
+            for ss in seen.merely_selecting() {
+                self.mark_missing(&key, &ss);
             }
         }
     }
@@ -126,22 +141,65 @@ impl Seen {
         }
     }
 
-    /// The SidecarSets to wake: those the pod is injected with, then those that select it
-    /// without being in it. In an excluded namespace these report it (`act::report_excluded`);
-    /// elsewhere they count and report the pods running without their sidecars, so a change of
-    /// such a pod (its deletion included) must reach them.
-    fn wakes(self) -> Vec<String> {
-        let Seen {
-            injected,
-            selecting,
-            ..
-        } = self;
-        let others: Vec<String> = selecting
-            .into_iter()
-            .filter(|n| !injected.contains(n))
-            .collect();
-        injected.into_iter().chain(others).collect()
+    /// The SidecarSets that select the pod without having injected it, while it is active: in
+    /// an excluded namespace they report it (`act::report_excluded`); elsewhere they count and
+    /// report it as running without their sidecars. A finished pod is nothing to them.
+    fn merely_selecting(&self) -> Vec<String> {
+        if !self.active {
+            return Vec::new();
+        }
+        self.selecting
+            .iter()
+            .filter(|n| !self.injected.contains(*n))
+            .cloned()
+            .collect()
     }
+
+    /// The SidecarSets to wake for a relisted pod: those it is injected with, then those that
+    /// select it without being in it.
+    fn wakes(self) -> Vec<String> {
+        let others: Vec<String> = self
+            .selecting
+            .into_iter()
+            .filter(|n| !self.injected.contains(n))
+            .collect();
+        self.injected.into_iter().chain(others).collect()
+    }
+}
+
+/// The SidecarSets a pod event wakes (the decision of the pod watch's wake-ups, pure):
+/// * those the pod is injected with, on any change (its readiness, its containers' images
+///   move their rollout);
+/// * of those that merely select it (`before`: as the index had it, `after`: as the event
+///   shows it; see [`Seen::merely_selecting`]), only those whose view changed: the pod came,
+///   went, finished, or began or stopped being selected. They count it, report it, and evict it
+///   (rechecked on their own clock); a change of its status alone changes none of that, and
+///   waking them on each (a kubelet's every status update of every pod a SidecarSet selects but
+///   never injected) re-ran their reconciles for nothing;
+/// * on a deletion, all that selected it, before or at its end.
+pub fn woken(
+    injected: &BTreeSet<String>,
+    before: &[String],
+    after: &[String],
+    deleted: bool,
+) -> Vec<String> {
+    let mut names: Vec<String> = injected.iter().cloned().collect();
+    let mut add = |n: &String| {
+        if !names.contains(n) {
+            names.push(n.clone());
+        }
+    };
+    for n in after {
+        if deleted || !before.contains(n) {
+            add(n);
+        }
+    }
+    for n in before {
+        if deleted || !after.contains(n) {
+            add(n);
+        }
+    }
+    names
 }
 
 /// The SidecarSets (injection not paused) whose scope covers a pod.
@@ -186,7 +244,7 @@ impl Relist {
 }
 
 impl PodIndex {
-    /// Applies one watch event, and returns the SidecarSets it wakes (see [`Seen::wakes`]).
+    /// Applies one watch event, and returns the SidecarSets it wakes (see [`woken`]; a relisted pod: [`Seen::wakes`]).
     /// One SidecarSet matching per event (`selects` runs at most once), shared by the index and
     /// the controller's wake-up. A relist's pods wake nothing until it is complete (a reconcile
     /// then would read a half-built pod store): its `InitDone` wakes, once each, the SidecarSets
@@ -206,17 +264,32 @@ impl PodIndex {
             Event::InitApply(p) | Event::Apply(p) | Event::Delete(p) => p,
         };
         let seen = Seen::of(pod, excluded_ns, selects);
+        let key = key_of(pod);
+        let before = || self.current.merely_selecting(&key);
         match ev {
             Event::InitApply(_) => {
                 let relist = self.relist.get_or_insert_with(Relist::default);
                 relist.maps.insert(pod, &seen);
                 relist.wake(seen.wakes());
-                return Vec::new();
+                Vec::new()
             }
-            Event::Apply(_) => self.current.insert(pod, &seen),
-            _ => self.current.remove(&key_of(pod)),
+            Event::Apply(_) => {
+                let before = before();
+                self.current.insert(pod, &seen);
+                woken(&seen.injected, &before, &seen.merely_selecting(), false)
+            }
+            _ => {
+                let before = before();
+                self.current.remove(&key);
+                let at_the_end: Vec<String> = seen
+                    .selecting
+                    .iter()
+                    .filter(|n| !seen.injected.contains(*n))
+                    .cloned()
+                    .collect();
+                woken(&seen.injected, &before, &at_the_end, true)
+            }
         }
-        seen.wakes()
     }
 
     /// A relist is complete: its index replaces the current one. Returns the SidecarSets to
@@ -240,12 +313,14 @@ impl PodIndex {
             .unwrap_or_default()
     }
 
-    /// The pods in excluded namespaces.
-    pub fn excluded(&self) -> Vec<Key> {
+    /// The active pods in excluded namespaces that `sidecarset` selects without having
+    /// injected them, as last seen.
+    pub fn excluded_selected_by(&self, sidecarset: &str) -> Vec<Key> {
         self.current
             .excluded
             .iter()
-            .map(|k| (**k).clone())
+            .filter(|(_, by)| by.iter().any(|n| n == sidecarset))
+            .map(|(k, _)| (**k).clone())
             .collect()
     }
 
@@ -267,8 +342,9 @@ impl PodIndex {
             .unwrap_or_default()
     }
 
-    /// Recomputes which pods lack a SidecarSet over all `pods` (after the SidecarSet was created
-    /// or changed: the pods' own events only saw the SidecarSets of their time).
+    /// Recomputes which pods lack a SidecarSet over all `pods`, and which pods of excluded
+    /// namespaces it selects (after the SidecarSet was created or changed: the pods' own events
+    /// only saw the SidecarSets of their time).
     pub fn rescan<'a>(
         &mut self,
         sidecarset: &str,
@@ -292,13 +368,19 @@ impl PodIndex {
                 .namespace
                 .as_deref()
                 .is_some_and(|ns| excluded_ns.contains(ns));
-            if !excluded
-                && pod.is_active()
+            let lacks = pod.is_active()
                 && !sidecarset_core::api::injected_list(pod.annotations()).contains(sidecarset)
-                && selected(pod)
-            {
-                self.current
-                    .mark_missing(&Arc::new(key_of(pod)), sidecarset);
+                && selected(pod);
+            if !excluded {
+                if lacks {
+                    self.current
+                        .mark_missing(&Arc::new(key_of(pod)), sidecarset);
+                }
+            } else if let Some(by) = self.current.excluded.get_mut(&key_of(pod)) {
+                by.retain(|n| n != sidecarset);
+                if lacks {
+                    by.push(sidecarset.to_string());
+                }
             }
         }
     }
@@ -354,7 +436,7 @@ mod tests {
         i.step(&Event::InitDone, &excluded, &none);
         assert_eq!(names(i.pods_of("mesh")), ["p1", "p2"]);
         assert_eq!(names(i.pods_of("log")), ["p1"]);
-        assert_eq!(names(i.excluded()), ["sys"]);
+        assert_eq!(i.current.excluded.len(), 1, "sys is kept apart");
         assert_eq!(i.len(), 2);
 
         // A pod's list changes: it moves.
@@ -378,7 +460,7 @@ mod tests {
         i.step(&Event::InitDone, &excluded, &none);
         assert!(i.pods_of("log").is_empty(), "p1 was gone from the relist");
         assert_eq!(names(i.pods_of("mesh")), ["q"]);
-        assert!(i.excluded().is_empty());
+        assert!(i.current.excluded.is_empty());
         assert_eq!(pod("b", "q", None).name_any(), "q");
     }
 
@@ -489,11 +571,12 @@ mod tests {
                 vec!["mesh"],
                 0,
             ),
-            // Finished elsewhere: still wakes those that select it (they count it).
+            // Finished elsewhere, never seen active: nothing to those that select it (they
+            // never counted it; see the test below for one they did).
             (
                 Event::Apply(done(pod("a", "q", None))),
                 vec!["log"],
-                vec!["log"],
+                vec![],
                 1,
             ),
         ];
@@ -585,5 +668,139 @@ mod tests {
         assert_eq!(i.pods_of("mesh"), [ObjectRef::from_obj(&p)]);
         let kept = &i.pods_of("mesh")[0];
         assert!(kept.extra.uid.is_none(), "the index keeps no uid");
+    }
+
+    /// A SidecarSet that merely selects a pod (it never injected it: the pod runs without its
+    /// sidecars, or lives in an excluded namespace) is woken when its view of the pod changes
+    /// (the pod comes, goes, finishes, starts or stops being selected), not by the pod's status
+    /// updates; the SidecarSets the pod is injected with are woken by every change.
+    #[test]
+    fn status_changes_of_a_pod_wake_only_the_sidecarsets_it_is_injected_with() {
+        let excluded: BTreeSet<String> = ["kube-system".to_string()].into();
+        // "mesh" selects pods labelled mesh=on, "log" every pod.
+        let selects = |p: &SlimPod| {
+            let mut v = vec!["log".to_string()];
+            if p.labels().get("mesh").is_some_and(|v| v == "on") {
+                v.push("mesh".to_string());
+            }
+            v
+        };
+        let with = |ns: &str, name: &str, injected: Option<&str>, mesh: bool, status| {
+            let mut v =
+                serde_json::json!({"metadata": {"name": name, "namespace": ns}, "status": status});
+            if let Some(list) = injected {
+                v["metadata"]["annotations"] =
+                    serde_json::json!({"kruise.io/sidecarset-injected-list": list});
+            }
+            if mesh {
+                v["metadata"]["labels"] = serde_json::json!({"mesh": "on"});
+            }
+            serde_json::from_value::<SlimPod>(v).unwrap()
+        };
+        let running = |ready: &str| serde_json::json!({"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]});
+        let web = |mesh: bool, status| with("a", "web-1", Some("log"), mesh, status);
+        let sys = |status| with("kube-system", "dns", None, true, status);
+        let mut i = PodIndex::default();
+        let mut step = |ev: Event<SlimPod>| i.step(&ev, &excluded, &selects);
+        // (what happens, the event, the SidecarSets woken)
+        let cases: Vec<(&str, Event<SlimPod>, Vec<&str>)> = vec![
+            (
+                "created without mesh's sidecars",
+                Event::Apply(web(true, running("False"))),
+                vec!["log", "mesh"],
+            ),
+            (
+                "becomes ready",
+                Event::Apply(web(true, running("True"))),
+                vec!["log"],
+            ),
+            (
+                "a status update",
+                Event::Apply(web(true, running("True"))),
+                vec!["log"],
+            ),
+            (
+                "no longer selected by mesh",
+                Event::Apply(web(false, running("True"))),
+                vec!["log", "mesh"],
+            ),
+            (
+                "selected again",
+                Event::Apply(web(true, running("True"))),
+                vec!["log", "mesh"],
+            ),
+            (
+                "finished",
+                Event::Apply(web(true, serde_json::json!({"phase": "Succeeded"}))),
+                vec!["log", "mesh"],
+            ),
+            (
+                "deleted",
+                Event::Delete(web(true, serde_json::json!({"phase": "Succeeded"}))),
+                vec!["log", "mesh"],
+            ),
+            (
+                "in an excluded namespace",
+                Event::Apply(sys(running("False"))),
+                vec!["log", "mesh"],
+            ),
+            (
+                "its status update",
+                Event::Apply(sys(running("True"))),
+                vec![],
+            ),
+            (
+                "deleted there",
+                Event::Delete(sys(running("True"))),
+                vec!["log", "mesh"],
+            ),
+        ];
+        for (what, ev, want) in cases {
+            assert_eq!(step(ev), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn woken_injected_first_then_each_whose_view_changed() {
+        let injected: BTreeSet<String> = ["log".to_string()].into();
+        let v = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            woken(&injected, &v(&["a", "b"]), &v(&["a", "b"]), false),
+            ["log"]
+        );
+        assert_eq!(
+            woken(&injected, &v(&["a"]), &v(&["b"]), false),
+            ["log", "b", "a"]
+        );
+        assert_eq!(
+            woken(&injected, &v(&["a", "b"]), &v(&["a"]), false),
+            ["log", "b"]
+        );
+        assert_eq!(
+            woken(&BTreeSet::new(), &v(&["a"]), &v(&["b"]), true),
+            ["b", "a"]
+        );
+        assert_eq!(woken(&injected, &v(&["log"]), &v(&[]), false), ["log"]);
+    }
+
+    /// A SidecarSet created after the pods of an excluded namespace learns which of them it
+    /// selects from its rescan (their events saw only the SidecarSets of their time).
+    #[test]
+    fn a_rescan_finds_the_pods_a_new_sidecarset_selects_in_excluded_namespaces() {
+        let excluded: BTreeSet<String> = ["kube-system".to_string()].into();
+        let mut i = PodIndex::default();
+        let dns = pod("kube-system", "dns", None);
+        i.step(&Event::Apply(dns.clone()), &excluded, &|_: &SlimPod| {
+            Vec::new()
+        });
+        assert!(i.excluded_selected_by("new").is_empty());
+        i.rescan("new", [&dns], &excluded, &|_: &SlimPod| true);
+        assert_eq!(names(i.excluded_selected_by("new")), ["dns"]);
+        assert!(
+            i.missing("new").is_empty(),
+            "apart from the pods missing sidecars"
+        );
+        i.rescan("new", [&dns], &excluded, &|_: &SlimPod| false);
+        assert!(i.excluded_selected_by("new").is_empty());
     }
 }

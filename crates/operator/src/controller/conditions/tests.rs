@@ -42,6 +42,7 @@ fn run(
         plan: plan.as_ref().map_err(String::as_str),
         views,
         pull_failures,
+        refused: &[],
     })
 }
 
@@ -464,5 +465,51 @@ fn the_pinned_revision_condition_says_whether_the_pin_resolves() {
     assert_eq!(
         (found.status.as_str(), found.last_transition_time.clone()),
         ("True", t1)
+    );
+}
+
+/// A pod whose write the API server refuses stalls the SidecarSet, named with the write and the
+/// answer, also while other pods are upgraded; paused says paused first, a done rollout is done.
+#[test]
+fn a_refused_pod_write_stalls_and_names_the_pod() {
+    let st = strategy(json!({"maxUnavailable": 2}));
+    let views = [updated("ns/a"), v("ns/b"), v("ns/c")];
+    let refused = [Refused {
+        key: "ns/b".into(),
+        write: "in-place upgrade",
+        why: "HTTP 403: admission webhook \"images\" denied the request".into(),
+        retry_in: Some(std::time::Duration::from_secs(5)),
+    }];
+    let held: std::collections::BTreeSet<String> = ["ns/b".to_string()].into();
+    let plan = rollout::plan_holding(&st, &views, rollout::Rules::OpenKruise, &held);
+    assert_eq!(plan.as_ref().unwrap().upgrade, ["ns/c"], "the others go on");
+    let inputs = |st: &SidecarSetUpdateStrategy, plan: Result<&rollout::Plan, &str>| {
+        assess(&HealthInputs {
+            status: &rollout::status(&views),
+            strategy: st,
+            plan,
+            views: &views,
+            pull_failures: &[],
+            refused: &refused,
+        })
+    };
+    let h = inputs(&st, plan.as_ref().map_err(String::as_str));
+    assert_eq!(
+        (h.phase, h.reason),
+        (Phase::Stalled, "PodWriteRefused"),
+        "{h:?}"
+    );
+    assert!(
+        h.message.contains(
+            "the API server refused the write to 1 pod: ns/b (in-place upgrade: HTTP 403: admission webhook \"images\" denied the request)"
+        ),
+        "{}",
+        h.message
+    );
+    let paused = strategy(json!({"paused": true}));
+    let p = rollout::plan(&paused, &views);
+    assert_eq!(
+        inputs(&paused, p.as_ref().map_err(String::as_str)).reason,
+        "Paused"
     );
 }

@@ -64,6 +64,7 @@ fn plan_for(ss: &SidecarSet, pods: &[Arc<SlimPod>], views: &[PodView]) -> Reconc
         conflict: None,
         without_sidecars: 0,
         evicting: false,
+        refused: &[],
         revisions_namespace: "sidecarset-system",
         rules: rollout::Rules::OpenKruise,
         now: &now,
@@ -224,6 +225,7 @@ fn a_pin_that_resolves_to_nothing_is_reported() {
         conflict: None,
         without_sidecars: 0,
         evicting: false,
+        refused: &[],
         revisions_namespace: "ops",
         rules: rollout::Rules::OpenKruise,
         now: &now,
@@ -250,6 +252,7 @@ fn step_notes_say_what_happened() {
         partition: 0,
         max_unavailable: 1,
         reset: vec![],
+        held: vec![],
     };
     let reasons = |n: Vec<Note>| n.into_iter().map(|n| n.reason).collect::<Vec<_>>();
     assert_eq!(
@@ -314,6 +317,7 @@ fn a_conflict_that_got_in_shows_as_a_condition_and_is_written() {
             conflict: conflict.map(String::from),
             without_sidecars: 0,
             evicting: false,
+            refused: &[],
             revisions_namespace: "ops",
             rules: rollout::Rules::OpenKruise,
             now: &now,
