@@ -76,3 +76,6 @@ cargo test -p sidecarset-e2e --test migration -- --ignored --nocapture --test-th
 
 log "migration from OpenKruise's chart layout with migrate from-openkruise (Helm; pods created in a loop throughout)"
 HELM_BIN=$HELM_BIN cargo test -p sidecarset-e2e --test migration_helm -- --ignored --nocapture --test-threads=1
+
+log "coexistence with OpenKruise's manager (a stand-in): nothing of what it writes written by us; a watch torn down over and over is degraded"
+HELM_BIN=$HELM_BIN cargo test -p sidecarset-e2e --test coexistence -- --ignored --nocapture --test-threads=1

@@ -116,6 +116,18 @@ annotations:
 {{- end }}
 {{- end }}
 
+{{/* failurePolicy of the pod webhook: webhook.failurePolicy, Ignore next to OpenKruise. */}}
+{{- define "sso.podFailurePolicy" -}}
+{{- if .Values.openkruise.coexistence }}Ignore{{ else }}{{ .Values.webhook.failurePolicy }}{{ end }}
+{{- end }}
+
+{{/* failurePolicy of the SidecarSet webhooks: Fail, Ignore next to OpenKruise (whose own
+  webhooks default and validate SidecarSets meanwhile), so that SidecarSet writes are never
+  refused while the operator does not serve. */}}
+{{- define "sso.sidecarsetFailurePolicy" -}}
+{{- if .Values.openkruise.coexistence }}Ignore{{ else }}Fail{{ end }}
+{{- end }}
+
 {{/* clientConfig of one webhook: the Service, or webhook.url (an operator outside the cluster). */}}
 {{- define "sso.clientConfig" -}}
 {{- $ := index . 0 }}

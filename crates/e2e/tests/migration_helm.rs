@@ -473,12 +473,20 @@ async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_witho
 
     // 2. Pods created in a loop through the whole migration.
     let stop = Arc::new(AtomicBool::new(false));
+    // Paused while the local operator restarts with new arguments (in a cluster, a rolling
+    // update keeps a replica serving).
+    let pause = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Loop::default()));
     let looper = {
         let (pods, stop, seen, s) = (pods.clone(), stop.clone(), seen.clone(), s.clone());
+        let pause = pause.clone();
         tokio::spawn(async move {
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {
+                if pause.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
                 let p: Pod = serde_json::from_value(json!({
                     "metadata": {"name": format!("loop-{i}"), "labels": {"app": "web", "e2e-migrate": s}},
                     "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}
@@ -566,7 +574,9 @@ async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_witho
         let (code, out) = migrate(&orphan)?;
         eprintln!("--- apply, step 1 (exit {code}):\n{out}");
         anyhow::ensure!(
-            code == 0 && out.contains("helm install") && out.contains("--allow-openkruise"),
+            code == 0
+                && out.contains("helm install")
+                && out.contains("--set openkruise.coexistence=true"),
             "{out}"
         );
         let saved: Value = serde_json::from_str(&std::fs::read_to_string(&backup)?)?;
@@ -598,9 +608,7 @@ async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_witho
             "--set",
             "replicaCount=0",
             "--set",
-            "webhook.failurePolicy=Ignore",
-            "--set",
-            "extraArgs={--allow-openkruise}",
+            "openkruise.coexistence=true",
             "--wait",
             "--timeout",
             "2m",
@@ -615,7 +623,10 @@ async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_witho
                 &our_config,
                 "--webhook-url",
                 &format!("https://127.0.0.1:{port}"),
+                // What the chart renders with openkruise.coexistence=true.
                 "--allow-openkruise",
+                "--controller=false",
+                "--manage-crd-conversion=false",
             ],
             port,
             &log,
@@ -641,9 +652,9 @@ async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_witho
         eprintln!("--- apply, step 2 (exit {code}):\n{out}");
         anyhow::ensure!(code == 0 && out.contains("Verified:"), "{out}");
         tokio::time::sleep(Duration::from_secs(3)).await;
-        // What step 2 prints next: ours alone, failurePolicy Fail again.
+        // What step 2 prints next: ours alone, its controller and conversion settings on, Fail.
         anyhow::ensure!(
-            out.contains("--reuse-values --set webhook.failurePolicy=Fail --set extraArgs=null"),
+            out.contains("--reuse-values --set openkruise.coexistence=false"),
             "{out}"
         );
         helm_ok(&[
@@ -656,11 +667,41 @@ async fn openkruise_from_its_chart_moves_over_with_nothing_lost_and_no_pod_witho
             &op_ns,
             "--reuse-values",
             "--set",
-            "webhook.failurePolicy=Fail",
-            "--set",
-            "extraArgs=null",
+            "openkruise.coexistence=false",
             "--wait",
         ])?;
+        // The operator as the upgraded chart runs it.
+        pause.store(true, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(op.take());
+        op = Some(Operator::start(
+            &[
+                "--namespace",
+                &op_ns,
+                "--cert-secret-name",
+                "mighelm",
+                "--webhook-config-name",
+                &our_config,
+                "--webhook-url",
+                &format!("https://127.0.0.1:{port}"),
+            ],
+            port,
+            &log,
+        )?);
+        eventually(30, "the restarted operator to inject", || {
+            let (c, ns) = (c.clone(), ns.clone());
+            let mut p = pod("probe", json!({"app": "web", "e2e-migrate": s}));
+            p.metadata.generate_name = Some("probe-".into());
+            p.metadata.name = None;
+            async move {
+                let got = dry_run(&c, &ns, &p).await.ok();
+                Ok(got
+                    .filter(|g| container_names(g).first().map(String::as_str) == Some("rich"))
+                    .map(|_| ()))
+            }
+        })
+        .await?;
+        pause.store(false, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_secs(3)).await;
         stop.store(true, Ordering::Relaxed);
         anyhow::Ok((cs_uid, during_both))

@@ -67,7 +67,11 @@ async fn refuses_to_start_next_to_openkruise() -> anyhow::Result<()> {
             && err.contains(
                 "kubectl delete mutatingwebhookconfiguration/kruise-mutating-webhook-configuration"
             )
-            && err.contains("--allow-openkruise"),
+            && err.contains("--allow-openkruise")
+            // The way out keeps every SidecarSet: the migration, never `helm uninstall`
+            // (OpenKruise's chart deletes the SidecarSet CRD).
+            && err.contains("migrate from-openkruise")
+            && !err.contains("helm uninstall kruise"),
         "{err}"
     );
     // With the override it gets past that check and stops at the next problem (no certificate).

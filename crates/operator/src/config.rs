@@ -183,6 +183,8 @@ pub struct RunArgs {
     /// A watch of the cluster view (SidecarSets, Namespaces, ControllerRevisions) failing for
     /// longer than this is reported as degraded (metric sidecarset_operator_degraded, /readyz's
     /// text, a log line): the replica stays ready and answers from its view as of the last event.
+    /// A watch is failing from its first failure until 45 s pass without another, events in
+    /// between or not (a watch the API server tears down over and over keeps failing).
     #[arg(long, env = "SSO_WATCH_STALE_AFTER", default_value = "2m", value_parser = parse_duration)]
     pub watch_stale_after: Duration,
     /// How long the pod webhook waits for a namespace it has not seen yet (created just before

@@ -114,7 +114,7 @@ pub async fn clients(args: &RunArgs) -> anyhow::Result<Clients> {
     let (watches, calls) = crate::cluster::clients()
         .await
         .context("cannot reach the Kubernetes API: set KUBECONFIG or run in a cluster")?;
-    registration::check_openkruise(&calls, args.allow_openkruise).await?;
+    registration::check_openkruise(&calls, args).await?;
     Ok(Clients { watches, calls })
 }
 

@@ -4,11 +4,13 @@
 use super::plan::{self, MigrationPlan};
 use super::read::Read;
 use super::{FIELD_MANAGER, HASH, MigrateError, access};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
+use sidecarset_core::api::ConversionTarget;
 
 /// An object for the backup: what `kubectl create -f` takes back (no resourceVersion, no
 /// managedFields), with its UID kept for the record (the API server assigns a new one).
@@ -118,29 +120,92 @@ async fn disown(c: &Client, kind: &str, name: &str) -> Result<(), MigrateError> 
     }
 }
 
-/// Our CRD's schema over OpenKruise's, without its conversion settings (the running operator
-/// owns those: its Service or URL and caBundle).
-async fn apply_crd(c: &Client) -> Result<(), MigrateError> {
-    let mut v = serde_json::to_value(sidecarset_core::api::crd()).unwrap_or_default();
-    if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("conversion");
-    }
-    Api::<CustomResourceDefinition>::all(c.clone())
-        .patch(
+/// The CRD's conversion settings that point at our operator: where our pod webhook is served
+/// (its URL without the path, or its Service) and the CA it is trusted with; `None` when our
+/// configuration has no webhook with a caBundle.
+pub(super) fn our_conversion(cfg: &MutatingWebhookConfiguration) -> Option<Value> {
+    let cc = &cfg
+        .webhooks
+        .as_deref()?
+        .iter()
+        .find(|w| {
+            w.client_config
+                .ca_bundle
+                .as_ref()
+                .is_some_and(|b| !b.0.is_empty())
+        })?
+        .client_config;
+    let pem = String::from_utf8(cc.ca_bundle.as_ref()?.0.clone()).ok()?;
+    let target = match (&cc.url, &cc.service) {
+        (Some(url), _) => ConversionTarget::Url(url.rsplit_once('/')?.0.to_string()),
+        (None, Some(s)) => ConversionTarget::Service {
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            port: s.port.unwrap_or(443),
+        },
+        (None, None) => return None,
+    };
+    Some(sidecarset_core::api::conversion_spec(&target, Some(&pem)))
+}
+
+/// Our CRD's schema over OpenKruise's, with its conversion webhook pointed at our operator
+/// (`ours`: our webhook configuration's name), so that v1alpha1 keeps working once
+/// OpenKruise's manager is gone and before our operator manages the conversion settings itself
+/// (the `helm upgrade` printed next). Without our configuration's caBundle, the conversion
+/// settings are left as they are.
+async fn apply_crd(c: &Client, ours: &str) -> Result<(), MigrateError> {
+    let cfg = Api::<MutatingWebhookConfiguration>::all(c.clone())
+        .get_opt(ours)
+        .await
+        .map_err(|e| access("reading our webhook configuration", e))?;
+    let conversion = cfg.as_ref().and_then(our_conversion);
+    let crds = Api::<CustomResourceDefinition>::all(c.clone());
+    if let Some(conversion) = &conversion {
+        // The client configuration's other field (OpenKruise's Service, or a URL) belongs to
+        // another field manager: applied alone, ours would be merged next to it (both a URL
+        // and a Service, which the API server refuses). Replace it first.
+        let mut replace = conversion.clone();
+        let cc = &mut replace["webhook"]["clientConfig"];
+        let other = if cc.get("url").is_some() {
+            "service"
+        } else {
+            "url"
+        };
+        cc[other] = Value::Null;
+        crds.patch(
             sidecarset_core::api::CRD_NAME,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&v),
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &Patch::Merge(&json!({"spec": {"conversion": replace}})),
         )
         .await
-        .map(|_| ())
-        .map_err(|e| access("applying our SidecarSet CRD schema", e))
+        .map_err(|e| access("pointing the CRD's conversion webhook at our operator", e))?;
+    }
+    let mut v = serde_json::to_value(sidecarset_core::api::crd()).unwrap_or_default();
+    if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
+        match conversion {
+            Some(conversion) => spec.insert("conversion".into(), conversion),
+            None => spec.remove("conversion"),
+        };
+    }
+    crds.patch(
+        sidecarset_core::api::CRD_NAME,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&v),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| access("applying our SidecarSet CRD schema", e))
 }
 
 /// Removes OpenKruise as planned: its objects in order, Helm's marks off what is kept, our CRD
-/// schema, then the release record; what was done is appended to `out`.
+/// schema and conversion settings, then the release record; what was done is appended to `out`.
 pub(super) async fn remove_openkruise(
     c: &Client,
     p: &MigrationPlan,
+    ours: &str,
     out: &mut String,
 ) -> Result<(), MigrateError> {
     for d in &p.deletions {
@@ -151,7 +216,7 @@ pub(super) async fn remove_openkruise(
         let name = k.name.rsplit('/').next().unwrap_or(&k.name);
         disown(c, &k.kind, name).await?;
     }
-    apply_crd(c).await?;
+    apply_crd(c, ours).await?;
     for r in &p.release_secrets {
         let (ns, name) = r.split_once('/').unwrap_or(("", r));
         match Api::<Secret>::namespaced(c.clone(), ns)
@@ -178,6 +243,29 @@ pub(super) fn lost_between(before: &Read, after: &Read) -> Vec<String> {
         &before.snapshot.sidecarsets,
         &after.snapshot.sidecarsets,
     );
+    // The same SidecarSet (same UID) as it was: our schema applied over OpenKruise's must not
+    // have pruned or changed a field of any of them.
+    for b in &before.sidecarsets {
+        let Some(a) = after
+            .sidecarsets
+            .iter()
+            .find(|a| a.metadata.uid == b.metadata.uid)
+        else {
+            continue;
+        };
+        let (bv, av) = (
+            serde_json::to_value(b).unwrap_or_default(),
+            serde_json::to_value(a).unwrap_or_default(),
+        );
+        let diff = plan::changed(&bv, &av);
+        if !diff.is_empty() {
+            lost.push(format!(
+                "SidecarSet {} changed: {}",
+                b.metadata.name.as_deref().unwrap_or_default(),
+                diff.join(", ")
+            ));
+        }
+    }
     lost.extend(plan::lost(
         "ControllerRevision",
         &before.snapshot.revisions,
@@ -208,4 +296,44 @@ pub(super) fn lost_between(before: &Read, after: &Read) -> Vec<String> {
         ));
     }
     lost
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(client: Value) -> MutatingWebhookConfiguration {
+        serde_json::from_value(json!({"metadata": {"name": "ours"}, "webhooks": [
+            {"name": "mpod.sidecarset-operator.io", "clientConfig": client,
+             "sideEffects": "None", "admissionReviewVersions": ["v1"]}]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_conversion_points_where_our_pod_webhook_is_served_with_its_ca() {
+        use base64::Engine;
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let b64 = base64::engine::general_purpose::STANDARD.encode(pem);
+        let by_url = our_conversion(&cfg(
+            json!({"url": "https://127.0.0.1:9443/mutate-pod", "caBundle": b64}),
+        ))
+        .unwrap();
+        assert_eq!(
+            by_url["webhook"]["clientConfig"],
+            json!({"url": "https://127.0.0.1:9443/convert", "caBundle": b64})
+        );
+        assert_eq!(by_url["strategy"], "Webhook");
+        let by_service = our_conversion(&cfg(json!({"service": {"namespace": "sso",
+            "name": "sso-webhook", "path": "/mutate-pod", "port": 8443}, "caBundle": b64})))
+        .unwrap();
+        assert_eq!(
+            by_service["webhook"]["clientConfig"],
+            json!({"service": {"namespace": "sso", "name": "sso-webhook", "path": "/convert",
+                   "port": 8443}, "caBundle": b64})
+        );
+        // Our operator has not served yet: nothing to point at.
+        assert!(
+            our_conversion(&cfg(json!({"url": "https://127.0.0.1:9443/mutate-pod"}))).is_none()
+        );
+    }
 }

@@ -12,11 +12,13 @@
 //!
 //! Two steps, each a run of `--apply` (the plan says which is next):
 //! 1. OpenKruise runs, our operator does not: back up; nothing is changed; print the
-//!    `helm install` of our chart next to OpenKruise (`--allow-openkruise`).
+//!    `helm install` of our chart next to OpenKruise (`openkruise.coexistence=true`: the
+//!    operator writes nothing OpenKruise's manager writes, and its webhooks fail open).
 //! 2. Both run (our webhooks registered with a caBundle, the Deployment ready): back up,
 //!    delete OpenKruise's objects, take Helm's ownership marks off what is kept, apply our CRD
 //!    schema, delete the release record, and verify that every SidecarSet, revision and
-//!    injected pod is still there with the same UID.
+//!    injected pod is still there with the same UID (and every SidecarSet as it was); print
+//!    the `helm upgrade` that turns the coexistence mode off.
 //!
 //! Between the two, a pod passes both webhooks: OpenKruise's first (the API server calls
 //! configurations in the order of their names), then ours, which skips every SidecarSet the pod
@@ -185,7 +187,7 @@ pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<MigrateOutput,
             code: EXIT_OK,
         });
     }
-    apply::remove_openkruise(&c, &p, &mut out).await?;
+    apply::remove_openkruise(&c, &p, &args.webhook_config_name, &mut out).await?;
 
     // Verify: nothing lost, nothing recreated, every injected pod's hashes unchanged.
     let after = read::read(&c, args).await?;

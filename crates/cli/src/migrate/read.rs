@@ -32,9 +32,19 @@ fn obj_of(meta: &kube::api::ObjectMeta) -> Obj {
     }
 }
 
+/// What [`releases`] found: OpenKruise's releases, their record Secrets, and the latest records
+/// of releases that could not be decoded ("NAMESPACE/SECRET: why").
+struct Releases {
+    found: Vec<FoundRelease>,
+    records: Vec<Secret>,
+    unreadable: Vec<String>,
+}
+
 /// Every OpenKruise release: the latest record of each Helm release (any namespace) whose
-/// chart is `kruise` or whose manifest renders OpenKruise's SidecarSet CRD or pod webhook.
-async fn releases(c: &Client) -> Result<(Vec<FoundRelease>, Vec<Secret>), MigrateError> {
+/// chart is `kruise` or whose manifest renders OpenKruise's SidecarSet CRD or pod webhook. A
+/// record that cannot be decoded (another tool's Secret of Helm's type, a damaged record of
+/// some other release) is set aside, not an error: the plan names it.
+async fn releases(c: &Client) -> Result<Releases, MigrateError> {
     let secrets: Api<Secret> = Api::all(c.clone());
     let lp = ListParams::default()
         .fields(&format!("type={}", release::RELEASE_SECRET_TYPE))
@@ -58,16 +68,27 @@ async fn releases(c: &Client) -> Result<(Vec<FoundRelease>, Vec<Secret>), Migrat
     }
     let mut found = Vec::new();
     let mut records = Vec::new();
+    let mut unreadable = Vec::new();
     for ((ns, name), (_, s)) in latest {
         let where_ = format!("Secret {ns}/{}", s.name_any());
         let Some(data) = s.data.as_ref().and_then(|d| d.get("release")) else {
             continue;
         };
-        let v =
-            release::decode(&data.0).map_err(|e| MigrateError::Input(format!("{where_}: {e}")))?;
-        let rel = release::parse(&v, &where_).map_err(MigrateError::Input)?;
-        let objects = release::objects(&rel.manifest, &rel.namespace)
-            .map_err(|e| MigrateError::Input(format!("{where_}: {e}")))?;
+        let decoded = release::decode(&data.0)
+            .map_err(|e| format!("{where_}: {e}"))
+            .and_then(|v| release::parse(&v, &where_))
+            .and_then(|rel| {
+                release::objects(&rel.manifest, &rel.namespace)
+                    .map(|objects| (rel, objects))
+                    .map_err(|e| format!("{where_}: {e}"))
+            });
+        let (rel, objects) = match decoded {
+            Ok(x) => x,
+            Err(e) => {
+                unreadable.push(format!("{ns}/{}: {e}", s.name_any()));
+                continue;
+            }
+        };
         let is_kruise = rel.chart_name == "kruise"
             || objects.iter().any(|o| {
                 (o.kind == "CustomResourceDefinition" && o.name == sidecarset_operator_crd())
@@ -92,7 +113,11 @@ async fn releases(c: &Client) -> Result<(Vec<FoundRelease>, Vec<Secret>), Migrat
             secrets: all.iter().map(|x| x.name_any()).collect(),
         });
     }
-    Ok((found, records))
+    Ok(Releases {
+        found,
+        records,
+        unreadable,
+    })
 }
 
 /// The SidecarSet CRD's name.
@@ -113,7 +138,11 @@ pub(super) struct Read {
 
 /// Everything the plan needs, read in one pass.
 pub(super) async fn read(c: &Client, o: &FromOpenKruiseArgs) -> Result<Read, MigrateError> {
-    let (found, records) = releases(c).await?;
+    let Releases {
+        found,
+        records,
+        unreadable,
+    } = releases(c).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(c.clone());
     let crd = crds
         .get_opt(sidecarset_core::api::CRD_NAME)
@@ -170,6 +199,7 @@ pub(super) async fn read(c: &Client, o: &FromOpenKruiseArgs) -> Result<Read, Mig
             others,
             kruise_webhooks,
             ours,
+            unreadable_records: unreadable,
         },
         sidecarsets,
         revisions,

@@ -238,6 +238,50 @@ fn a_watch_is_fresh_until_it_has_failed_for_longer_than_the_threshold() {
     assert!(fresh(1_000_000, 999_000, limit));
 }
 
+/// A watch the API server tears down every second (each change of the CRD's spec re-initialises
+/// the SidecarSets' storage) still gets events between its failures: it is failing all along,
+/// and degraded once that lasts `--watch-stale-after`; it recovers once [`SETTLE`] went by
+/// without a failure, events or not.
+#[test]
+fn a_watch_that_keeps_failing_between_events_is_failing_all_along() {
+    use super::watch::{SETTLE, WatchHealth, fresh};
+    use std::time::Duration;
+    let readiness = Readiness::default();
+    let h = WatchHealth::new("sidecarsets", "watch_sidecarsets", "stale", &readiness);
+    let stale_after = Duration::from_secs(120);
+    let t0 = 1_000_000_000i64;
+    // Torn down every second for three minutes, an event right after each reconnection.
+    for s in 0..180 {
+        h.failed_at(t0 + s * 1000);
+        h.ok_at(t0 + s * 1000 + 300);
+    }
+    let now = t0 + 180_000;
+    assert_eq!(
+        h.failing_since_at(now),
+        t0,
+        "failing since the first teardown"
+    );
+    assert!(
+        !fresh(h.failing_since_at(now), now, stale_after),
+        "degraded"
+    );
+    // Quiet and healthy again: still failing within SETTLE of the last failure, not after.
+    let last = t0 + 179_000;
+    let settle = SETTLE.as_millis() as i64;
+    h.ok_at(last + settle - 1);
+    assert_eq!(h.failing_since_at(last + settle - 1), t0);
+    assert_eq!(h.failing_since_at(last + settle), 0, "recovered");
+    // One failure alone is over after SETTLE, without an event: never degraded with the default.
+    h.failed_at(now);
+    assert_eq!(h.failing_since_at(now + settle - 1), now);
+    assert!(fresh(
+        h.failing_since_at(now + settle - 1),
+        now + settle - 1,
+        stale_after
+    ));
+    assert_eq!(h.failing_since_at(now + settle), 0);
+}
+
 /// A controller that does not read its wake-ups (busy, or stalled at its lower priority) must
 /// not hold the view back: 3,000 SidecarSet events all reach the index, and the wake-ups stay
 /// one per SidecarSet however often each changes.

@@ -30,8 +30,25 @@ pub struct WatchHealth {
     fresh: Gate,
     /// When it last received an event or (re)listed (unix ms).
     last_ok: AtomicI64,
-    /// Since when it has been failing without a success in between (unix ms; 0: not failing).
+    /// Since when it has been failing (unix ms; 0: not failing): set by a failure, cleared only
+    /// once [`SETTLE`] went by without another (see [`still_failing`]).
     failing_since: AtomicI64,
+    /// When it last failed (unix ms; 0: never).
+    last_failure: AtomicI64,
+}
+
+/// A watch that fails again within this long of its last failure is still failing, whatever it
+/// received in between. The API server tears down every watch of a CRD's objects each time the
+/// CRD's spec changes ("storage is (re)initializing"): a watch torn down over and over gets a
+/// few events between its failures, and loses what changed around each, so an event must not
+/// count as recovery. Longer than the watcher's longest backoff (30 s), so a watch failing at
+/// each retry never looks recovered between two retries.
+pub const SETTLE: Duration = Duration::from_secs(45);
+
+/// Whether a watch that started failing at `since` and last failed at `last_failure` is still
+/// failing at `now` (unix ms): until [`SETTLE`] passed without a failure.
+pub fn still_failing(since: i64, last_failure: i64, now: i64) -> bool {
+    since != 0 && now.saturating_sub(last_failure) < SETTLE.as_millis() as i64
 }
 
 fn now_ms() -> i64 {
@@ -57,24 +74,54 @@ impl WatchHealth {
             fresh,
             last_ok: AtomicI64::new(now_ms()),
             failing_since: AtomicI64::new(0),
+            last_failure: AtomicI64::new(0),
         })
     }
 
     pub fn ok(&self) {
-        self.last_ok.store(now_ms(), Ordering::Relaxed);
-        self.failing_since.store(0, Ordering::Relaxed);
+        self.ok_at(now_ms())
+    }
+
+    /// An event or a (re)list at `now` (unix ms).
+    pub fn ok_at(&self, now: i64) {
+        self.last_ok.store(now, Ordering::Relaxed);
+        self.settle(now);
     }
 
     pub fn failed(&self) {
-        let _ =
-            self.failing_since
-                .compare_exchange(0, now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+        self.failed_at(now_ms())
+    }
+
+    /// A failure at `now` (unix ms).
+    pub fn failed_at(&self, now: i64) {
+        self.last_failure.store(now, Ordering::Relaxed);
+        let _ = self
+            .failing_since
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Ends the failure once [`SETTLE`] went by without another; returns since when it has been
+    /// failing (0: not failing).
+    fn settle(&self, now: i64) -> i64 {
+        let since = self.failing_since.load(Ordering::Relaxed);
+        if since != 0 && !still_failing(since, self.last_failure.load(Ordering::Relaxed), now) {
+            let _ =
+                self.failing_since
+                    .compare_exchange(since, 0, Ordering::Relaxed, Ordering::Relaxed);
+            return 0;
+        }
+        since
+    }
+
+    /// Since when it has been failing at `now` (unix ms; 0: not failing).
+    pub fn failing_since_at(&self, now: i64) -> i64 {
+        self.settle(now)
     }
 
     /// Updates the readiness gate and the metrics.
     pub fn check(&self, stale_after: Duration) {
         let now = now_ms();
-        let since = self.failing_since.load(Ordering::Relaxed);
+        let since = self.settle(now);
         self.fresh.set(fresh(since, now, stale_after));
         let m = crate::metrics::metrics();
         let label = crate::metrics::WatchLabel {

@@ -9,13 +9,19 @@ use serde::Serialize;
 mod render;
 #[cfg(test)]
 mod tests;
+mod verify;
 
 pub use render::render;
+pub use verify::{changed, lost};
 
 /// OpenKruise's webhook configurations (what its chart renders, and what the operator refuses
 /// to run next to).
 pub const KRUISE_MUTATING: &str = "kruise-mutating-webhook-configuration";
 pub const KRUISE_VALIDATING: &str = "kruise-validating-webhook-configuration";
+
+/// The OpenKruise version (major, minor) whose SidecarSet schema step 2 applies (our CRD, with
+/// every field of OpenKruise 1.9): a newer OpenKruise may store fields that schema would prune.
+pub const SCHEMA_OF: (u64, u64) = (1, 9);
 
 /// What to do with OpenKruise's other workloads (CloneSets, Advanced StatefulSets, ...), whose
 /// only controller is OpenKruise's manager.
@@ -100,6 +106,8 @@ pub struct Snapshot {
     /// OpenKruise's webhook configurations that exist ("mutatingwebhookconfiguration/NAME").
     pub kruise_webhooks: Vec<String>,
     pub ours: Ours,
+    /// Helm release records that could not be decoded ("NAMESPACE/SECRET: why"): skipped.
+    pub unreadable_records: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -286,10 +294,23 @@ pub fn plan(s: &Snapshot, o: &Options) -> MigrationPlan {
             p.next.push(install_command(o, false));
         } else {
             blockers.push(format!(
-                "OpenKruise's {} exist but no Helm release of OpenKruise was found in any namespace (installed with kubectl or kustomize, or Helm storing releases in ConfigMaps/SQL): this command migrates Helm installs only; see the README's \"Moving from OpenKruise\" for the steps by hand",
-                s.kruise_webhooks.join(" and ")
+                "OpenKruise's {} exist but no Helm release of OpenKruise was found in any namespace (installed with kubectl or kustomize, or Helm storing releases in ConfigMaps/SQL{}): this command migrates Helm installs only; see the README's \"Moving from OpenKruise\" for the steps by hand",
+                s.kruise_webhooks.join(" and "),
+                if s.unreadable_records.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; or its record is one of the unreadable ones: {}",
+                        s.unreadable_records.join("; ")
+                    )
+                }
             ));
         }
+    }
+    for r in &s.unreadable_records {
+        notes.push(format!(
+            "Helm release record {r}: skipped (not readable as a Helm 3/4 release, so not taken for OpenKruise's)"
+        ));
     }
 
     if let Some(r) = rel {
@@ -320,6 +341,9 @@ fn release_blockers(
     blockers: &mut Vec<String>,
     notes: &mut Vec<String>,
 ) {
+    if let Some(b) = newer_than_schema(&r.release) {
+        blockers.push(b);
+    }
     if r.release.status != "deployed" {
         blockers.push(format!(
             "the release {}/{} is {:?}, not \"deployed\": finish or roll back that Helm operation first (`helm history {} -n {}`)",
@@ -372,6 +396,35 @@ fn release_blockers(
             "our webhook configuration name {:?} sorts before {KRUISE_MUTATING:?}: the API server would call ours first while both run; use a name that sorts after it (the chart's default, sidecarset-operator, does)",
             o.webhook_config_name
         ));
+    }
+}
+
+/// `major.minor` of a version such as `1.9.0`, `v1.10.1` or `1.9.0-rc.1`.
+fn major_minor(v: &str) -> Option<(u64, u64)> {
+    let mut parts = v.trim().trim_start_matches('v').split(['.', '-', '+']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// Why the release's OpenKruise is too new to migrate (newer than [`SCHEMA_OF`], or no version
+/// to tell), if it is: step 2 applies our SidecarSet schema, and fields a newer OpenKruise
+/// stores but that schema lacks would be pruned from every SidecarSet.
+fn newer_than_schema(r: &Release) -> Option<String> {
+    let (what, v) = if r.app_version.is_empty() {
+        ("chart version", &r.chart_version)
+    } else {
+        ("app version", &r.app_version)
+    };
+    let (major, minor) = SCHEMA_OF;
+    match major_minor(v) {
+        Some(found) if found <= SCHEMA_OF => None,
+        Some(_) => Some(format!(
+            "the release {}/{} is OpenKruise {v} ({what}), newer than {major}.{minor}, whose SidecarSet schema this command applies: SidecarSets of OpenKruise {v} may hold fields that schema would drop; migrate with a sidecarset-operator made for OpenKruise {v}, or stay on OpenKruise",
+            r.namespace, r.name
+        )),
+        None => Some(format!(
+            "the release {}/{} does not say which OpenKruise it is ({what} {v:?}): this command migrates OpenKruise {major}.{minor} and older only (newer SidecarSets may hold fields our schema would drop); check the release with `helm list -n {}`",
+            r.namespace, r.name, r.namespace
+        )),
     }
 }
 
@@ -476,7 +529,7 @@ fn phase_and_next(p: &mut MigrationPlan, s: &Snapshot, o: &Options, notes: &mut 
         }
         MigrationPhase::RemoveOpenKruise => {
             p.next.push(format!(
-                "helm upgrade {} {} -n {} --reuse-values --set webhook.failurePolicy=Fail --set extraArgs=null   # ours alone now: no pod without its sidecars, and no second injector allowed",
+                "helm upgrade {} {} -n {} --reuse-values --set openkruise.coexistence=false   # ours alone now: its controller and the CRD's conversion settings on, every webhook Fail again",
                 o.operator_release, o.chart, o.operator_namespace
             ));
         }
@@ -484,39 +537,23 @@ fn phase_and_next(p: &mut MigrationPlan, s: &Snapshot, o: &Options, notes: &mut 
     }
 }
 
-/// The `helm install` of our chart; next to OpenKruise it needs `--allow-openkruise`.
+/// The `helm install` of our chart; next to OpenKruise in its coexistence mode
+/// (`openkruise.coexistence=true`).
 pub fn install_command(o: &Options, next_to_openkruise: bool) -> String {
     format!(
         "helm install {} {} -n {} --create-namespace{}",
         o.operator_release,
         o.chart,
         o.operator_namespace,
-        // Next to OpenKruise, ours ignores its own failures: until the operator serves (the
-        // chart registers the webhooks before its pods are ready), a pod that Fail would refuse
-        // passes, injected by OpenKruise. Fail comes back once OpenKruise is gone.
+        // Next to OpenKruise, ours writes nothing OpenKruise's manager writes (no controller:
+        // no SidecarSet status, revision or pod; not the CRD's conversion settings) and its
+        // webhooks fail open: until the operator serves (the chart registers the webhooks
+        // before its pods are ready) nothing is refused, and OpenKruise injects and validates.
+        // Step 2 turns all of it back once OpenKruise is gone.
         if next_to_openkruise {
-            " --set webhook.failurePolicy=Ignore --set 'extraArgs={--allow-openkruise}'"
+            " --set openkruise.coexistence=true"
         } else {
             ""
         }
     )
-}
-
-/// Objects of `before` that are gone from `after`, or came back with another UID
-/// (deleted and recreated), as sentences.
-pub fn lost(what: &str, before: &[Obj], after: &[Obj]) -> Vec<String> {
-    let now: std::collections::BTreeMap<String, &str> =
-        after.iter().map(|o| (o.key(), o.uid.as_str())).collect();
-    before
-        .iter()
-        .filter_map(|b| match now.get(&b.key()) {
-            None => Some(format!("{what} {} is gone (uid {})", b.key(), b.uid)),
-            Some(uid) if *uid != b.uid => Some(format!(
-                "{what} {} was recreated (uid {} before, {uid} now)",
-                b.key(),
-                b.uid
-            )),
-            Some(_) => None,
-        })
-        .collect()
 }

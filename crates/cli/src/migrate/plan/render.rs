@@ -58,10 +58,10 @@ pub fn render(p: &MigrationPlan, s: &Snapshot, apply: bool) -> String {
     let phase = match p.phase {
         MigrationPhase::NothingToDo => "nothing to do",
         MigrationPhase::InstallOperator => {
-            "1 of 2: back up; nothing is changed; then install the operator next to OpenKruise"
+            "1 of 2: back up; nothing is changed; then install the operator next to OpenKruise (in its coexistence mode it writes nothing OpenKruise's manager writes)"
         }
         MigrationPhase::RemoveOpenKruise => {
-            "2 of 2: back up, remove OpenKruise (its webhooks first), forget its Helm release, verify nothing was lost"
+            "2 of 2: back up, remove OpenKruise (its webhooks first), apply our CRD schema with its conversion webhook pointed at our operator, forget its Helm release, verify nothing was lost"
         }
     };
     let _ = writeln!(out, "\nStep {phase}");

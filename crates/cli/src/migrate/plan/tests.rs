@@ -173,6 +173,48 @@ fn blockers() {
             None,
         ),
         (
+            "OpenKruise newer than the schema we apply",
+            |s, _| s.releases[0].release.app_version = "1.10.0".into(),
+            Some("is OpenKruise 1.10.0 (app version), newer than 1.9"),
+        ),
+        (
+            "OpenKruise 1.9 with a v and a patch",
+            |s, _| s.releases[0].release.app_version = "v1.9.3".into(),
+            None,
+        ),
+        (
+            "OpenKruise 2.0 by its chart version",
+            |s, _| {
+                s.releases[0].release.app_version = String::new();
+                s.releases[0].release.chart_version = "2.0.0-rc.1".into();
+            },
+            Some("is OpenKruise 2.0.0-rc.1 (chart version), newer than 1.9"),
+        ),
+        (
+            "no version to tell",
+            |s, _| s.releases[0].release.app_version = "latest".into(),
+            Some("does not say which OpenKruise it is (app version \"latest\")"),
+        ),
+        (
+            "an unreadable record of another release",
+            |s, _| {
+                s.unreadable_records
+                    .push("team-a/sh.helm.release.v1.app.v3: the release is not JSON".into())
+            },
+            None,
+        ),
+        (
+            "webhooks without a release, and an unreadable record",
+            |s, _| {
+                s.releases.clear();
+                s.unreadable_records
+                    .push("default/sh.helm.release.v1.kruise.v2: the release is not base64".into());
+            },
+            Some(
+                "or its record is one of the unreadable ones: default/sh.helm.release.v1.kruise.v2",
+            ),
+        ),
+        (
             "our webhooks would run first",
             |_, o| o.webhook_config_name = "aaa-sidecars".into(),
             Some("sorts before \"kruise-mutating-webhook-configuration\""),
@@ -242,14 +284,17 @@ fn the_phase_follows_our_operator() {
         assert_eq!(p.phase, want, "{ours:?}");
         if want == MigrationPhase::InstallOperator {
             assert!(
-                p.next[0].contains("--allow-openkruise")
-                    && p.next[0].contains("webhook.failurePolicy=Ignore"),
+                p.next[0].ends_with(
+                    "helm install sidecarset-operator charts/sidecarset-operator -n sidecarset-system --create-namespace --set openkruise.coexistence=true"
+                ),
                 "{:?}",
                 p.next
             );
         } else {
             assert!(
-                p.next[0].contains("webhook.failurePolicy=Fail"),
+                p.next[0].starts_with(
+                    "helm upgrade sidecarset-operator charts/sidecarset-operator -n sidecarset-system --reuse-values --set openkruise.coexistence=false "
+                ),
                 "{:?}",
                 p.next
             );
@@ -333,4 +378,46 @@ fn lost_objects_are_named() {
         ]
     );
     assert!(lost("SidecarSet", &before, &before).is_empty());
+}
+
+#[test]
+fn unreadable_records_are_named_in_the_notes() {
+    let mut s = snapshot();
+    s.unreadable_records
+        .push("team-a/sh.helm.release.v1.app.v3: the release is not JSON".into());
+    let p = plan(&s, &options());
+    assert!(p.blockers.is_empty(), "{:?}", p.blockers);
+    assert!(
+        p.notes.iter().any(|n| n.starts_with(
+            "Helm release record team-a/sh.helm.release.v1.app.v3: the release is not JSON: skipped"
+        )),
+        "{:?}",
+        p.notes
+    );
+}
+
+#[test]
+fn a_sidecarset_is_compared_whole_but_for_what_the_server_and_controllers_write() {
+    let before = serde_json::json!({
+        "metadata": {"name": "a", "uid": "1", "resourceVersion": "5", "generation": 2,
+                     "managedFields": [{"manager": "x"}], "labels": {"l": "1"}},
+        "spec": {"containers": [{"name": "c", "image": "i:1", "resources": {"limits": {"cpu": "1"}}}]},
+        "status": {"matchedPods": 1}
+    });
+    let mut same = before.clone();
+    same["metadata"]["resourceVersion"] = "9".into();
+    same["metadata"]["managedFields"] = serde_json::json!([]);
+    same["status"]["matchedPods"] = 3.into();
+    assert!(changed(&before, &same).is_empty());
+    // A field pruned by a schema, and a label changed.
+    let mut pruned = before.clone();
+    pruned["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("resources");
+    pruned["metadata"]["labels"]["l"] = "2".into();
+    assert_eq!(
+        changed(&before, &pruned),
+        ["metadata.labels.l", "spec.containers[0].resources"]
+    );
 }
