@@ -126,7 +126,7 @@ pub(super) fn observe_conflicts(ctx: &Ctx, ss: &SidecarSet, entry: &Entry) -> Op
     if !had {
         for other in index.iter().filter(|o| o.name() != entry.ss.name()) {
             if sidecarset_core::api::conflicts(&entry.ss, [other.as_ref()]).is_err() {
-                let _ = ctx.conflict_wake.0.send(other.name().to_string());
+                ctx.queue.wake(other.name());
             }
         }
     }
