@@ -245,3 +245,61 @@ async fn a_wake_up_during_a_reconcile_is_not_lost() {
     assert_eq!(listed_for(&again.uri), "mesh");
     assert_eq!(Instant::now(), t, "the next reconcile waited");
 }
+
+/// The scans of a reconcile over many pods (its own pods, every pod for those without its
+/// sidecars) let the controller thread's other tasks (the pod watch) run between chunks, and
+/// find what a scan at once finds.
+#[tokio::test]
+async fn long_scans_yield_to_the_other_tasks() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (client, _api) = mock_api::client();
+    let mut ctx = bare_ctx(client, 8);
+    let (pods, mut writer) = reflector::store::<SlimPod>();
+    let n = 3 * observe::SCAN_CHUNK;
+    for i in 0..n {
+        // Every other pod injected with "mesh"; all selected by it.
+        let mut p = json!({"metadata": {"name": format!("p{i}"), "namespace": "shop",
+                                        "labels": {"app": "mesh"}}});
+        if i % 2 == 0 {
+            p["metadata"]["annotations"] = json!({"kruise.io/sidecarset-injected-list": "mesh"});
+        }
+        let p: SlimPod = serde_json::from_value(p).unwrap();
+        writer.apply_watcher_event(&Event::Apply(p.clone()));
+        ctx.pod_index.lock().unwrap().step(
+            &Event::Apply(p),
+            &Default::default(),
+            &|_: &SlimPod| Vec::new(),
+        );
+    }
+    ctx.pods = pods;
+    let ss = sidecarset_core::api::convert::from_v1beta1(&stored("mesh", 1)).unwrap();
+    let mut defaulted = ss.clone();
+    default_sidecarset(&mut defaulted);
+    let entry = Entry::new(Arc::new(defaulted)).unwrap();
+    let turns = AtomicUsize::new(0);
+    let other_task = async {
+        loop {
+            turns.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+        }
+    };
+    let scans = async {
+        let own = observe::observe_pods(&ctx, &entry).await;
+        let without = observe::observe_missing(&ctx, &entry).await;
+        (own.len(), without.len())
+    };
+    let found = tokio::select! {
+        biased;
+        found = scans => found,
+        () = other_task => unreachable!(),
+    };
+    assert_eq!(found, (n / 2, n / 2));
+    let at_once = (
+        pods_of(&ctx.pod_index, &ctx.pods, &ctx.cluster, &entry).len(),
+        missing_pods(&ctx.pod_index, &ctx.pods, &ctx.cluster, &entry, true).len(),
+    );
+    assert_eq!(found, at_once);
+    // Its own pods in two chunks (one yield), every pod in three (two yields).
+    let turns = turns.load(Ordering::SeqCst);
+    assert!(turns >= 3, "the other task had {turns} turns");
+}

@@ -364,10 +364,16 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     default_sidecarset(&mut defaulted);
     let entry = Entry::new(Arc::new(defaulted)).map_err(|e| Error::Invalid(e.to_string()))?;
     let classifier = Classifier::new(&entry).map_err(Error::Invalid)?;
-    let pods = observe::observe_pods(&ctx, &entry);
-    let without = observe::observe_missing(&ctx, &entry);
+    let pods = observe::observe_pods(&ctx, &entry).await;
+    let without = observe::observe_missing(&ctx, &entry).await;
     // One full Pod at a time, dropped after its view is taken.
-    let views: Vec<rollout::PodView> = pods.iter().map(|p| classifier.view(&p.to_pod())).collect();
+    let mut views: Vec<rollout::PodView> = Vec::with_capacity(pods.len());
+    for (n, chunk) in pods.chunks(observe::SCAN_CHUNK).enumerate() {
+        if n > 0 {
+            tokio::task::yield_now().await;
+        }
+        views.extend(chunk.iter().map(|p| classifier.view(&p.to_pod())));
+    }
     let (latest_revision, collision_count) = revisions::register(&ctx, &entry, &pods).await?;
 
     // Plan.
