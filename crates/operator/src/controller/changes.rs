@@ -161,6 +161,11 @@ impl RelevantChanges {
         }
     }
 
+    /// Whether a SidecarSet of this name passed before.
+    pub fn knows(&self, name: &str) -> bool {
+        self.seen.contains_key(name)
+    }
+
     pub fn changed(&mut self, ss: &StoredSidecarSet) -> bool {
         let now = relevant(ss);
         let name = ss.name_any();

@@ -1,8 +1,10 @@
 //! The controller: keeps each SidecarSet's status and revisions current and rolls sidecar
 //! upgrades out in place. Event-driven: a reconcile runs when the SidecarSet changes (not its
 //! status: see [`relevant`]), when one of its pods changes, or when this replica becomes the
-//! leader ([`wakes`]); while pods are in flight it is looked at again in 5 s (through
-//! [`queue::ReconcileQueue`], in turn with the SidecarSets woken by their pods).
+//! leader ([`wakes`]); while pods are in flight it is looked at again in 5 s, after an error
+//! after its backoff ([`retry`]). Every one of these goes through [`queue::ReconcileQueue`], the
+//! one scheduler: kube-runtime's runner runs what it hands over, no more than
+//! `--max-concurrent-reconciles` at once.
 //!
 //! One reconcile is three steps: [`observe`] (the SidecarSet's own pods from
 //! [`pods::PodIndex`], its latest revision from the cluster view), [`plan`] (a pure function of
@@ -29,9 +31,9 @@ pub use observe::{excluded_but_selected, missing_pods, pods_of};
 use crate::cluster::ClusterView;
 use crate::events::SidecarSetEvents;
 use futures::StreamExt;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher;
+use kube::runtime::controller::{Action, Config};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::utils::CancelableJoinHandle;
 use kube::{Client, ResourceExt};
 use sidecarset_core::api::v1beta1::SidecarSet as StoredSidecarSet;
 use sidecarset_core::api::{SidecarSet, default_sidecarset};
@@ -73,8 +75,8 @@ pub struct Ctx {
     pub resync: Duration,
     /// How many SidecarSets are reconciled at once (`--max-concurrent-reconciles`).
     pub concurrency: u16,
-    /// The queue of SidecarSets woken by their pods, in turn ([`queue`]); made for
-    /// `concurrency` by [`run`].
+    /// The one scheduler: every SidecarSet to reconcile waits here for its turn ([`queue`]);
+    /// made for `concurrency` by [`run`].
     queue: Arc<queue::ReconcileQueue>,
     /// Each failing SidecarSet's next retry delay (the error policy's).
     retries: retry::Backoffs,
@@ -85,12 +87,6 @@ pub struct Ctx {
     /// SidecarSet → the status this process last wrote and the resourceVersions its recent
     /// writes produced (to tell a repair from a change: see [`Ctx::status_repair`]).
     written: changes::WrittenStatuses,
-    /// SidecarSets to reconcile because one they conflict with found the conflict (so both
-    /// show the `Conflict` condition), and the receiving end [`run`] takes.
-    conflict_wake: (
-        tokio::sync::mpsc::UnboundedSender<String>,
-        Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
-    ),
 }
 
 impl Ctx {
@@ -123,10 +119,6 @@ impl Ctx {
             refusals: Default::default(),
             scanned: Default::default(),
             written: Default::default(),
-            conflict_wake: {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                (tx, Mutex::new(Some(rx)))
-            },
         }
     }
 
@@ -208,47 +200,95 @@ pub async fn run(
     let (pods, writer) = reflector::store();
     ctx.pods = pods;
     ctx.queue = queue::ReconcileQueue::new(ctx.concurrency);
-    let _pod_watch = wakes::AbortOnDrop(tokio::spawn(wakes::pod_wakes(
-        watches,
-        writer,
-        ctx.pod_index.clone(),
-        ctx.cluster.clone(),
-        ctx.queue.clone(),
-    )));
-
-    let becoming_leader = wakes::on_becoming_leader(ctx.leadership.clone());
-    // Every `resync` while leading (off unless asked for), everything again: a safety net. A
-    // status that is not the one last written (a late write of a former leader) wakes its
-    // SidecarSet by itself (RelevantChanges), and a write that failed is retried by the error
-    // policy.
-    let resyncs = wakes::resync_ticks(ctx.leadership.clone(), ctx.resync);
-    let reconcile_all = futures::stream::select(becoming_leader, resyncs);
-    let conflicts_found = wakes::conflict_wakes(&ctx);
-    let mut changes = changes::RelevantChanges::repairing(&ctx);
-    let trigger = trigger
-        .stream(sidecarsets.clone())
-        .filter(move |ss| std::future::ready(changes.changed(ss)))
-        .map(Ok::<_, watcher::Error>);
-    // The queue's limit, and a reserve for what does not go through it (see [`queue`]).
-    let config =
-        kube::runtime::controller::Config::default().concurrency(ctx.queue.controller_limit());
-    let woken = {
-        let store = sidecarsets.clone();
-        ctx.queue.clone().stream(move |r| store.get(r).is_some())
+    let queue = ctx.queue.clone();
+    // What wakes a SidecarSet, each into the queue: its pods, its own changes (a status that is
+    // not the one last written, a late write of a former leader, wakes its SidecarSet by itself:
+    // RelevantChanges); a new leader's pass and the resync: [`reconciles`].
+    let _feeds = [
+        tokio::spawn(wakes::pod_wakes(
+            watches,
+            writer,
+            ctx.pod_index.clone(),
+            ctx.cluster.clone(),
+            queue.clone(),
+        )),
+        tokio::spawn(wakes::own_changes(
+            trigger,
+            sidecarsets.clone(),
+            changes::RelevantChanges::repairing(&ctx),
+            queue.clone(),
+        )),
+    ]
+    .map(wakes::AbortOnDrop);
+    // The first signal stops taking work and lets the reconciles running finish; a second one
+    // drops them.
+    let (graceful, stopping) = futures::channel::oneshot::channel::<()>();
+    let forced = async move {
+        crate::shutdown::signal().await;
+        tracing::info!("stopping the controller once its reconciles end; signal again to stop now");
+        let _ = graceful.send(());
+        crate::shutdown::signal().await;
     };
-    Controller::for_stream(trigger, sidecarsets)
-        .with_config(config)
-        .reconcile_on(woken)
-        .reconcile_all_on(reconcile_all)
-        .reconcile_on(conflicts_found)
-        .shutdown_on_signal()
-        .run(measured_reconcile, error_policy, Arc::new(ctx))
-        .for_each(|_| async {})
-        .await;
+    reconciles(Arc::new(ctx), sidecarsets, async move {
+        let _ = stopping.await;
+    })
+    .take_until(Box::pin(forced))
+    .for_each(|res| {
+        // A name handed over whose object left the store meanwhile: its slot is free again.
+        if let Err(kube::runtime::controller::Error::ObjectNotFound(r)) = res {
+            queue.forget(&r.name);
+        }
+        std::future::ready(())
+    })
+    .await;
 }
 
-/// Counts the failure by reason and retries the SidecarSet after its next delay ([`retry`]:
-/// 1 s doubling to 5 min, started over by a successful reconcile).
+/// The reconciles, in the order the queue hands them over, each on a task of its own, exactly
+/// as many at once as the queue's concurrency; no more once `stop` resolves (those running
+/// finish). Once the store has listed, the queue hands names over and a new leader's pass and
+/// the resync wake every SidecarSet ([`wakes::passes`]), in this task: the store's readiness
+/// wakes one waiting task only (a `oneshot` underneath), the applier's runner waits for it too,
+/// and a pass waiting for it on a task of its own left this one waiting for ever.
+fn reconciles(
+    ctx: Arc<Ctx>,
+    sidecarsets: Store<StoredSidecarSet>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> impl futures::Stream<
+    Item = Result<
+        (ObjectRef<StoredSidecarSet>, Action),
+        kube::runtime::controller::Error<Error, std::convert::Infallible>,
+    >,
+> {
+    let queue = ctx.queue.clone();
+    let (leadership, resync) = (ctx.leadership.clone(), ctx.resync);
+    let (ready, store) = (sidecarsets.clone(), sidecarsets.clone());
+    let woken = futures::stream::once(async move {
+        // Before the store has listed, every name would look deleted.
+        let _ = ready.wait_until_ready().await;
+        let passes = wakes::passes(leadership, resync, store.clone(), queue.clone());
+        futures::stream::select(queue.stream(move |r| store.get(r).is_some()), passes)
+    })
+    .flatten()
+    .map(Ok::<_, std::convert::Infallible>)
+    .take_until(Box::pin(stop));
+    let config = Config::default().concurrency(ctx.queue.concurrency());
+    kube::runtime::applier(
+        |ss, ctx| {
+            CancelableJoinHandle::spawn(
+                measured_reconcile(ss, ctx),
+                &tokio::runtime::Handle::current(),
+            )
+        },
+        error_policy,
+        ctx,
+        sidecarsets,
+        woken,
+        config,
+    )
+}
+
+/// Counts the failure by reason and has the queue wake the SidecarSet after its next delay
+/// ([`retry`]: 1 s doubling to 5 min, started over by a successful reconcile).
 fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, ctx: Arc<Ctx>) -> Action {
     let name = ss.name_any();
     crate::metrics::metrics()
@@ -261,7 +301,8 @@ fn error_policy(ss: Arc<StoredSidecarSet>, err: &Error, ctx: Arc<Ctx>) -> Action
     } else {
         warn!(sidecarset = %name, error = %err, retry_in = ?delay, "reconcile failed; retrying");
     }
-    Action::requeue(delay)
+    ctx.queue.wake_after(&name, delay);
+    Action::await_change()
 }
 
 async fn measured_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -326,10 +367,16 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     default_sidecarset(&mut defaulted);
     let entry = Entry::new(Arc::new(defaulted)).map_err(|e| Error::Invalid(e.to_string()))?;
     let classifier = Classifier::new(&entry).map_err(Error::Invalid)?;
-    let pods = observe::observe_pods(&ctx, &entry);
-    let without = observe::observe_missing(&ctx, &entry);
+    let pods = observe::observe_pods(&ctx, &entry).await;
+    let without = observe::observe_missing(&ctx, &entry).await;
     // One full Pod at a time, dropped after its view is taken.
-    let views: Vec<rollout::PodView> = pods.iter().map(|p| classifier.view(&p.to_pod())).collect();
+    let mut views: Vec<rollout::PodView> = Vec::with_capacity(pods.len());
+    for (n, chunk) in pods.chunks(observe::SCAN_CHUNK).enumerate() {
+        if n > 0 {
+            tokio::task::yield_now().await;
+        }
+        views.extend(chunk.iter().map(|p| classifier.view(&p.to_pod())));
+    }
     let (latest_revision, collision_count) = revisions::register(&ctx, &entry, &pods).await?;
 
     // Plan.
@@ -382,10 +429,10 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         &latest_revision,
     )
     .await?;
-    // The recheck goes through the queue, in turn with the pods' wake-ups, and is dropped when
-    // one of them reconciles this first: under load, requeues straight into the controller took
-    // every slot (a SidecarSet with pods in flight asks for one every 5 s) while the wake-ups
-    // that carry news waited.
+    // The recheck waits its turn with the pods' wake-ups, and is dropped when one of them
+    // reconciles this first: under load, requeues straight into the controller took every slot
+    // (a SidecarSet with pods in flight asks for one every 5 s) while the wake-ups that carry
+    // news waited.
     if let plan::Next::After(d) = planned.next {
         ctx.queue.wake_after(&name, d);
     }
@@ -420,3 +467,5 @@ fn record_metrics(name: &str, planned: &plan::ReconcilePlan) {
 
 #[cfg(test)]
 mod against_a_mock_api_server;
+#[cfg(test)]
+mod against_a_mock_api_server_scheduling;

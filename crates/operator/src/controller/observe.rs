@@ -6,7 +6,7 @@ use super::{Ctx, conditions, pods};
 use crate::cluster::ClusterView;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use sidecarset_core::api::SidecarSet;
 use sidecarset_core::index::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -17,28 +17,65 @@ fn injected_into(p: &SlimPod) -> std::collections::BTreeSet<String> {
     sidecarset_core::api::injected_list(p.annotations())
 }
 
+/// How many pods a scan looks at between two yields to the other tasks of the controller's
+/// thread (the pod watch above all): a new leader's pass reconciles every SidecarSet, and each
+/// first reconcile scans every pod of the cluster.
+pub const SCAN_CHUNK: usize = 512;
+
+/// Namespace → its labels, read once per reconcile, not once per pod.
+type NsLabels = HashMap<String, BTreeMap<String, String>>;
+
 /// The SidecarSet's pods: injected with it and still selected by it (as OpenKruise: narrowing
-/// the selector stops counting and upgrading the pods it no longer selects).
-pub(super) fn observe_pods(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
-    pods_of(&ctx.pod_index, &ctx.pods, &ctx.cluster, entry)
+/// the selector stops counting and upgrading the pods it no longer selects). Yields every
+/// [`SCAN_CHUNK`] pods.
+pub(super) async fn observe_pods(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
+    let keys = ctx
+        .pod_index
+        .lock()
+        .map(|i| i.pods_of(entry.ss.name()))
+        .unwrap_or_default();
+    let mut ns_labels = NsLabels::new();
+    let mut pods = Vec::with_capacity(keys.len());
+    for (n, chunk) in keys.chunks(SCAN_CHUNK).enumerate() {
+        if n > 0 {
+            tokio::task::yield_now().await;
+        }
+        pods.extend(own_pods(
+            chunk,
+            &ctx.pods,
+            &ctx.cluster,
+            entry,
+            &mut ns_labels,
+        ));
+    }
+    pods
 }
 
-/// `observe_pods` from the parts of the context it reads (the simulation calls it too).
+/// `observe_pods` from the parts of the context it reads, at once (the simulation calls it).
 pub fn pods_of(
     pod_index: &Mutex<pods::PodIndex>,
     store: &Store<SlimPod>,
     cluster: &ClusterView,
     entry: &Entry,
 ) -> Vec<Arc<SlimPod>> {
-    let name = entry.ss.name();
     let keys = pod_index
         .lock()
-        .map(|i| i.pods_of(name))
+        .map(|i| i.pods_of(entry.ss.name()))
         .unwrap_or_default();
-    // Each namespace's labels once per reconcile, not once per pod.
-    let mut ns_labels: HashMap<String, BTreeMap<String, String>> = HashMap::new();
-    keys.into_iter()
-        .filter_map(|k| store.get(&k))
+    own_pods(&keys, store, cluster, entry, &mut NsLabels::new())
+}
+
+/// The pods at `keys` injected with the SidecarSet and still selected by it.
+fn own_pods(
+    keys: &[pods::Key],
+    store: &Store<SlimPod>,
+    cluster: &ClusterView,
+    entry: &Entry,
+    ns_labels: &mut NsLabels,
+) -> Vec<Arc<SlimPod>> {
+    let name = entry.ss.name();
+    keys.iter()
+        .filter_map(|k| store.get(k))
         .filter(|p| injected_into(p.as_ref()).contains(name))
         .filter(|p| {
             let ns = p.metadata.namespace.as_deref().unwrap_or("");
@@ -51,23 +88,60 @@ pub fn pods_of(
 }
 
 /// The active pods the SidecarSet selects that run without its sidecars. Their own events keep
-/// the list; after the SidecarSet is created or changed, every pod is scanned once.
-pub(super) fn observe_missing(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
+/// the list; after the SidecarSet is created or changed, every pod is scanned once, yielding
+/// every [`SCAN_CHUNK`] pods.
+pub(super) async fn observe_missing(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod>> {
     let name = entry.ss.name();
     let now = (entry.ss.metadata.uid.clone(), entry.ss.metadata.generation);
     let fresh = ctx.scanned.lock().is_ok_and(|s| s.get(name) == Some(&now));
-    let pods = missing_pods(&ctx.pod_index, &ctx.pods, &ctx.cluster, entry, !fresh);
-    if !fresh && let Ok(mut s) = ctx.scanned.lock() {
-        if s.len() > 100_000 {
-            s.clear();
+    let ns_labels = Mutex::new(NsLabels::new());
+    let selected = |p: &SlimPod| selects(&ctx.cluster, entry, &ns_labels, p);
+    if !fresh {
+        let all = ctx.pods.state();
+        if let Ok(mut i) = ctx.pod_index.lock() {
+            i.forget_missing(name);
         }
-        s.insert(name.to_string(), now);
+        let excluded = &ctx.cluster.skip_namespaces;
+        for (n, chunk) in all.chunks(SCAN_CHUNK).enumerate() {
+            if n > 0 {
+                tokio::task::yield_now().await;
+            }
+            let Ok(mut i) = ctx.pod_index.lock() else {
+                break;
+            };
+            for pod in chunk {
+                // Changed or gone since the scan began: its own event indexed it (the store
+                // and the index follow each event together, on this thread).
+                let current = ctx.pods.get(&ObjectRef::from_obj(pod.as_ref()));
+                if current.is_some_and(|c| Arc::ptr_eq(&c, pod)) {
+                    i.mark_if_missing(name, pod, excluded, &selected);
+                }
+            }
+        }
+        if let Ok(mut s) = ctx.scanned.lock() {
+            if s.len() > 100_000 {
+                s.clear();
+            }
+            s.insert(name.to_string(), now);
+        }
     }
-    pods
+    listed_missing(&ctx.pod_index, &ctx.pods, entry, &selected)
 }
 
-/// `observe_missing` from the parts of the context it reads (the simulation calls it too);
-/// with `rescan`, every pod is scanned first.
+/// Whether `entry` selects `p` for injection (its namespace's labels cached in `ns_labels`).
+fn selects(cluster: &ClusterView, entry: &Entry, ns_labels: &Mutex<NsLabels>, p: &SlimPod) -> bool {
+    let ns = p.metadata.namespace.as_deref().unwrap_or("");
+    let Ok(mut cache) = ns_labels.lock() else {
+        return false;
+    };
+    let labels = cache
+        .entry(ns.to_string())
+        .or_insert_with(|| cluster.namespace_labels(ns));
+    !entry.ss.spec.injection_strategy.paused && entry.matches(p.labels(), labels)
+}
+
+/// `observe_missing` from the parts of the context it reads, at once (the simulation calls it
+/// too); with `rescan`, every pod is scanned first.
 pub fn missing_pods(
     pod_index: &Mutex<pods::PodIndex>,
     store: &Store<SlimPod>,
@@ -75,29 +149,30 @@ pub fn missing_pods(
     entry: &Entry,
     rescan: bool,
 ) -> Vec<Arc<SlimPod>> {
-    let name = entry.ss.name();
-    let ns_labels: Mutex<HashMap<String, BTreeMap<String, String>>> = Default::default();
-    let selected = |p: &SlimPod| {
-        let ns = p.metadata.namespace.as_deref().unwrap_or("");
-        let Ok(mut cache) = ns_labels.lock() else {
-            return false;
-        };
-        let labels = cache
-            .entry(ns.to_string())
-            .or_insert_with(|| cluster.namespace_labels(ns));
-        !entry.ss.spec.injection_strategy.paused && entry.matches(p.labels(), labels)
-    };
+    let ns_labels = Mutex::new(NsLabels::new());
+    let selected = |p: &SlimPod| selects(cluster, entry, &ns_labels, p);
     if rescan {
         let all = store.state();
         if let Ok(mut i) = pod_index.lock() {
             i.rescan(
-                name,
+                entry.ss.name(),
                 all.iter().map(|p| p.as_ref()),
                 &cluster.skip_namespaces,
                 &selected,
             );
         }
     }
+    listed_missing(pod_index, store, entry, &selected)
+}
+
+/// The pods the index lists as lacking the SidecarSet that still do, by namespace and name.
+fn listed_missing(
+    pod_index: &Mutex<pods::PodIndex>,
+    store: &Store<SlimPod>,
+    entry: &Entry,
+    selected: &dyn Fn(&SlimPod) -> bool,
+) -> Vec<Arc<SlimPod>> {
+    let name = entry.ss.name();
     let keys = pod_index
         .lock()
         .map(|i| i.missing(name))
@@ -126,7 +201,7 @@ pub(super) fn observe_conflicts(ctx: &Ctx, ss: &SidecarSet, entry: &Entry) -> Op
     if !had {
         for other in index.iter().filter(|o| o.name() != entry.ss.name()) {
             if sidecarset_core::api::conflicts(&entry.ss, [other.as_ref()]).is_err() {
-                let _ = ctx.conflict_wake.0.send(other.name().to_string());
+                ctx.queue.wake(other.name());
             }
         }
     }

@@ -11,7 +11,7 @@ use kube::runtime::watcher::Event;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-type Key = ObjectRef<SlimPod>;
+pub type Key = ObjectRef<SlimPod>;
 /// One allocation per pod, shared by every map that holds it.
 type Shared = Arc<Key>;
 
@@ -352,6 +352,15 @@ impl PodIndex {
         excluded_ns: &BTreeSet<String>,
         selected: &dyn Fn(&SlimPod) -> bool,
     ) {
+        self.forget_missing(sidecarset);
+        for pod in pods {
+            self.mark_if_missing(sidecarset, pod, excluded_ns, selected);
+        }
+    }
+
+    /// Forgets which pods lack the SidecarSet: the start of a [`PodIndex::rescan`] (the rest
+    /// is [`PodIndex::mark_if_missing`] for every pod).
+    pub fn forget_missing(&mut self, sidecarset: &str) {
         let keys: Vec<Key> = self.missing(sidecarset);
         for k in &keys {
             if let Some(list) = self.current.missing_of.get_mut(k) {
@@ -362,25 +371,35 @@ impl PodIndex {
             }
         }
         self.current.missing.remove(sidecarset);
-        for pod in pods {
-            let excluded = pod
-                .metadata
-                .namespace
-                .as_deref()
-                .is_some_and(|ns| excluded_ns.contains(ns));
-            let lacks = pod.is_active()
-                && !sidecarset_core::api::injected_list(pod.annotations()).contains(sidecarset)
-                && selected(pod);
-            if !excluded {
-                if lacks {
-                    self.current
-                        .mark_missing(&Arc::new(key_of(pod)), sidecarset);
-                }
-            } else if let Some(by) = self.current.excluded.get_mut(&key_of(pod)) {
-                by.retain(|n| n != sidecarset);
-                if lacks {
-                    by.push(sidecarset.to_string());
-                }
+    }
+
+    /// Marks `pod` as lacking the SidecarSet when it does: outside the excluded namespaces,
+    /// active, `selected` and not injected with it; inside them, records whether the
+    /// SidecarSet selects it (for the report of pods selected in excluded namespaces).
+    pub fn mark_if_missing(
+        &mut self,
+        sidecarset: &str,
+        pod: &SlimPod,
+        excluded_ns: &BTreeSet<String>,
+        selected: &dyn Fn(&SlimPod) -> bool,
+    ) {
+        let excluded = pod
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| excluded_ns.contains(ns));
+        let lacks = pod.is_active()
+            && !sidecarset_core::api::injected_list(pod.annotations()).contains(sidecarset)
+            && selected(pod);
+        if !excluded {
+            if lacks {
+                self.current
+                    .mark_missing(&Arc::new(key_of(pod)), sidecarset);
+            }
+        } else if let Some(by) = self.current.excluded.get_mut(&key_of(pod)) {
+            by.retain(|n| n != sidecarset);
+            if lacks {
+                by.push(sidecarset.to_string());
             }
         }
     }

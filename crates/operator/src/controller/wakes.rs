@@ -1,24 +1,68 @@
-//! What wakes a SidecarSet's reconcile besides its own changes: its pods' events (through the
-//! reconcile queue), this replica becoming the leader, the periodic resync, and another
-//! SidecarSet finding a conflict with it.
+//! What wakes a SidecarSet's reconcile, each into the [`queue`] in its lane: its own changes,
+//! its pods' events, this replica becoming the leader and the periodic resync. (Another
+//! SidecarSet finding a conflict with it wakes it from the reconcile: `observe`.)
 
+use super::changes::RelevantChanges;
+use super::queue::{self, Lane};
 use super::slim::SlimPod;
-use super::{Ctx, leader, pods, queue};
+use super::{leader, pods};
 use crate::cluster::ClusterView;
 use futures::StreamExt;
-use kube::Client;
 use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
 use sidecarset_core::api::v1beta1::SidecarSet as StoredSidecarSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Emits once each time this replica becomes the leader: a new leader reconciles every
-/// SidecarSet once, then only on changes.
-pub(super) fn on_becoming_leader(
+/// Wakes the SidecarSets whose own object changed ([`RelevantChanges`]) in [`Lane::Urgent`],
+/// ahead of their pods' wake-ups; one seen for the first time (created, or listed when the
+/// process starts) in [`Lane::Normal`]: a start is no reason to go ahead of the pods.
+pub(super) async fn own_changes(
+    trigger: Arc<crate::cluster::watch::Wakeups>,
+    sidecarsets: Store<StoredSidecarSet>,
+    mut changes: RelevantChanges,
+    queue: Arc<queue::ReconcileQueue>,
+) {
+    trigger
+        .stream(sidecarsets)
+        .for_each(move |ss| {
+            let name = ss.name_any();
+            let known = changes.knows(&name);
+            if changes.changed(&ss) {
+                queue.wake_in(if known { Lane::Urgent } else { Lane::Normal }, &name);
+            }
+            std::future::ready(())
+        })
+        .await;
+}
+
+/// Wakes every SidecarSet of the store in [`Lane::Low`] each time this replica becomes the
+/// leader, and every `resync` while it leads (a safety net; zero: never): behind spec changes,
+/// rollouts and the pods' wake-ups, so a new leader's pass stalls none of them. A stream that
+/// yields nothing, to run in the task that hands the queue's names over, once the store has
+/// listed (see [`super::reconciles`]).
+pub(super) fn passes(
     leadership: leader::Leadership,
-) -> impl futures::Stream<Item = ()> + Send {
+    resync: Duration,
+    sidecarsets: Store<StoredSidecarSet>,
+    queue: Arc<queue::ReconcileQueue>,
+) -> impl futures::Stream<Item = ObjectRef<StoredSidecarSet>> + Send + use<> {
+    let becoming_leader = on_becoming_leader(leadership.clone());
+    let resyncs = resync_ticks(leadership, resync);
+    futures::stream::select(becoming_leader, resyncs).filter_map(move |()| {
+        let names = sidecarsets
+            .state()
+            .iter()
+            .map(|ss| ss.name_any())
+            .collect::<Vec<_>>();
+        queue.wake_all(Lane::Low, names);
+        std::future::ready(None)
+    })
+}
+
+fn on_becoming_leader(leadership: leader::Leadership) -> impl futures::Stream<Item = ()> + Send {
     let rx = leadership.watch();
     futures::stream::unfold((rx, false), |(mut rx, mut was)| async move {
         loop {
@@ -33,7 +77,7 @@ pub(super) fn on_becoming_leader(
 }
 
 /// Emits every `period` while this replica leads (never with a zero period).
-pub(super) fn resync_ticks(
+fn resync_ticks(
     leadership: leader::Leadership,
     period: Duration,
 ) -> impl futures::Stream<Item = ()> + Send {
@@ -47,18 +91,6 @@ pub(super) fn resync_ticks(
                 return Some(((), leadership));
             }
         }
-    })
-}
-
-/// The SidecarSets to reconcile because another found a conflict with them.
-pub(super) fn conflict_wakes(
-    ctx: &Ctx,
-) -> impl futures::Stream<Item = ObjectRef<StoredSidecarSet>> + use<> {
-    let rx = ctx.conflict_wake.1.lock().ok().and_then(|mut r| r.take());
-    futures::stream::unfold(rx, |rx| async move {
-        let mut rx = rx?;
-        let name = rx.recv().await?;
-        Some((ObjectRef::<StoredSidecarSet>::new(&name), Some(rx)))
     })
 }
 
