@@ -108,10 +108,11 @@ pub(super) async fn gather(c: &Cluster, args: &CheckArgs) -> Result<Observed, To
         o.probe_v1beta1 = probe(c, "v1beta1").await;
         o.probe_v1alpha1 = probe(c, "v1alpha1").await;
     }
-    o.expected_match = c.sidecarsets().await.ok().map(|sets| {
+    if let Ok(sets) = c.sidecarsets().await {
         let (index, _) = sidecarset_core::index::Index::from_sidecarsets(sets);
-        sidecarset_core::index::cel::pod_match_expression(&index)
-    });
+        o.expected_match = Some(sidecarset_core::index::cel::pod_match_expression(&index));
+        o.expected_coverage = Some(sidecarset_core::index::cel::PodCoverage::of_index(&index));
+    }
 
     read_leadership(c, args, &deployed, &mut o).await;
     o.openkruise = kruise_webhooks_found(c)

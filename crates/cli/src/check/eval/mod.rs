@@ -171,6 +171,9 @@ pub struct Observed {
     /// The pod webhook's match condition the current SidecarSets call for (`None`: too long, the
     /// webhook is then called for every pod).
     pub expected_match: Option<Option<String>>,
+    /// What the current SidecarSets select, as the operator records coverage (compared with
+    /// the record published next to the condition, which may be wider for a while).
+    pub expected_coverage: Option<sidecarset_core::index::cel::PodCoverage>,
     /// The EndpointSlices of the webhook Service (Service mode).
     pub endpoint_slices: Option<Vec<EndpointSlice>>,
     /// Leader election is on (the operator's `--leader-elect`).

@@ -51,6 +51,7 @@ fn healthy() -> Observed {
         probe_v1beta1: Some(Ok(true)),
         probe_v1alpha1: Some(Ok(true)),
         expected_match: Some(Some("want".into())),
+        expected_coverage: None,
         endpoint_slices: None,
         leader_elect: true,
         lease_name: "sidecarset-operator".into(),
@@ -359,6 +360,20 @@ fn each_failure_turns_its_line() {
         (
             "stale match condition",
             |o| o.expected_match = Some(Some("other".into())),
+            "match-conditions",
+            CheckStatus::Fail,
+            "not the current SidecarSets",
+        ),
+        (
+            "wider while a SidecarSet is admitted",
+            |o| published(o, &["web", "api"], &["web"]),
+            "match-conditions",
+            CheckStatus::Ok,
+            "and more",
+        ),
+        (
+            "a record that leaves a current SidecarSet out",
+            |o| published(o, &["web"], &["web", "api"]),
             "match-conditions",
             CheckStatus::Fail,
             "not the current SidecarSets",
@@ -732,4 +747,46 @@ fn before_install() {
         change(&mut o);
         assert_eq!(line(&o, check).status, status, "{o:?}");
     }
+}
+
+/// The operator's record covers the `app` values `recorded` (the first in `selected`, the others
+/// pending admissions), the condition is its rendering, and the current SidecarSets select the
+/// `app` values `current`.
+fn published(o: &mut Observed, recorded: &[&str], current: &[&str]) {
+    use sidecarset_core::index::cel::PodCoverage;
+    let app = |values: &[&str]| PodCoverage {
+        labels: [(
+            "app".to_string(),
+            values.iter().map(|v| v.to_string()).collect(),
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let mut total = app(&recorded[..1]);
+    let mut pending = serde_json::Map::new();
+    for (i, v) in recorded[1..].iter().enumerate() {
+        pending.insert(
+            format!("ss-{i}"),
+            json!({"uid": format!("u{i}"), "covers": app(&[v])}),
+        );
+        total.union(&app(&[v]));
+    }
+    let record = json!({"selected": app(&recorded[..1]), "pending": pending});
+    o.expected_match = Some(app(current).expression());
+    o.expected_coverage = Some(app(current));
+    let expression = total.expression().unwrap();
+    let m = o.mutating.as_mut().unwrap();
+    m.metadata.annotations = Some(
+        [(
+            "sidecarset-operator.io/pod-match-coverage".to_string(),
+            record.to_string(),
+        )]
+        .into(),
+    );
+    mwc(o, POD_CREATE_WEBHOOK).match_conditions = Some(vec![
+        k8s_openapi::api::admissionregistration::v1::MatchCondition {
+            name: "selected-by-a-sidecarset".into(),
+            expression,
+        },
+    ]);
 }

@@ -9,6 +9,7 @@ use super::{
     Line, Observed, POD_CREATE_WEBHOOK, POD_UPDATE_WEBHOOK, SIDECARSET_MUTATE_WEBHOOK,
     SIDECARSET_VALIDATE_WEBHOOK, Target, fail, ok, warn, why_probe_failed,
 };
+use sidecarset_core::index::cel::PodCoverage;
 
 /// One webhook of either configuration: name, failure policy, caBundle, where it calls.
 type WebhookEntry<'a> = (&'a str, Option<&'a str>, Option<&'a [u8]>, Option<Target>);
@@ -263,10 +264,63 @@ pub(super) fn match_conditions(o: &Observed) -> Line {
             "the pod webhook has no match condition: the API server calls it for every pod, not only those a SidecarSet selects",
             "the operator keeps it (--pod-match-conditions, on by default; off under OLM); check its log for a refused condition",
         ),
+        (Some(h), _) if wider_while_admitting(m, h, o.expected_coverage.as_ref()) => ok(
+            C,
+            "the pod webhook's match condition covers the current SidecarSets' selectors and more: SidecarSets being admitted or just removed stay covered until the leader narrows it (within about two minutes)",
+        ),
         (Some(_), _) => fail(
             C,
             "the pod webhook's match condition is not the current SidecarSets' selectors: pods a newer SidecarSet selects may be created without being sent to the webhook",
             "the operator rewrites it within seconds of a SidecarSet change; if this persists it is not running or may not patch the configuration (see the rbac check and its log)",
         ),
     }
+}
+
+/// The annotation of the pod webhook's configuration where the operator records what its match
+/// condition covers (the operator's `registration::match_record`).
+const COVERAGE_ANNOTATION: &str = "sidecarset-operator.io/pod-match-coverage";
+
+/// The record published next to the condition, as far as `check` reads it.
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct PublishedCoverage {
+    #[serde(default)]
+    selected: PodCoverage,
+    #[serde(default)]
+    pending: std::collections::BTreeMap<String, PendingCoverage>,
+    #[serde(default)]
+    refused: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct PendingCoverage {
+    covers: PodCoverage,
+}
+
+/// True when the live condition `have` is the rendering of the operator's published record and
+/// that record covers everything the current SidecarSets select (`want`): wider than needed
+/// while SidecarSets are being admitted or removed, which the leader narrows; never narrower.
+fn wider_while_admitting(
+    m: &MutatingWebhookConfiguration,
+    have: &str,
+    want: Option<&PodCoverage>,
+) -> bool {
+    let (Some(want), Some(raw)) = (
+        want,
+        m.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(COVERAGE_ANNOTATION)),
+    ) else {
+        return false;
+    };
+    let Ok(record) = serde_json::from_str::<PublishedCoverage>(raw) else {
+        return false;
+    };
+    let mut total = record.selected;
+    for p in record.pending.values() {
+        total.union(&p.covers);
+    }
+    total.every_pod |= record.refused;
+    total.expression().as_deref() == Some(have) && total.covers(want)
 }
