@@ -30,31 +30,6 @@ fn repo() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn cluster_dir() -> std::path::PathBuf {
-    let work = std::env::var("SSO_WORK")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| repo().join(".local"));
-    let name =
-        std::env::var("SSO_CLUSTER_NAME").unwrap_or_else(|_| "sidecarset-operator-test".into());
-    work.join("kwok/clusters").join(name)
-}
-
-/// The API server's audit events (ResponseComplete) so far.
-fn audit() -> anyhow::Result<Vec<Value>> {
-    let path = cluster_dir().join("logs/audit.log");
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        anyhow::anyhow!(
-            "no audit log at {} ({e}): start the cluster with SSO_AUDIT_POLICY=hack/audit-policy.yaml",
-            path.display()
-        )
-    })?;
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["stage"] == "ResponseComplete")
-        .collect())
-}
-
 fn ts(e: &Value, field: &str) -> jiff::Timestamp {
     e[field]
         .as_str()
@@ -299,7 +274,7 @@ impl Pair {
     /// Successful writes by `who` to this test's SidecarSet (status included), its
     /// ControllerRevisions and its pods, with when they completed.
     fn writes_by(&self, who: &str) -> anyhow::Result<Vec<(jiff::Timestamp, String)>> {
-        Ok(audit()?
+        Ok(sidecarset_e2e::audit::events()?
             .into_iter()
             .filter(|e| ok(e) && actor(e) == who)
             .filter(|e| {
@@ -496,7 +471,7 @@ async fn partition(pair: &Pair) -> anyhow::Result<()> {
         None => (0, 0),
     };
     // The audit log: the takeover is B's first successful write of the Lease.
-    let events = audit()?;
+    let events = sidecarset_e2e::audit::events()?;
     let takeover = events
         .iter()
         .filter(|e| {
