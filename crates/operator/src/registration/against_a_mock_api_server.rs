@@ -387,8 +387,11 @@ async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selecto
     api_ss.metadata.name = Some("api-mesh".into());
     assert!(!coverage.covers(&api_ss));
     let admission = tokio::spawn({
-        let (c, ss) = (coverage.clone(), api_ss.clone());
-        async move { c.widen_for(&ss, "10.0.0.1", Duration::from_secs(2)).await }
+        let (c, ss, index) = (coverage.clone(), api_ss.clone(), view.index());
+        async move {
+            c.widen_for(&ss, &index, "10.0.0.1", Duration::from_secs(2))
+                .await
+        }
     });
     api.expect("GET", CONFIG).await.answer(200, live);
     let apply = api.expect("PATCH", CONFIG).await;
@@ -419,8 +422,11 @@ async fn a_new_sidecarset_is_admitted_only_once_the_condition_covers_its_selecto
     let mut other = sidecarset("shop");
     other.metadata.name = Some("shop-mesh".into());
     let admission = tokio::spawn({
-        let (c, ss) = (coverage.clone(), other.clone());
-        async move { c.widen_for(&ss, "10.0.0.1", Duration::from_secs(2)).await }
+        let (c, ss, index) = (coverage.clone(), other.clone(), view.index());
+        async move {
+            c.widen_for(&ss, &index, "10.0.0.1", Duration::from_secs(2))
+                .await
+        }
     });
     api.expect("GET", CONFIG).await.fail(500, "InternalError");
     let refused = admission.await.unwrap().unwrap_err();

@@ -268,11 +268,13 @@ async fn forged_reviews_cannot_widen_beyond_a_budget_per_source() {
     };
     // No keeper runs: each waits, is not confirmed, and stays pending.
     for i in 0..PER_SOURCE {
-        let e = coverage.widen_for(&forged(i), "10.9.9.9", short).await;
+        let e = coverage
+            .widen_for(&forged(i), &Index::default(), "10.9.9.9", short)
+            .await;
         assert!(e.unwrap_err().contains("not written within"));
     }
     let refused = coverage
-        .widen_for(&forged(PER_SOURCE), "10.9.9.9", short)
+        .widen_for(&forged(PER_SOURCE), &Index::default(), "10.9.9.9", short)
         .await
         .unwrap_err();
     assert!(
@@ -288,7 +290,7 @@ async fn forged_reviews_cannot_widen_beyond_a_budget_per_source() {
         .unwrap(),
     );
     let refused = coverage
-        .widen_for(&big, "10.9.9.8", short)
+        .widen_for(&big, &Index::default(), "10.9.9.8", short)
         .await
         .unwrap_err();
     assert!(refused.contains("bytes"), "{refused}");
@@ -297,12 +299,14 @@ async fn forged_reviews_cannot_widen_beyond_a_budget_per_source() {
     let mut source = 0;
     while coverage.wanted(&Index::default()).pending.len() < MAX_PENDING {
         let from = format!("10.0.0.{}", source / PER_SOURCE);
-        let _ = coverage.widen_for(&forged(i), &from, short).await;
+        let _ = coverage
+            .widen_for(&forged(i), &Index::default(), &from, short)
+            .await;
         i += 1;
         source += 1;
     }
     let refused = coverage
-        .widen_for(&forged(i), "10.1.1.1", short)
+        .widen_for(&forged(i), &Index::default(), "10.1.1.1", short)
         .await
         .unwrap_err();
     assert!(
@@ -344,5 +348,63 @@ async fn a_follower_keeps_a_condition_without_a_record_whole() {
             "the follower's condition must still cover {app}: {written}"
         );
     }
+    task.abort();
+}
+
+/// The issue behind a refused image change: a SidecarSet the view already holds was changed
+/// without touching its selector. The keeper drops an entry the view holds as it is, so none
+/// was ever written for the change and every retry was refused ("not written within 2s"). It
+/// is answered at once when the live condition covers it; a change that widens the selector
+/// still waits for an entry in the record.
+#[tokio::test(start_paused = true)]
+async fn a_change_the_view_already_holds_the_selector_of_is_answered_at_once() {
+    let a = named("a", "web");
+    let view = view_of(vec![a.clone()]);
+    let coverage = leader();
+    let live_record = Published {
+        selected: PodCoverage::of_index(&index_of(vec![a.clone()])),
+        ..Default::default()
+    };
+    let (task, mut api) = keeper(view.clone(), coverage.clone());
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, with_record(&live_record, "3"));
+    api.expect_nothing().await;
+    // A new image: answered without a write.
+    let mut changed = a.clone();
+    changed.spec.containers[0].container.image = Some("proxy:2".into());
+    let short = Duration::from_secs(2);
+    coverage
+        .widen_for(&changed, &view.index(), "10.0.0.1", short)
+        .await
+        .expect("a change that keeps the selector is covered already");
+    api.expect_nothing().await;
+    // A wider selector (web → api): waits for its entry.
+    let wider = named("a", "api");
+    let waiting = {
+        let (coverage, index) = (coverage.clone(), view.index());
+        tokio::spawn(async move { coverage.widen_for(&wider, &index, "10.0.0.1", short).await })
+    };
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, with_record(&live_record, "3"));
+    let apply = api.expect("PATCH", CONFIG).await;
+    let record = record_of(&apply);
+    assert!(
+        record
+            .pending
+            .values()
+            .any(|p| p.uid.as_deref() == Some("uid-a")),
+        "{record:?}"
+    );
+    assert!(
+        !waiting.is_finished(),
+        "answered before its entry was written"
+    );
+    apply.echo("4");
+    waiting
+        .await
+        .unwrap()
+        .expect("covered once its entry is live");
     task.abort();
 }

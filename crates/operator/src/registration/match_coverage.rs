@@ -81,14 +81,7 @@ impl MatchCoverage {
         let Ok(want) = PodCoverage::of_sidecarset(ss) else {
             return true;
         };
-        self.live
-            .lock()
-            .ok()
-            .and_then(|l| {
-                l.as_ref()
-                    .map(|r| r.expression().is_none() || r.total().covers(&want))
-            })
-            .unwrap_or(false)
+        self.live_covers(&want)
     }
 
     /// The record as last read back or written.
@@ -106,12 +99,25 @@ impl MatchCoverage {
             .is_some_and(|l| l.as_ref().is_some_and(|r| r.pending.contains_key(id)))
     }
 
+    /// Whether the condition last read back covers `want`.
+    fn live_covers(&self, want: &PodCoverage) -> bool {
+        self.live.lock().ok().is_some_and(|l| {
+            l.as_ref()
+                .is_some_and(|r| r.expression().is_none() || r.total().covers(want))
+        })
+    }
+
     /// Makes the condition cover `ss` before its admission is answered: an entry for it in the
     /// live record (written by the keeper; at once when it is there already), waiting at most
-    /// `timeout`. `source`: the review's peer address, for the per-source budget.
+    /// `timeout`. A change the view already holds the selector of (same uid, a selector
+    /// covering the new one: a change of containers, an image) is answered at once when the
+    /// live condition covers it: the record holds it among the view's selections, and no
+    /// entry is kept for it (the keeper drops entries the view holds). `source`: the review's
+    /// peer address, for the per-source budget.
     pub async fn widen_for(
         &self,
         ss: &sidecarset_core::api::SidecarSet,
+        view: &Index,
         source: &str,
         timeout: Duration,
     ) -> Result<(), String> {
@@ -120,6 +126,12 @@ impl MatchCoverage {
             return Ok(());
         };
         let uid = ss.metadata.uid.clone();
+        let held = uid
+            .as_deref()
+            .is_some_and(|u| held_by_view(view).get(u).is_some_and(|c| c.covers(&covers)));
+        if held && self.live_covers(&covers) {
+            return Ok(());
+        }
         let id = pending_id(ss.name(), uid.as_deref(), &covers);
         let mut changed = self.changed.subscribe();
         self.admit(&id, ss.name(), Pending { uid, covers }, source)?;

@@ -67,7 +67,7 @@ pub(super) async fn endpoint(
         && !req.dry_run.unwrap_or(false)
         && let Some(Ok(new)) = req.object.as_deref().map(decode_sidecarset)
         && let Err(why) = coverage
-            .widen_for(&new.ss, &source, COVERAGE_TIMEOUT)
+            .widen_for(&new.ss, &state.cluster.index(), &source, COVERAGE_TIMEOUT)
             .instrument(call.span().clone())
             .await
     {
