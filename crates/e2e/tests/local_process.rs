@@ -1579,7 +1579,6 @@ async fn a_statefulset_whose_pods_come_back_bare_is_evicted_once_not_in_a_loop()
                      "containers": [{"name": "mesh", "image": "registry.local/mesh:1"}]}
         }))?)
         .await?;
-    let op = Operator::start(&as_strs(&args), port, &log)?;
     let result = async {
         wait_default_sa(&c, &app).await?;
         let sts: StatefulSet = serde_json::from_value(json!({
@@ -1606,6 +1605,10 @@ async fn a_statefulset_whose_pods_come_back_bare_is_evicted_once_not_in_a_loop()
             async move { Ok(db0(pods).await?.map(|(u, _)| u)) }
         })
         .await?];
+        // The operator starts once the first db-0 is known: started before, it can evict and
+        // the StatefulSet recreate db-0 before the first look, which then takes the
+        // replacement for the first pod and waits for a second eviction that never comes.
+        let _op = Operator::start(&as_strs(&args), port, &log)?;
         // Evicted (its sidecar missing) and recreated by the StatefulSet, bare again.
         let replacement = eventually(90, "db-0 evicted and recreated under its name", || {
             let (pods, first) = (pods.clone(), uids[0].clone());
@@ -1661,7 +1664,6 @@ async fn a_statefulset_whose_pods_come_back_bare_is_evicted_once_not_in_a_loop()
         anyhow::Ok(())
     }
     .await;
-    drop(op);
     delete_sidecarset(&c, &ss).await;
     delete_namespace(&c, &app).await;
     cleanup(&c, &name, &ns).await;
