@@ -392,5 +392,6 @@ pub fn value(text: &str, name_and_labels: &str) -> f64 {
         .unwrap_or(0.0)
 }
 pub mod audit;
+pub mod commands;
 pub mod kruise;
 pub mod proxy;

@@ -17,21 +17,12 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use sidecarset_e2e::commands::bin;
 use sidecarset_e2e::*;
 use sidecarset_operator::certs;
-use std::path::PathBuf;
 use std::time::Duration;
 
 const CRD: &str = "sidecarsets.apps.kruise.io";
-
-fn bin() -> PathBuf {
-    std::env::var_os("SSO_E2E_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/debug/sidecarset-operator")
-        })
-}
 
 /// What one run of `check -o json` said.
 struct Report {

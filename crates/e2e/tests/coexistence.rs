@@ -27,6 +27,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sidecarset_core::api::convert::{API_VERSION_V1BETA1, convert};
 use sidecarset_core::api::{CRD_NAME, v1beta1};
+use sidecarset_e2e::commands::{bin, helm, helm_ok, our_chart, run};
 use sidecarset_e2e::kruise::{MANAGER_USER, Manager, SIDECARSET, sidecarsets};
 use sidecarset_e2e::proxy::kubeconfig_through;
 use sidecarset_e2e::*;
@@ -38,52 +39,6 @@ const KRUISE_NS: &str = "kruise-system";
 /// The user our operator's requests are recorded under.
 const OURS: &str = "e2e-coexist-operator";
 const PODS: i32 = 4;
-
-fn bin() -> PathBuf {
-    std::env::var_os("SSO_E2E_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/sidecarset-operator")
-        })
-}
-
-fn helm() -> PathBuf {
-    std::env::var_os("HELM_BIN")
-        .map(|d| PathBuf::from(d).join("helm"))
-        .unwrap_or_else(|| PathBuf::from("helm"))
-}
-
-fn our_chart() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../charts/sidecarset-operator")
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn run(cmd: &mut Command) -> anyhow::Result<(i32, String)> {
-    let out = cmd.output()?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    ))
-}
-
-fn helm_ok<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> anyhow::Result<String> {
-    let (code, text) = run(Command::new(helm()).args(args))?;
-    anyhow::ensure!(
-        code == 0,
-        "helm {}: exit {code}\n{text}",
-        args.iter()
-            .map(|a| a.as_ref().to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    Ok(text)
-}
 
 /// The words of a printed shell command (single quotes grouping, as the plan prints them).
 fn words(line: &str) -> Vec<String> {

@@ -8,19 +8,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sidecarset_core::api::SidecarSet;
+use sidecarset_e2e::commands::bin;
 use sidecarset_e2e::*;
-use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
-
-fn bin() -> PathBuf {
-    std::env::var_os("SSO_E2E_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/debug/sidecarset-operator")
-        })
-}
 
 fn kubectl() -> String {
     if let Ok(k) = std::env::var("KUBECTL") {

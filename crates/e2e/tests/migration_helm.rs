@@ -25,6 +25,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sidecarset_core::api::convert::{API_VERSION_V1BETA1, convert};
 use sidecarset_core::api::{CRD_NAME, SidecarSet, v1beta1};
+use sidecarset_e2e::commands::{bin, helm, helm_ok, run};
 use sidecarset_e2e::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,37 +43,6 @@ fn recorded() -> anyhow::Result<Value> {
         .join("../core/tests/fixtures/kruise-1.9")
         .join(format!("{CASE}.yaml"));
     Ok(serde_saphyr::from_str(&std::fs::read_to_string(&path)?)?)
-}
-
-fn bin() -> PathBuf {
-    std::env::var_os("SSO_E2E_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/sidecarset-operator")
-        })
-}
-
-/// Helm: `$HELM_BIN/helm` (what `hack/tools.sh helm` prints), else helm on PATH.
-fn helm() -> PathBuf {
-    std::env::var_os("HELM_BIN")
-        .map(|d| PathBuf::from(d).join("helm"))
-        .unwrap_or_else(|| PathBuf::from("helm"))
-}
-
-fn run(cmd: &mut Command) -> anyhow::Result<(i32, String)> {
-    let out = cmd.output()?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok((out.status.code().unwrap_or(-1), text))
-}
-
-fn helm_ok(args: &[&str]) -> anyhow::Result<String> {
-    let (code, text) = run(Command::new(helm()).args(args))?;
-    anyhow::ensure!(code == 0, "helm {}: exit {code}\n{text}", args.join(" "));
-    Ok(text)
 }
 
 /// Our CRD with OpenKruise 1.9's conversion settings (its webhook Service): what its chart
