@@ -168,9 +168,6 @@ pub(crate) enum Step {
 }
 
 /// Writes `step` into the planned pods, 16 at a time; returns the keys of the pods written.
-/// What follows a pod's write (its Event, its SidecarSetUpgradable condition) goes in the same
-/// pipeline, right after that pod's write: awaited one pod after the other once every write
-/// was done, those condition writes held each batch for as many round trips as it had pods.
 /// A pod that changed meanwhile is replanned; a write refused for the pod itself (see
 /// [`refused::refusal`]) holds that pod alone until its retry; any other error of the API fails
 /// the step, after every pod was tried.
@@ -191,7 +188,6 @@ async fn patch_pods(
         .filter_map(|key| Some((key.clone(), pods.get(key)?.to_pod())))
         .collect();
     tracing::Span::current().record("upgrading", planned.len());
-    let name = entry.ss.name();
     let results: Vec<(String, Result<Option<Pod>, kube::Error>)> = futures::stream::iter(planned)
         .map(|(key, pod)| {
             let span = tracing::info_span!(
@@ -210,12 +206,8 @@ async fn patch_pods(
             let client = ctx.client.clone();
             async move {
                 let r = write.patch(client, pod).await;
-                match &r {
-                    Ok(Some(pod)) => written(ctx, name, &key, pod, step).await,
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::Span::current().record("error", e.to_string().as_str());
-                    }
+                if let Err(e) = &r {
+                    tracing::Span::current().record("error", e.to_string().as_str());
                 }
                 (key, r)
             }
@@ -224,13 +216,15 @@ async fn patch_pods(
         .buffer_unordered(16)
         .collect()
         .await;
+    let name = entry.ss.name();
     let mut upgraded = Vec::new();
     let mut first_error = None;
     for (key, r) in results {
         match r {
             Ok(None) => ctx.refusals.written(name, &key),
-            Ok(Some(_)) => {
+            Ok(Some(pod)) => {
                 ctx.refusals.written(name, &key);
+                written(ctx, name, &key, &pod, step).await;
                 upgraded.push(key);
             }
             Err(kube::Error::Api(e)) if refused::changed_meanwhile(&e) => {

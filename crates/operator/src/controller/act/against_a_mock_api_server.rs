@@ -303,8 +303,6 @@ struct Seen {
     patched: Vec<String>,
     /// The status patches' bodies.
     statuses: Vec<Value>,
-    /// Every write to a pod in the order the server saw it: `spec <name>` or `status <name>`.
-    order: Vec<String>,
 }
 
 /// Runs one reconcile's plan and act for `pods` (planned with the refusals `ctx` keeps, as the
@@ -371,13 +369,10 @@ async fn reconcile_refusing(
                     call.answer(200, stored_at("11"));
                 }
                 ("PATCH", Some(name)) if name.ends_with("/status") => {
-                    let name = name.trim_end_matches("/status");
-                    seen.order.push(format!("status {name}"));
-                    let pod = by_name[name].clone();
+                    let pod = by_name[name.trim_end_matches("/status")].clone();
                     call.answer(200, pod);
                 }
                 ("PATCH", Some(name)) if name == refuse => {
-                    seen.order.push(format!("spec {name}"));
                     seen.patched.push(name);
                     call.answer(
                         403,
@@ -387,7 +382,6 @@ async fn reconcile_refusing(
                     );
                 }
                 ("PATCH", Some(name)) => {
-                    seen.order.push(format!("spec {name}"));
                     seen.patched.push(name.clone());
                     call.answer(200, by_name[&name].clone());
                 }
@@ -398,53 +392,6 @@ async fn reconcile_refusing(
     };
     let (result, seen) = tokio::join!(reconcile, server);
     (result, seen, planned)
-}
-
-/// A batch of upgrades writes each pod's SidecarSetUpgradable condition right after that pod's
-/// upgrade, in the same 16-at-a-time pipeline: the condition writes do not wait for the whole
-/// batch and then go out one at a time (with 200 pods in a batch that held each batch for 200
-/// round trips, the pace `make bench-scale` measured).
-#[tokio::test]
-async fn a_batch_writes_each_pods_condition_with_its_upgrade_not_after_the_batch() {
-    let (client, mut api) = mock_api::client();
-    let ctx = ctx(client);
-    let all_at_once = |image: &str| {
-        let mut ss: SidecarSet = serde_json::from_value(json!({
-            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
-            "metadata": {"name": "mesh", "generation": 3, "resourceVersion": "10"},
-            "spec": {"selector": {"matchLabels": {"app": "web"}},
-                     "updateStrategy": {"maxUnavailable": "100%"},
-                     "containers": [{"name": "proxy", "image": image}]}
-        }))
-        .unwrap();
-        default_sidecarset(&mut ss);
-        ss
-    };
-    let old = all_at_once("proxy:1");
-    let ss = all_at_once("proxy:2");
-    let pods: Vec<Value> = (1..=40)
-        .map(|i| pod_injected_by(&old, &format!("p{i:02}")))
-        .collect();
-    let (result, seen, _) = reconcile_refusing(&mut api, &ctx, &ss, &pods, "-").await;
-    result.unwrap();
-    assert_eq!(seen.patched.len(), 40, "{:?}", seen.order);
-    let writes = |kind: &str| seen.order.iter().filter(|w| w.starts_with(kind)).count();
-    assert_eq!(writes("status "), 40, "{:?}", seen.order);
-    let first_condition = seen
-        .order
-        .iter()
-        .position(|w| w.starts_with("status "))
-        .unwrap();
-    let last_upgrade = seen
-        .order
-        .iter()
-        .rposition(|w| w.starts_with("spec "))
-        .unwrap();
-    assert!(
-        first_condition < last_upgrade,
-        "every condition waited for the whole batch: {:?}",
-        seen.order
-    );
 }
 
 /// The `Stalled` condition of a status patch.
