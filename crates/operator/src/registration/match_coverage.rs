@@ -126,9 +126,12 @@ impl MatchCoverage {
             return Ok(());
         };
         let uid = ss.metadata.uid.clone();
-        let held = uid
-            .as_deref()
-            .is_some_and(|u| held_by_view(view).get(u).is_some_and(|c| c.covers(&covers)));
+        let held = uid.as_deref().is_some_and(|u| {
+            view.get(ss.name()).is_some_and(|old| {
+                old.metadata.uid.as_deref() == Some(u)
+                    && PodCoverage::of_sidecarset(old).is_ok_and(|c| c.covers(&covers))
+            })
+        });
         if held && self.live_covers(&covers) {
             return Ok(());
         }
