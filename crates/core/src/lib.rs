@@ -6,9 +6,11 @@
 //!   OpenKruise's hashes byte for byte, selectors, the resources policy.
 //! - [`index`]: the SidecarSet index (which SidecarSets could select a pod).
 //! - [`inject`]: a pod and its matching SidecarSets → a JSON patch.
+//! - [`policy`]: SidecarSets compiled into a MutatingAdmissionPolicy the API server applies.
 //! - [`rollout`]: a SidecarSet's update strategy and its pods → what to upgrade now.
 
 pub mod api;
 pub mod index;
 pub mod inject;
+pub mod policy;
 pub mod rollout;

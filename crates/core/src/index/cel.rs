@@ -27,7 +27,13 @@ fn list(values: &BTreeSet<String>) -> String {
 
 /// The CEL of one selector over the pod's labels (which may be absent).
 pub fn selector_expression(sel: &CompiledSelector) -> String {
-    let has = format!("has({LABELS})");
+    selector_expression_over(sel, LABELS)
+}
+
+/// The CEL of one selector over the labels at `labels` (a CEL field path whose last field may be
+/// absent), for example `namespaceObject.metadata.labels` in an admission policy.
+pub fn selector_expression_over(sel: &CompiledSelector, labels: &str) -> String {
+    let has = format!("has({labels})");
     let terms: Vec<String> = sel
         .requirements()
         .iter()
@@ -35,16 +41,16 @@ pub fn selector_expression(sel: &CompiledSelector) -> String {
             let k = quote(&r.key);
             match &r.op {
                 Op::In(v) if v.len() == 1 => format!(
-                    "({has} && {k} in {LABELS} && {LABELS}[{k}] == {})",
+                    "({has} && {k} in {labels} && {labels}[{k}] == {})",
                     quote(v.iter().next().map(String::as_str).unwrap_or_default())
                 ),
-                Op::In(v) => format!("({has} && {k} in {LABELS} && {LABELS}[{k}] in {})", list(v)),
+                Op::In(v) => format!("({has} && {k} in {labels} && {labels}[{k}] in {})", list(v)),
                 Op::NotIn(v) => format!(
-                    "(!{has} || !({k} in {LABELS}) || !({LABELS}[{k}] in {}))",
+                    "(!{has} || !({k} in {labels}) || !({labels}[{k}] in {}))",
                     list(v)
                 ),
-                Op::Exists => format!("({has} && {k} in {LABELS})"),
-                Op::DoesNotExist => format!("(!{has} || !({k} in {LABELS}))"),
+                Op::Exists => format!("({has} && {k} in {labels})"),
+                Op::DoesNotExist => format!("(!{has} || !({k} in {labels}))"),
             }
         })
         .collect();

@@ -58,6 +58,11 @@ impl Entry {
 }
 
 impl Entry {
+    /// The SidecarSet's scope (pod selector, namespaces), compiled.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
     /// True when the SidecarSet's scope (selector, namespace, namespaceSelector) covers a pod
     /// with these labels in a namespace with these labels.
     pub fn matches(
@@ -187,6 +192,11 @@ impl Index {
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<SidecarSet>> {
         self.entries.values().map(|e| &e.ss)
+    }
+
+    /// Every entry, in name order.
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values().map(|e| e.as_ref())
     }
 
     /// The entries that could select a pod with these labels, in name order: those anchored on

@@ -270,6 +270,65 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
     }
 }
 
+/// One SidecarSet's injection into a pod that has nothing of its own to share or transfer, as
+/// the webhook builds it: the admission-policy compiler's input ([`crate::policy`]). Containers
+/// and init containers with the side of the app containers they go to, the SidecarSet's volumes
+/// they mount (in the webhook's order), its image pull secrets, and the annotations an injection
+/// into a pod without annotations writes (`now` in the hash annotations).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    pub containers: Vec<(PodInjectPolicy, Value)>,
+    pub init_containers: Vec<(PodInjectPolicy, Value)>,
+    pub volumes: Vec<Value>,
+    pub image_pull_secrets: Vec<String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Renders one SidecarSet alone (see [`Rendered`]); `Err` when its resourcesPolicy refuses a pod
+/// without app containers.
+pub fn render_alone(entry: &Entry, now: &str) -> Result<Rendered, Denial> {
+    let pod = Pod {
+        spec: Some(PodSpec::default()),
+        ..Default::default()
+    };
+    let spec = PodSpec::default();
+    let todo = [entry];
+    let (sidecars, mut init, volumes) = build_sidecars(&pod, &spec, &todo, &todo)?;
+    init.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+    let placed = |field: &str, built: Built| -> Vec<(PodInjectPolicy, Value)> {
+        built
+            .into_iter()
+            .map(|(sc, c)| (placement(field, sc), to_value(&c)))
+            .collect()
+    };
+    let annotations =
+        annotations::injected_annotations(&BTreeMap::new(), BTreeMap::new(), &todo, now);
+    Ok(Rendered {
+        containers: placed("containers", sidecars),
+        init_containers: placed("initContainers", init),
+        volumes: volumes.into_iter().map(to_value).collect(),
+        image_pull_secrets: entry
+            .ss
+            .spec
+            .image_pull_secrets
+            .iter()
+            .map(|s| s.name.clone())
+            .collect(),
+        annotations,
+    })
+}
+
+/// Which side of the app containers a sidecar goes to: its `podInjectPolicy`, by default before
+/// the containers and after the init containers.
+fn placement(field: &str, sc: &SidecarContainer) -> PodInjectPolicy {
+    let default = if field == "initContainers" {
+        PodInjectPolicy::AfterAppContainer
+    } else {
+        PodInjectPolicy::BeforeAppContainer
+    };
+    sc.pod_inject_policy.unwrap_or(default)
+}
+
 /// The SidecarSets to inject now, in order, and those left out for a container name another
 /// one claims. Container names are claimed by the SidecarSets already in the pod, then in order
 /// by those injected now; a SidecarSet that would inject a claimed name is left out whole (two
@@ -562,12 +621,7 @@ fn merge_containers(
             }));
             continue;
         }
-        let default = if field == "initContainers" {
-            PodInjectPolicy::AfterAppContainer
-        } else {
-            PodInjectPolicy::BeforeAppContainer
-        };
-        match sc.pod_inject_policy.unwrap_or(default) {
+        match placement(field, sc) {
             PodInjectPolicy::BeforeAppContainer => before.push(to_value(c)),
             PodInjectPolicy::AfterAppContainer => after.push(to_value(c)),
         }

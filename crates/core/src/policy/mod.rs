@@ -1,0 +1,273 @@
+//! SidecarSets compiled into one `MutatingAdmissionPolicy` (admissionregistration.k8s.io/v1,
+//! Kubernetes ≥ 1.36) and its binding: the API server then injects pods itself, with no call to
+//! the operator, so a stopped operator neither blocks nor misses the pods those SidecarSets
+//! select.
+//!
+//! **One policy for every SidecarSet it can express**, not one per SidecarSet: the order of
+//! policies in the API server is not defined, and several SidecarSets injecting one pod must give
+//! the webhook's order (by SidecarSet name) and one hash annotation holding all of them. The
+//! policy's CEL decides per pod which SidecarSets select it (pod labels, and the namespace's
+//! labels through `namespaceObject`) and builds the webhook's patch from literals: every sidecar,
+//! volume and annotation value is rendered by the webhook's own code ([`render_alone`]) when the
+//! policy is compiled, so the two cannot drift.
+//!
+//! **The webhook keeps the rest, whole pods at a time.** A SidecarSet the policy cannot express
+//! (see [`Fallback`]) stays on the webhook; the policy then leaves alone every pod such a
+//! SidecarSet could select (the same label-only test as the webhook's match condition), so a pod
+//! is injected entirely by the policy or entirely by the webhook, never by both. The policy also
+//! leaves to the webhook pods that arrive with injection annotations already (their hash
+//! annotation is merged as JSON, which CEL cannot do) and pods with repeated image pull secrets
+//! (the webhook removes the repeats). The webhook sees a pod the policy injected with every
+//! SidecarSet recorded in its hash annotation, and so changes nothing.
+//!
+//! A marker label ([`PROBE_LABEL`]) lets the operator see, with a server-side dry run, when the
+//! API server applies this version of the policy ([`Compiled::token`]): bindings take effect
+//! asynchronously and policies have no status.
+
+mod literal;
+mod render;
+
+use crate::api::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST,
+    ANNOTATION_WORKING_HOT_UPGRADE, PatchPolicy, PodInjectPolicy, SidecarSet,
+};
+use crate::index::{Entry, Index};
+use crate::inject::{Rendered, render_alone};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use literal::{string as cel_string, value as cel_value};
+
+/// The API version of the policy objects the compiler writes.
+pub const API_VERSION: &str = "admissionregistration.k8s.io/v1";
+/// A pod label that makes the policy answer with [`PROBE_ANNOTATION`] set to its token.
+pub const PROBE_LABEL: &str = "sidecarset-operator.io/policy-probe";
+/// The annotation the policy sets on a probe pod: the token of the policy version applied.
+pub const PROBE_ANNOTATION: &str = "sidecarset-operator.io/policy-token";
+
+/// How to compile.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Name of the policy and of its binding.
+    pub name: String,
+    /// Time recorded in the hash annotations (`updateTimestamp`) of the pods the policy injects:
+    /// CEL has no clock, so it is the time the policy was compiled.
+    pub now: String,
+    /// `Fail` or `Ignore`, as the pod webhook's.
+    pub failure_policy: String,
+    /// The pod webhook's namespace and object selectors (the operator's namespace, excluded
+    /// namespaces, its own pods), copied into the policy's match constraints.
+    pub namespace_selector: Option<Value>,
+    pub object_selector: Option<Value>,
+    /// Labels of the policy and the binding.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A SidecarSet the policy leaves to the webhook, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fallback {
+    pub sidecarset: String,
+    pub reason: String,
+}
+
+/// The compiled policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compiled {
+    /// The `MutatingAdmissionPolicy`.
+    pub policy: Value,
+    /// Its `MutatingAdmissionPolicyBinding`.
+    pub binding: Value,
+    /// A digest of what the policy does; a probe pod gets it in [`PROBE_ANNOTATION`].
+    pub token: String,
+    /// The SidecarSets the policy injects, in name order.
+    pub included: Vec<String>,
+    /// The SidecarSets left to the webhook (injection not paused), in name order.
+    pub fallbacks: Vec<Fallback>,
+}
+
+/// One SidecarSet the policy injects, as the webhook renders it.
+struct Unit<'a> {
+    entry: &'a Entry,
+    rendered: Rendered,
+    /// Annotations other than the merged ones ([`MERGED`]): key → (value, Retain).
+    annotations: BTreeMap<String, (String, bool)>,
+}
+
+/// Annotations whose value merges every SidecarSet injected: a JSON object or a list.
+const MERGED: [&str; 4] = [
+    ANNOTATION_HASH,
+    ANNOTATION_HASH_WITHOUT_IMAGE,
+    ANNOTATION_INJECTED_LIST,
+    ANNOTATION_WORKING_HOT_UPGRADE,
+];
+
+/// Compiles every SidecarSet of the index whose injection is not paused.
+pub fn compile(index: &Index, opts: &Options) -> Compiled {
+    let mut units: Vec<Unit> = Vec::new();
+    let mut fallbacks: Vec<(&Entry, String)> = Vec::new();
+    for entry in index
+        .entries()
+        .filter(|e| !e.ss.spec.injection_strategy.paused)
+    {
+        match unit(entry, opts).and_then(|u| no_clash(&u, &units).map(|()| u)) {
+            Ok(u) => units.push(u),
+            Err(reason) => fallbacks.push((entry, reason)),
+        }
+    }
+    let fallback_entries: Vec<&Entry> = fallbacks.iter().map(|(e, _)| *e).collect();
+    let (spec, token) = render::spec(&units, &fallback_entries, opts);
+    let labels: Value = serde_json::to_value(&opts.labels).unwrap_or_default();
+    let policy = json!({
+        "apiVersion": API_VERSION,
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": opts.name, "labels": labels, "annotations": {PROBE_ANNOTATION: token}},
+        "spec": spec,
+    });
+    let binding = json!({
+        "apiVersion": API_VERSION,
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": opts.name, "labels": labels},
+        "spec": {"policyName": opts.name},
+    });
+    Compiled {
+        policy,
+        binding,
+        token,
+        included: units
+            .iter()
+            .map(|u| u.entry.ss.name().to_string())
+            .collect(),
+        fallbacks: fallbacks
+            .into_iter()
+            .map(|(e, reason)| Fallback {
+                sidecarset: e.ss.name().to_string(),
+                reason,
+            })
+            .collect(),
+    }
+}
+
+/// Why a SidecarSet cannot be injected by the policy, if it cannot.
+pub fn unsupported(ss: &SidecarSet) -> Option<String> {
+    let spec = &ss.spec;
+    if spec.injection_strategy.revision.is_some() {
+        return Some(
+            "spec.injectionStrategy.revision pins a revision to inject: the policy injects the current spec only"
+                .into(),
+        );
+    }
+    let lists = [
+        ("containers", &spec.containers),
+        ("initContainers", &spec.init_containers),
+    ];
+    for (field, list) in lists {
+        for (i, c) in list.iter().enumerate() {
+            let at = format!("spec.{field}[{i}]");
+            if !c.transfer_env.is_empty() {
+                return Some(format!(
+                    "{at}.transferEnv copies env from the pod's containers, which the policy does not compile yet"
+                ));
+            }
+            if c.share_volumes() || c.share_volume_devices() {
+                return Some(format!(
+                    "{at}.shareVolumePolicy shares the pod's volume mounts, which the policy does not compile yet"
+                ));
+            }
+            if c.resources_policy.is_some() {
+                return Some(format!(
+                    "{at}.resourcesPolicy computes resources from the pod's containers; CEL in the API server cannot multiply or divide quantities"
+                ));
+            }
+        }
+    }
+    let merges = spec
+        .patch_pod_metadata
+        .iter()
+        .any(|p| p.patch_policy == Some(PatchPolicy::MergePatchJson));
+    merges.then(|| {
+        "spec.patchPodMetadata uses MergePatchJson, a JSON merge that CEL in the API server cannot do"
+            .into()
+    })
+}
+
+/// A SidecarSet as the policy injects it, or why it cannot.
+fn unit<'a>(entry: &'a Entry, opts: &Options) -> Result<Unit<'a>, String> {
+    if let Some(reason) = unsupported(&entry.ss) {
+        return Err(reason);
+    }
+    let rendered = render_alone(entry, &opts.now)
+        .map_err(|d| format!("{}: {} (the webhook decides per pod)", d.field, d.message))?;
+    let retained: BTreeSet<&String> = entry
+        .ss
+        .spec
+        .patch_pod_metadata
+        .iter()
+        .filter(|p| p.patch_policy.unwrap_or(PatchPolicy::Retain) == PatchPolicy::Retain)
+        .flat_map(|p| p.annotations.keys())
+        .collect();
+    let annotations = rendered
+        .annotations
+        .iter()
+        .filter(|(k, _)| !MERGED.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), (v.clone(), retained.contains(k))))
+        .collect();
+    Ok(Unit {
+        entry,
+        rendered,
+        annotations,
+    })
+}
+
+/// A SidecarSet must not write what an earlier one in the policy writes (a container name, an
+/// annotation other than the merged ones): the webhook would skip it or let the later value win
+/// per pod, which the policy leaves to the webhook.
+fn no_clash(u: &Unit, earlier: &[Unit]) -> Result<(), String> {
+    let names = |u: &Unit| -> BTreeSet<String> {
+        u.rendered
+            .containers
+            .iter()
+            .chain(u.rendered.init_containers.iter())
+            .filter_map(|(_, c)| c["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let mine = names(u);
+    for other in earlier {
+        let other_name = other.entry.ss.name();
+        if let Some(c) = names(other).intersection(&mine).next() {
+            return Err(format!(
+                "container {c:?} is also injected by SidecarSet {other_name:?}"
+            ));
+        }
+        if let Some(k) = other
+            .annotations
+            .keys()
+            .find(|k| u.annotations.contains_key(*k))
+        {
+            return Err(format!(
+                "annotation {k:?} is also written by SidecarSet {other_name:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The entries of a JSON object annotation value as text (`"key":value`), in key order.
+fn object_entries(text: &str) -> Vec<(String, String)> {
+    let Ok(Value::Object(m)) = serde_json::from_str::<Value>(text) else {
+        return Vec::new();
+    };
+    m.iter()
+        .map(|(k, v)| {
+            let key = Value::String(k.clone()).to_string();
+            (k.clone(), format!("{key}:{v}"))
+        })
+        .collect()
+}
+
+/// True for a sidecar placed before the app containers.
+fn before(p: &PodInjectPolicy) -> bool {
+    *p == PodInjectPolicy::BeforeAppContainer
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,406 @@
+//! The policy's spec: its match condition, its variables and its one JSONPatch mutation, as
+//! CEL text.
+
+use super::literal::{pointer_token, string, value};
+use super::{
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST,
+    ANNOTATION_WORKING_HOT_UPGRADE, Options, PROBE_ANNOTATION, PROBE_LABEL, Unit, before,
+    object_entries,
+};
+use crate::index::Entry;
+use crate::index::cel::{selector_expression, selector_expression_over};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const ANNOTATIONS: &str = "object.metadata.annotations";
+const LABELS: &str = "object.metadata.labels";
+const NAMESPACE_LABELS: &str = "namespaceObject.metadata.labels";
+
+/// The policy's spec and its token.
+pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Value, String) {
+    let condition = match_condition(units, fallbacks);
+    let mut variables = vec![
+        var("names", &names("containers")),
+        var("initNames", &names("initContainers")),
+        var("volumeNames", &names("volumes")),
+        var("secretNames", &names("imagePullSecrets")),
+    ];
+    for (i, u) in units.iter().enumerate() {
+        variables.push(var(&m(i), &scope(u.entry)));
+    }
+    let any: Vec<String> = (0..units.len())
+        .map(|i| format!("variables.{}", m(i)))
+        .collect();
+    variables.push(var("any", &or(&any)));
+    for (name, field, side) in [
+        ("before", "containers", true),
+        ("after", "containers", false),
+        ("initBefore", "initContainers", true),
+        ("initAfter", "initContainers", false),
+    ] {
+        variables.push(var(name, &sidecars(units, field, side)));
+    }
+    variables.push(var("volumes", &new_items(units, Item::Volume)));
+    variables.push(var("secrets", &new_items(units, Item::Secret)));
+    let mutation = mutation(units);
+    let token = token(&condition, &variables, &mutation);
+    let probe = probe_ops(&token);
+    let expression = format!(
+        "{probe_test} ? {probe} : (variables.any ? {mutation} : [])",
+        probe_test = label_present(PROBE_LABEL)
+    );
+    let mut constraints = json!({
+        "resourceRules": [{
+            "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+            "resources": ["pods"], "scope": "Namespaced",
+        }],
+        "matchPolicy": "Equivalent",
+    });
+    if let Some(s) = &opts.namespace_selector {
+        constraints["namespaceSelector"] = s.clone();
+    }
+    if let Some(s) = &opts.object_selector {
+        constraints["objectSelector"] = s.clone();
+    }
+    let spec = json!({
+        "failurePolicy": opts.failure_policy,
+        "reinvocationPolicy": "Never",
+        "matchConstraints": constraints,
+        "matchConditions": [{"name": "selected-by-a-compiled-sidecarset", "expression": condition}],
+        "variables": variables,
+        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}],
+    });
+    (spec, token)
+}
+
+fn var(name: &str, expression: &str) -> Value {
+    json!({"name": name, "expression": expression})
+}
+
+fn m(i: usize) -> String {
+    format!("m{i}")
+}
+
+fn or(terms: &[String]) -> String {
+    if terms.is_empty() {
+        "false".into()
+    } else {
+        terms.join(" || ")
+    }
+}
+
+/// The names of the pod's items of a list field (empty when absent).
+fn names(field: &str) -> String {
+    format!("has(object.spec.{field}) ? object.spec.{field}.map(x, x.name) : []")
+}
+
+fn label_present(key: &str) -> String {
+    format!("(has({LABELS}) && {} in {LABELS})", string(key))
+}
+
+fn annotation_present(key: &str) -> String {
+    format!("(has({ANNOTATIONS}) && {} in {ANNOTATIONS})", string(key))
+}
+
+/// Which pods the policy is called for (labels only: a match condition cannot see the
+/// namespace): a probe, or a pod some compiled SidecarSet could select, that no SidecarSet left
+/// to the webhook could select, that carries no injection annotation yet, and whose image pull
+/// secrets are not repeated.
+fn match_condition(units: &[Unit], fallbacks: &[&Entry]) -> String {
+    if units.is_empty() {
+        return label_present(PROBE_LABEL);
+    }
+    let selected: Vec<String> = units
+        .iter()
+        .map(|u| format!("({})", selector_expression(&u.entry.scope().pods)))
+        .collect();
+    let webhook: Vec<String> = fallbacks
+        .iter()
+        .map(|e| format!("({})", selector_expression(&e.scope().pods)))
+        .collect();
+    let injected: Vec<String> = [
+        ANNOTATION_HASH,
+        ANNOTATION_HASH_WITHOUT_IMAGE,
+        ANNOTATION_INJECTED_LIST,
+        ANNOTATION_WORKING_HOT_UPGRADE,
+    ]
+    .iter()
+    .map(|k| annotation_present(k))
+    .collect();
+    let repeated = "(has(object.spec.imagePullSecrets) && \
+         object.spec.imagePullSecrets.map(s, s.name).distinct().size() != object.spec.imagePullSecrets.size())";
+    let finished = "(has(object.status) && has(object.status.phase) && \
+         object.status.phase in ['Succeeded', 'Failed'])";
+    format!(
+        "{probe} || (({selected}) && !({webhook}) && !({injected}) && !{repeated} && !{finished})",
+        probe = label_present(PROBE_LABEL),
+        selected = or(&selected),
+        webhook = or(&webhook),
+        injected = or(&injected),
+    )
+}
+
+/// The SidecarSet's scope: its pod selector and its namespace selector.
+fn scope(e: &Entry) -> String {
+    let scope = e.scope();
+    let pods = selector_expression(&scope.pods);
+    match &scope.namespaces {
+        Some(ns) => format!(
+            "({pods}) && ({})",
+            selector_expression_over(ns, NAMESPACE_LABELS)
+        ),
+        None => format!("({pods})"),
+    }
+}
+
+/// The sidecars of `field` on one side that the pod does not have by name, in the webhook's
+/// order (SidecarSets by name; init containers by name).
+fn sidecars(units: &[Unit], field: &str, side: bool) -> String {
+    let (names_var, mut items): (&str, Vec<(usize, &Value)>) = if field == "containers" {
+        (
+            "names",
+            units
+                .iter()
+                .enumerate()
+                .flat_map(|(i, u)| u.rendered.containers.iter().map(move |c| (i, c)))
+                .filter(|(_, (p, _))| before(p) == side)
+                .map(|(i, (_, c))| (i, c))
+                .collect(),
+        )
+    } else {
+        (
+            "initNames",
+            units
+                .iter()
+                .enumerate()
+                .flat_map(|(i, u)| u.rendered.init_containers.iter().map(move |c| (i, c)))
+                .filter(|(_, (p, _))| before(p) == side)
+                .map(|(i, (_, c))| (i, c))
+                .collect(),
+        )
+    };
+    if field == "initContainers" {
+        items.sort_by(|a, b| a.1["name"].as_str().cmp(&b.1["name"].as_str()));
+    }
+    concat(items.iter().map(|(i, c)| {
+        let name = string(c["name"].as_str().unwrap_or_default());
+        (
+            format!("variables.{} && !({name} in variables.{names_var})", m(*i)),
+            value(c),
+        )
+    }))
+}
+
+/// `(cond ? [item] : []) + …`, or `[]`.
+fn concat(items: impl Iterator<Item = (String, String)>) -> String {
+    let parts: Vec<String> = items
+        .map(|(cond, item)| format!("({cond} ? [{item}] : [])"))
+        .collect();
+    if parts.is_empty() {
+        "[]".into()
+    } else {
+        parts.join(" + ")
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Item {
+    Volume,
+    Secret,
+}
+
+/// Volumes (or pull secrets) of the injected SidecarSets the pod does not have by name; of one
+/// name, the first SidecarSet's.
+fn new_items(units: &[Unit], kind: Item) -> String {
+    let list = |u: &Unit| -> Vec<(String, String)> {
+        match kind {
+            Item::Volume => u
+                .rendered
+                .volumes
+                .iter()
+                .map(|v| (v["name"].as_str().unwrap_or_default().to_string(), value(v)))
+                .collect(),
+            Item::Secret => u
+                .rendered
+                .image_pull_secrets
+                .iter()
+                .map(|s| (s.clone(), value(&json!({"name": s}))))
+                .collect(),
+        }
+    };
+    let pod_names = match kind {
+        Item::Volume => "volumeNames",
+        Item::Secret => "secretNames",
+    };
+    let mut items = Vec::new();
+    for (i, u) in units.iter().enumerate() {
+        for (name, literal) in list(u) {
+            let mut cond = format!(
+                "variables.{} && !({} in variables.{pod_names})",
+                m(i),
+                string(&name)
+            );
+            for (j, earlier) in units[..i].iter().enumerate() {
+                if list(earlier).iter().any(|(n, _)| *n == name) {
+                    cond.push_str(&format!(" && !variables.{}", m(j)));
+                }
+            }
+            items.push((cond, literal));
+        }
+    }
+    concat(items.into_iter())
+}
+
+fn op(op: &str, path: &str, value: &str) -> String {
+    format!("JSONPatch{{op: '{op}', path: {path}, value: {value}}}")
+}
+
+/// The patch of a pod the policy injects.
+fn mutation(units: &[Unit]) -> String {
+    let mut parts = vec![format!(
+        "(has({ANNOTATIONS}) ? [] : [{}])",
+        op("add", "'/metadata/annotations'", "{}")
+    )];
+    parts.extend(annotation_ops(units));
+    parts.push(replace_ops(units, "containers", "names"));
+    parts.push(replace_ops(units, "initContainers", "initNames"));
+    parts.push(list_ops(
+        "containers",
+        "variables.before",
+        "variables.after",
+    ));
+    parts.push(list_ops(
+        "initContainers",
+        "variables.initBefore",
+        "variables.initAfter",
+    ));
+    parts.push(list_ops("volumes", "[]", "variables.volumes"));
+    parts.push(list_ops("imagePullSecrets", "[]", "variables.secrets"));
+    format!("({})", parts.join(" + "))
+}
+
+fn annotation_path(key: &str) -> String {
+    string(&format!("/metadata/annotations/{}", pointer_token(key)))
+}
+
+/// The hash annotations and the injected list (merged over the SidecarSets injected), the
+/// hot-upgrade working map, and each SidecarSet's other annotations (Retain: only when absent).
+fn annotation_ops(units: &[Unit]) -> Vec<String> {
+    let mut out = Vec::new();
+    for key in [
+        ANNOTATION_HASH,
+        ANNOTATION_HASH_WITHOUT_IMAGE,
+        ANNOTATION_WORKING_HOT_UPGRADE,
+    ] {
+        let mut entries: Vec<(String, String, usize)> = Vec::new();
+        for (i, u) in units.iter().enumerate() {
+            if let Some(text) = u.rendered.annotations.get(key) {
+                entries.extend(object_entries(text).into_iter().map(|(k, e)| (k, e, i)));
+            }
+        }
+        if entries.is_empty() {
+            continue;
+        }
+        entries.sort();
+        let joined = joined(entries.iter().map(|(_, e, i)| (*i, e.as_str())));
+        let value = format!("'{{' + {joined} + '}}'");
+        let any: Vec<String> = entries
+            .iter()
+            .map(|(_, _, i)| format!("variables.{}", m(*i)))
+            .collect();
+        out.push(format!(
+            "({} ? [{}] : [])",
+            or(&any),
+            op("add", &annotation_path(key), &value)
+        ));
+    }
+    let list = joined(
+        units
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (i, u.entry.ss.name())),
+    );
+    out.push(format!(
+        "[{}]",
+        op("add", &annotation_path(ANNOTATION_INJECTED_LIST), &list)
+    ));
+    for (i, u) in units.iter().enumerate() {
+        for (key, (v, retain)) in &u.annotations {
+            let mut cond = format!("variables.{}", m(i));
+            if *retain {
+                cond.push_str(&format!(" && !{}", annotation_present(key)));
+            }
+            out.push(format!(
+                "({cond} ? [{}] : [])",
+                op("add", &annotation_path(key), &string(v))
+            ));
+        }
+    }
+    out
+}
+
+/// `[m_i ? 'text' : '', …].filter(s, s != '').join(',')`: the texts of the SidecarSets
+/// injected, in the given order, joined by commas.
+fn joined<'a>(items: impl Iterator<Item = (usize, &'a str)>) -> String {
+    let parts: Vec<String> = items
+        .map(|(i, text)| format!("variables.{} ? {} : ''", m(i), string(text)))
+        .collect();
+    format!("[{}].filter(s, s != '').join(',')", parts.join(", "))
+}
+
+/// A sidecar whose name a container of the pod has replaces that container in place.
+fn replace_ops(units: &[Unit], field: &str, names_var: &str) -> String {
+    let items = units.iter().enumerate().flat_map(|(i, u)| {
+        let list = if field == "containers" {
+            &u.rendered.containers
+        } else {
+            &u.rendered.init_containers
+        };
+        list.iter().map(move |(_, c)| {
+            let name = string(c["name"].as_str().unwrap_or_default());
+            let path = format!("'/spec/{field}/' + string(variables.{names_var}.indexOf({name}))");
+            (
+                format!("variables.{} && {name} in variables.{names_var}", m(i)),
+                op("replace", &path, &value(c)),
+            )
+        })
+    });
+    concat(items)
+}
+
+/// Items to put first (in order) and last in a list field; the whole list when the pod has none.
+fn list_ops(field: &str, first: &str, last: &str) -> String {
+    let whole = format!("{first} + {last}");
+    format!(
+        "(has(object.spec.{field}) ? \
+         {first}.transformList(i, x, {insert}) + {last}.map(x, {append}) : \
+         (size({whole}) > 0 ? [{all}] : []))",
+        insert = op("add", &format!("'/spec/{field}/' + string(i)"), "x"),
+        append = op("add", &format!("'/spec/{field}/-'"), "x"),
+        all = op("add", &format!("'/spec/{field}'"), &whole),
+    )
+}
+
+/// A probe pod gets the policy's token.
+fn probe_ops(token: &str) -> String {
+    format!(
+        "(has({ANNOTATIONS}) ? [] : [{}]) + [{}]",
+        op("add", "'/metadata/annotations'", "{}"),
+        op("add", &annotation_path(PROBE_ANNOTATION), &string(token))
+    )
+}
+
+/// A digest of what the policy does (without the probe's answer, which holds it).
+fn token(condition: &str, variables: &[Value], mutation: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(condition.as_bytes());
+    for v in variables {
+        h.update(v.to_string().as_bytes());
+    }
+    h.update(mutation.as_bytes());
+    h.finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

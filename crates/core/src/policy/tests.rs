@@ -1,0 +1,143 @@
+use super::*;
+use std::sync::Arc;
+
+fn ss(yaml: &str) -> SidecarSet {
+    let mut ss: SidecarSet = serde_saphyr::from_str(yaml).unwrap();
+    crate::api::default_sidecarset(&mut ss);
+    ss
+}
+
+fn basic(name: &str, container: &str, label: &str) -> SidecarSet {
+    ss(&format!(
+        "apiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {{name: {name}}}\n\
+         spec:\n  selector: {{matchLabels: {{app: {label}}}}}\n  containers:\n  - {{name: {container}, image: busybox:1.36}}\n"
+    ))
+}
+
+fn index(sets: Vec<SidecarSet>) -> Index {
+    let mut idx = Index::new();
+    for s in sets {
+        idx.upsert(Arc::new(s)).unwrap();
+    }
+    idx
+}
+
+fn opts() -> Options {
+    Options {
+        name: "sidecarset-operator-injection".into(),
+        now: "2026-12-06T00:00:00Z".into(),
+        failure_policy: "Fail".into(),
+        namespace_selector: None,
+        object_selector: None,
+        labels: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn what_the_policy_cannot_express_is_named_with_its_field() {
+    let base = "apiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: s}\nspec:\n  selector: {matchLabels: {app: a}}\n";
+    for (extra, want) in [
+        ("  containers:\n  - {name: c, image: i}\n", None),
+        (
+            "  containers:\n  - {name: c, image: i, transferEnv: [{sourceContainerName: main, envName: X}]}\n",
+            Some("spec.containers[0].transferEnv"),
+        ),
+        (
+            "  containers:\n  - {name: c, image: i}\n  - {name: d, image: i, shareVolumePolicy: {type: enabled}}\n",
+            Some("spec.containers[1].shareVolumePolicy"),
+        ),
+        (
+            "  initContainers:\n  - {name: c, image: i, shareVolumePolicy: {type: enabled}}\n",
+            Some("spec.initContainers[0].shareVolumePolicy"),
+        ),
+        (
+            "  containers:\n  - {name: c, image: i}\n  injectionStrategy: {revision: {customVersion: v1, policy: Always}}\n",
+            Some("spec.injectionStrategy.revision"),
+        ),
+        (
+            "  containers:\n  - {name: c, image: i}\n  patchPodMetadata:\n  - {annotations: {a.io/x: '{}'}, patchPolicy: MergePatchJson}\n",
+            Some("MergePatchJson"),
+        ),
+        (
+            "  containers:\n  - {name: c, image: i}\n  patchPodMetadata:\n  - {annotations: {a.io/x: v}, patchPolicy: Overwrite}\n",
+            None,
+        ),
+    ] {
+        let got = unsupported(&ss(&format!("{base}{extra}")));
+        match want {
+            None => assert_eq!(got, None, "{extra}"),
+            Some(w) => assert!(
+                got.as_deref().is_some_and(|g| g.contains(w)),
+                "{extra}: {got:?} should name {w}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
+    let mut transfer = basic("b-transfer", "t", "web");
+    transfer.spec.containers[0].transfer_env = vec![
+        serde_json::from_value(json!({"sourceContainerName": "main", "envName": "X"})).unwrap(),
+    ];
+    let mut paused = basic("d-paused", "p", "web");
+    paused.spec.injection_strategy.paused = true;
+    let idx = index(vec![
+        basic("a-first", "proxy", "web"),
+        transfer,
+        basic("c-clash", "proxy", "api"),
+        paused,
+        basic("e-other", "logger", "web"),
+    ]);
+    let c = compile(&idx, &opts());
+    assert_eq!(c.included, ["a-first", "e-other"]);
+    let reasons: Vec<(&str, &str)> = c
+        .fallbacks
+        .iter()
+        .map(|f| (f.sidecarset.as_str(), f.reason.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons[0].0, "b-transfer");
+    assert!(reasons[0].1.contains("transferEnv"));
+    assert_eq!(reasons[1].0, "c-clash");
+    assert!(reasons[1].1.contains("\"proxy\"") && reasons[1].1.contains("a-first"));
+    // The policy leaves to the webhook every pod a fallback could select.
+    let condition = c.policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(condition.contains("== 'api'"), "{condition}");
+    assert_eq!(
+        c.binding["spec"]["policyName"],
+        c.policy["metadata"]["name"]
+    );
+    assert_eq!(
+        c.policy["metadata"]["annotations"][PROBE_ANNOTATION],
+        c.token
+    );
+}
+
+#[test]
+fn the_token_follows_what_the_policy_does() {
+    let a = compile(&index(vec![basic("s", "c", "web")]), &opts());
+    let same = compile(&index(vec![basic("s", "c", "web")]), &opts());
+    let mut changed = basic("s", "c", "web");
+    changed.spec.containers[0].container.image = Some("busybox:1.37".into());
+    let b = compile(&index(vec![changed]), &opts());
+    assert_eq!(a.token, same.token);
+    assert_ne!(a.token, b.token);
+    assert!(a.policy.to_string().contains("busybox:1.36"));
+    assert!(b.policy.to_string().contains("busybox:1.37"));
+}
+
+#[test]
+fn an_empty_index_compiles_to_a_policy_that_answers_probes_only() {
+    let c = compile(&Index::new(), &opts());
+    assert!(c.included.is_empty() && c.fallbacks.is_empty());
+    let condition = c.policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        condition,
+        format!("(has(object.metadata.labels) && '{PROBE_LABEL}' in object.metadata.labels)")
+    );
+}

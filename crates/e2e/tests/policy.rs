@@ -1,0 +1,351 @@
+//! SidecarSets compiled into a MutatingAdmissionPolicy, against the API server as the oracle:
+//! for every case recorded from OpenKruise v1.9.0 (crates/core/tests/fixtures/kruise-1.9), the
+//! pod the API server makes under the compiled policy is byte for byte the pod our webhook makes
+//! (its patch computed in process by the same core, then created), and a case with a SidecarSet
+//! the policy cannot express is left untouched by the policy (the webhook's, whole).
+//!
+//! The policy is bound to the operator's namespace only, which the operator's webhook never
+//! sees: nothing else in the cluster, and no SidecarSet of the other tests, is involved. No
+//! SidecarSet object is created: the policy is compiled from the case's SidecarSets as our
+//! webhook defaults them.
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use serde_json::{Value, json};
+use sidecarset_core::api::{self, SidecarSet, convert, default_sidecarset};
+use sidecarset_core::index::{Index, namespace_labels};
+use sidecarset_core::inject;
+use sidecarset_core::policy::{self, Compiled, Options, PROBE_ANNOTATION, PROBE_LABEL};
+use sidecarset_e2e::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const NOW: &str = "2026-12-06T00:00:00Z";
+/// Only pods of this test carry it (with the policy's name): the policy selects nothing else,
+/// whatever the other tests create in the operator's namespace meanwhile.
+const SCOPE_LABEL: &str = "sidecarset-e2e-policy";
+
+fn cases() -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/kruise-1.9");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|p| serde_saphyr::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
+        // x23: a SidecarSet refused here on purpose.
+        .filter(|v: &Value| !v["case"].as_str().unwrap().starts_with("x23"))
+        .collect()
+}
+
+/// The latest version of each SidecarSet OpenKruise stored (x14's, refused by OpenKruise, is
+/// accepted here), as our webhooks leave it: v1alpha1, defaulted, with its hash annotations.
+fn sidecarsets(case: &Value) -> Vec<SidecarSet> {
+    let stored: BTreeSet<&str> = case["kruise"]["sidecarsets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["metadata"]["name"].as_str())
+        .collect();
+    let x14 = case["case"].as_str().unwrap().starts_with("x14");
+    let mut latest: BTreeMap<String, Value> = BTreeMap::new();
+    for key in ["sidecarsets", "updates"] {
+        for raw in case["input"][key].as_array().into_iter().flatten() {
+            let name = raw["metadata"]["name"].as_str().unwrap().to_string();
+            if x14 || stored.contains(name.as_str()) {
+                latest.insert(name, raw.clone());
+            }
+        }
+    }
+    latest
+        .values()
+        .map(|raw| {
+            let raw = convert::convert(raw, convert::API_VERSION_V1ALPHA1).unwrap();
+            let mut ss: SidecarSet = serde_json::from_value(raw.clone()).unwrap();
+            default_sidecarset(&mut ss);
+            let (hash, without_image) = api::sidecarset_hashes_as_submitted(&ss, &raw);
+            let ann = ss.metadata.annotations.get_or_insert_with(Default::default);
+            ann.insert(api::ANNOTATION_HASH.into(), hash);
+            ann.insert(api::ANNOTATION_HASH_WITHOUT_IMAGE.into(), without_image);
+            ss
+        })
+        .collect()
+}
+
+fn case_labels(case: &Value) -> BTreeMap<String, String> {
+    case["input"]["namespaceLabels"]
+        .as_str()
+        .unwrap_or("")
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn policies(c: &kube::Client) -> (Api<DynamicObject>, Api<DynamicObject>) {
+    let api = |kind: &str, plural: &str| {
+        Api::all_with(
+            c.clone(),
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+                plural,
+            ),
+        )
+    };
+    (
+        api("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+        api(
+            "MutatingAdmissionPolicyBinding",
+            "mutatingadmissionpolicybindings",
+        ),
+    )
+}
+
+/// Applies the policy and its binding, and waits until a dry-run probe pod shows its token.
+async fn activate(c: &kube::Client, ns: &str, compiled: &Compiled) -> anyhow::Result<Duration> {
+    let (p, b) = policies(c);
+    let pp = PatchParams::apply("sidecarset-e2e").force();
+    let name = compiled.policy["metadata"]["name"].as_str().unwrap();
+    p.patch(name, &pp, &Patch::Apply(&compiled.policy)).await?;
+    b.patch(name, &pp, &Patch::Apply(&compiled.binding)).await?;
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {"generateName": "policy-probe-", "labels": {PROBE_LABEL: "1", SCOPE_LABEL: name}},
+        "spec": {"containers": [{"name": "probe", "image": "probe"}]},
+    }))?;
+    let start = Instant::now();
+    loop {
+        let got = dry_run(c, ns, &probe).await?;
+        let token = got
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PROBE_ANNOTATION).cloned());
+        if token.as_deref() == Some(compiled.token.as_str()) {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!(
+                "the policy's token {} is not applied after 30 s (probe shows {token:?})",
+                compiled.token
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A pod as the API server returned it, without what differs between two creations: its uid,
+/// times, and the random suffix of the ServiceAccount token volume's name.
+fn comparable(p: &Pod) -> Value {
+    let mut v = serde_json::to_value(p).unwrap();
+    let meta = v["metadata"].as_object_mut().unwrap();
+    for k in [
+        "uid",
+        "creationTimestamp",
+        "managedFields",
+        "resourceVersion",
+    ] {
+        meta.remove(k);
+    }
+    let text = v.to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    const TOKEN: &str = "kube-api-access-";
+    while let Some(at) = rest.find(TOKEN) {
+        out.push_str(&rest[..at + TOKEN.len()]);
+        out.push_str("*****");
+        rest = rest[at + TOKEN.len()..].trim_start_matches(|c: char| c.is_ascii_alphanumeric());
+    }
+    out.push_str(rest);
+    serde_json::from_str(&out).unwrap()
+}
+
+/// The pod as the webhook receives it: defaulted and through the API server's own admission
+/// plugins (the ServiceAccount token volume), taken from a dry run as a probe (the policy only
+/// marks a probe), without the probe's label and mark.
+async fn as_the_webhook_sees_it(c: &kube::Client, ns: &str, pod: &Value) -> anyhow::Result<Value> {
+    let mut probe = pod.clone();
+    probe["metadata"]["labels"][PROBE_LABEL] = json!("1");
+    let got = dry_run(c, ns, &serde_json::from_value(probe)?).await?;
+    let mut v = serde_json::to_value(&got)?;
+    let meta = v["metadata"].as_object_mut().unwrap();
+    for k in [
+        "uid",
+        "creationTimestamp",
+        "managedFields",
+        "resourceVersion",
+        "generation",
+    ] {
+        meta.remove(k);
+    }
+    meta["labels"].as_object_mut().unwrap().remove(PROBE_LABEL);
+    if pod["metadata"]["annotations"].is_object() {
+        meta["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(PROBE_ANNOTATION);
+    } else {
+        meta.remove("annotations");
+    }
+    v.as_object_mut().unwrap().remove("status");
+    Ok(v)
+}
+
+/// The pod our webhook makes: the core's patch applied to the pod as the webhook receives it,
+/// then created (dry run; the policy leaves a pod that carries injection annotations alone, and
+/// the API server's plugins run again after a webhook's change, as here).
+async fn through_webhook(
+    c: &kube::Client,
+    ns: &str,
+    pod: &Value,
+    sets: &[SidecarSet],
+    ns_labels: &BTreeMap<String, String>,
+) -> anyhow::Result<Option<Pod>> {
+    let mut defaulted = as_the_webhook_sees_it(c, ns, pod).await?;
+    let typed: Pod = serde_json::from_value(defaulted.clone())?;
+    let (index, errors) = Index::from_sidecarsets(sets.iter().cloned());
+    assert!(errors.is_empty(), "{errors:?}");
+    let labels = typed.metadata.labels.clone().unwrap_or_default();
+    let injection = inject::inject(
+        &typed,
+        &index.matching_for_injection(&labels, &namespace_labels(ns, ns_labels)),
+        NOW,
+    );
+    if injection.patch.0.is_empty() {
+        return Ok(None);
+    }
+    inject::apply(&mut defaulted, &injection.patch)?;
+    Ok(Some(
+        dry_run(c, ns, &serde_json::from_value(defaulted)?).await?,
+    ))
+}
+
+#[tokio::test]
+async fn compiled_sidecarsets_inject_in_the_api_server_as_the_webhook_does() -> anyhow::Result<()> {
+    let c = client().await;
+    let ns = operator_namespace();
+    let name = format!("sidecarset-e2e-policy-{}", suffix());
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    let original = namespaces
+        .get(&ns)
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    let (policy_api, binding_api) = policies(&c);
+    // Left behind by an earlier run that stopped half-way: two policies would answer the probe.
+    let mine = kube::api::ListParams::default().labels("sidecarset-e2e=policy");
+    let _ = binding_api
+        .delete_collection(&DeleteParams::default(), &mine)
+        .await;
+    let _ = policy_api
+        .delete_collection(&DeleteParams::default(), &mine)
+        .await;
+    let result = async {
+        let mut same = Vec::new();
+        let mut left = Vec::new();
+        for case in cases() {
+            let case_name = case["case"].as_str().unwrap().to_string();
+            let sets = sidecarsets(&case);
+            let labels = case_labels(&case);
+            if !labels.is_empty() {
+                let patch = json!({"metadata": {"labels": labels}});
+                namespaces.patch(&ns, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            }
+            let mut idx = Index::new();
+            for s in &sets {
+                idx.upsert(Arc::new(s.clone()))?;
+            }
+            let compiled = policy::compile(
+                &idx,
+                &Options {
+                    name: name.clone(),
+                    now: NOW.into(),
+                    failure_policy: "Fail".into(),
+                    namespace_selector: Some(json!({"matchLabels": {"kubernetes.io/metadata.name": ns}})),
+                    object_selector: Some(json!({"matchLabels": {SCOPE_LABEL: name}})),
+                    labels: BTreeMap::from([("sidecarset-e2e".into(), "policy".into())]),
+                },
+            );
+            let took = activate(&c, &ns, &compiled).await.context(case_name.clone())?;
+            let mut pod = case["input"]["pod"].clone();
+            pod["metadata"]["namespace"] = json!(ns);
+            pod["metadata"]["labels"][SCOPE_LABEL] = json!(name);
+            let by_policy = dry_run(&c, &ns, &serde_json::from_value(pod.clone())?)
+                .await
+                .with_context(|| format!("{case_name}: create under the policy"))?;
+            let all_labels = namespaces.get(&ns).await?.metadata.labels.unwrap_or_default();
+            let by_webhook = through_webhook(&c, &ns, &pod, &sets, &all_labels).await?;
+            // The policy leaves to the webhook a pod that arrives with injection annotations.
+            // So does it with a pod whose image pull secrets repeat (the webhook removes repeats).
+            let secrets: Vec<String> = pod["spec"]["imagePullSecrets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| s["name"].to_string())
+                .collect();
+            let repeated = secrets.iter().collect::<BTreeSet<_>>().len() != secrets.len();
+            let annotated = repeated
+                || [api::ANNOTATION_HASH, api::ANNOTATION_INJECTED_LIST]
+                    .iter()
+                    .any(|k| pod["metadata"]["annotations"][k].is_string());
+            if compiled.fallbacks.is_empty() && !annotated {
+                let want = by_webhook
+                    .as_ref()
+                    .with_context(|| format!("{case_name}: the webhook injects nothing"))?;
+                assert_eq!(
+                    serde_json::to_string_pretty(&comparable(&by_policy))?,
+                    serde_json::to_string_pretty(&comparable(want))?,
+                    "{case_name}: the pod under the policy differs from the webhook's"
+                );
+                same.push(format!("{case_name} ({} ms)", took.as_millis()));
+            } else {
+                let untouched = as_the_webhook_sees_it(&c, &ns, &pod).await?;
+                let mut got = comparable(&by_policy);
+                got.as_object_mut().unwrap().remove("status");
+                got["metadata"].as_object_mut().unwrap().remove("generation");
+                assert_eq!(
+                    got,
+                    comparable(&serde_json::from_value(untouched)?),
+                    "{case_name}: the policy must leave this pod to the webhook"
+                );
+                if annotated {
+                    left.push(format!(
+                        "{case_name}: the pod arrives with injection annotations or repeated pull secrets"
+                    ));
+                }
+                if !compiled.fallbacks.is_empty() {
+                    let reasons: Vec<String> = compiled
+                        .fallbacks
+                        .iter()
+                        .map(|f| format!("{}: {}", f.sidecarset, f.reason))
+                        .collect();
+                    left.push(format!("{case_name}: {}", reasons.join("; ")));
+                }
+            }
+            if !labels.is_empty() {
+                let mut restore = serde_json::Map::new();
+                for k in labels.keys() {
+                    restore.insert(k.clone(), original.get(k).map_or(Value::Null, |v| json!(v)));
+                }
+                let patch = json!({"metadata": {"labels": restore}});
+                namespaces.patch(&ns, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            }
+        }
+        println!("the same pod as the webhook's ({}):\n  {}", same.len(), same.join("\n  "));
+        println!("left to the webhook ({}):\n  {}", left.len(), left.join("\n  "));
+        assert!(same.len() >= 10, "too few cases compiled: {same:?}");
+        anyhow::Ok(())
+    }
+    .await;
+    let _ = binding_api.delete(&name, &DeleteParams::default()).await;
+    let _ = policy_api.delete(&name, &DeleteParams::default()).await;
+    result
+}
