@@ -1,4 +1,4 @@
-//! The tool subcommands (`crd`, `inject`, `explain`, `diff`, `check`, `migrate`) and what they print and exit with.
+//! The tool subcommands (`crd`, `inject`, `policy`, `explain`, `diff`, `check`, `migrate`) and what they print and exit with.
 
 use crate::{inspect, offline};
 use clap::Subcommand;
@@ -30,6 +30,14 @@ pub enum ToolCommand {
         /// Labels of the pod's namespace, as k=v[,k=v...].
         #[arg(long, default_value = "")]
         namespace_labels: String,
+    },
+    /// Compile SidecarSets into the MutatingAdmissionPolicy and binding that let the API server
+    /// inject pods itself (Kubernetes 1.36 or later); print both as YAML. The SidecarSets the
+    /// policy cannot express stay on the webhook: each is named on stderr with the reason.
+    Policy {
+        /// A YAML file (several documents allowed) or a folder of them.
+        #[arg(short = 'f', long = "filename")]
+        sidecarsets: PathBuf,
     },
     /// Explain an object: `explain pod NAMESPACE/NAME` (against the cluster), or `explain pod -f
     /// pod.yaml --sidecarsets DIR` (offline).
@@ -91,6 +99,24 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        ToolCommand::Policy { sidecarsets } => {
+            let now = jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string();
+            match offline::compile_files(&sidecarsets, &now) {
+                Ok((yaml, fallbacks)) => {
+                    for f in fallbacks {
+                        eprintln!("left to the webhook: {}: {}", f.sidecarset, f.reason);
+                    }
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(inspect::EXIT_INPUT)
+                }
+            }
+        }
         ToolCommand::Inject {
             pod,
             sidecarsets,

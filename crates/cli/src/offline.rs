@@ -232,3 +232,36 @@ pub fn inject_files(
     serde_saphyr::to_string(&raw)
         .map_err(|e| invalid(pod_file, format!("cannot print the result: {e}")))
 }
+
+/// Compiles the SidecarSets of a file or folder (as the webhooks leave them, see
+/// [`read_sidecarsets`]) into the MutatingAdmissionPolicy and binding the operator would write:
+/// both as YAML documents, and the SidecarSets left to the webhook with the reason.
+pub fn compile_files(
+    path: &Path,
+    now: &str,
+) -> Result<(String, Vec<sidecarset_core::policy::Fallback>), InputError> {
+    let sets = read_sidecarsets(path)?;
+    let (index, errors) = sidecarset_core::index::Index::from_sidecarsets(sets);
+    if let Some((name, e)) = errors.into_iter().next() {
+        return Err(invalid(path, format!("SidecarSet {name:?}: {e}")));
+    }
+    let compiled = sidecarset_core::policy::compile(
+        &index,
+        &sidecarset_core::policy::Options {
+            name: "sidecarset-operator-injection".into(),
+            now: now.into(),
+            failure_policy: "Fail".into(),
+            namespace_selector: None,
+            object_selector: None,
+            labels: BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_string(),
+                "sidecarset-operator".to_string(),
+            )]),
+        },
+    );
+    let yaml = |v: &Value| serde_saphyr::to_string(v).unwrap_or_default();
+    Ok((
+        format!("{}---\n{}", yaml(&compiled.policy), yaml(&compiled.binding)),
+        compiled.fallbacks,
+    ))
+}

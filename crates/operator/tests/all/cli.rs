@@ -604,3 +604,49 @@ fn the_tools_end_quietly_on_a_closed_pipe() {
 fn libc_sigpipe() -> i32 {
     13
 }
+
+/// `policy` prints the policy and its binding as YAML, and names on stderr each SidecarSet left
+/// to the webhook with the field that keeps it there; a file without SidecarSets is an input
+/// error.
+#[test]
+fn policy_prints_the_compiled_policy_and_names_what_stays_on_the_webhook() {
+    let file = tmp(
+        "policy-sidecarsets.yaml",
+        "apiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: logger}\n\
+         spec:\n  selector: {matchLabels: {app: web}}\n  containers:\n  - {name: logger, image: busybox:1.36}\n\
+         ---\napiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: shipper}\n\
+         spec:\n  selector: {matchLabels: {app: api}}\n  containers:\n  - {name: shipper, image: busybox:1.36, shareVolumePolicy: {type: enabled}}\n",
+    );
+    let out = bin(&["policy", "-f", &file]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+    );
+    assert!(docs[0].to_string().contains("busybox:1.36"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("shipper: spec.containers[0].shareVolumePolicy"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("logger"), "{stderr}");
+
+    let empty = tmp(
+        "policy-empty.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+    );
+    let out = bin(&["policy", "-f", &empty]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
