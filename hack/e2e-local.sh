@@ -65,6 +65,9 @@ log "uninstalling the chart; tests that start their own operators (fresh start, 
 "$HELM_BIN/helm" uninstall sidecarset-operator -n sidecarset-system --wait >/dev/null
 cargo test -p sidecarset-e2e --test local_process -- --ignored --nocapture --test-threads=1
 
+log "injection in the API server: --injection=auto with every replica stopped, against webhook mode"
+cargo test -p sidecarset-e2e --test policy_mode -- --ignored --nocapture --test-threads=1
+
 log "check: each failure it knows, induced on an operator of its own (CRD, conversion, webhooks, caBundle trust, expiry, match conditions, leader, OpenKruise)"
 cargo test -p sidecarset-e2e --test check -- --ignored --nocapture --test-threads=1
 

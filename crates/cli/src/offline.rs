@@ -257,6 +257,8 @@ pub fn compile_files(
                 "app.kubernetes.io/managed-by".to_string(),
                 "sidecarset-operator".to_string(),
             )]),
+            skip_namespace: None,
+            owner: None,
         },
     );
     let yaml = |v: &Value| serde_saphyr::to_string(v).unwrap_or_default();

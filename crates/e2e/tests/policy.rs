@@ -30,6 +30,37 @@ const NOW: &str = "2026-12-06T00:00:00Z";
 /// whatever the other tests create in the operator's namespace meanwhile.
 const SCOPE_LABEL: &str = "sidecarset-e2e-policy";
 
+/// The project's own cases beyond the recorded ones: two SidecarSets claiming one container
+/// name (the first that selects the pod is injected, the other skipped), for a pod both select
+/// and for a pod only the second selects.
+fn own_cases() -> Vec<Value> {
+    let ss = |name: &str, key: &str, image: &str| {
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+               "metadata": {"name": name},
+               "spec": {"selector": {"matchLabels": {key: "yes"}},
+                        "containers": [{"name": "proxy", "image": image}],
+                        "volumes": [{"name": "shared", "emptyDir": {}}]}})
+    };
+    let sets = json!([
+        ss("aa-proxy", "a", "proxy:a"),
+        ss("bb-proxy", "b", "proxy:b")
+    ]);
+    let stored = json!([{"metadata": {"name": "aa-proxy"}}, {"metadata": {"name": "bb-proxy"}}]);
+    [
+        ("own-claims-both", json!({"a": "yes", "b": "yes"})),
+        ("own-claims-second", json!({"b": "yes"})),
+    ]
+    .into_iter()
+    .map(|(name, labels)| {
+        json!({"case": name,
+                   "input": {"sidecarsets": sets, "pod": {"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "claims-0", "labels": labels},
+                       "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}},
+                   "kruise": {"sidecarsets": stored}})
+    })
+    .collect()
+}
+
 fn cases() -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/kruise-1.9");
     let mut files: Vec<_> = std::fs::read_dir(dir)
@@ -43,6 +74,7 @@ fn cases() -> Vec<Value> {
         .map(|p| serde_saphyr::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
         // x23: a SidecarSet refused here on purpose.
         .filter(|v: &Value| !v["case"].as_str().unwrap().starts_with("x23"))
+        .chain(own_cases())
         .collect()
 }
 
@@ -272,6 +304,8 @@ async fn compiled_sidecarsets_inject_in_the_api_server_as_the_webhook_does() -> 
                     namespace_selector: Some(json!({"matchLabels": {"kubernetes.io/metadata.name": ns}})),
                     object_selector: Some(json!({"matchLabels": {SCOPE_LABEL: name}})),
                     labels: BTreeMap::from([("sidecarset-e2e".into(), "policy".into())]),
+                    skip_namespace: None,
+                    owner: None,
                 },
             );
             let took = activate(&c, &ns, &compiled).await.context(case_name.clone())?;

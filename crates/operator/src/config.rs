@@ -125,6 +125,12 @@ pub struct RunArgs {
     /// Off when OLM owns the webhook configurations.
     #[arg(long, env = "SSO_POD_MATCH_CONDITIONS", default_value_t = true, action = clap::ArgAction::Set)]
     pub pod_match_conditions: bool,
+    /// How pods are injected: webhook (the pod webhook, as OpenKruise), policy (every SidecarSet
+    /// it can express compiled into a MutatingAdmissionPolicy that the API server applies itself,
+    /// the webhook for the rest; needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy,
+    /// Kubernetes 1.36 or later), or auto (policy where the API server serves it, else webhook).
+    #[arg(long, env = "SSO_INJECTION", default_value = "webhook", value_parser = ["webhook", "policy", "auto"])]
+    pub injection: String,
     /// Start even when OpenKruise's webhooks are installed (pods would be injected twice).
     #[arg(long, env = "SSO_ALLOW_OPENKRUISE", default_value_t = false)]
     pub allow_openkruise: bool,

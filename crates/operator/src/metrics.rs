@@ -35,6 +35,11 @@ pub struct SidecarSetReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabel {
+    pub mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabel {
     pub webhook: String,
 }
@@ -122,6 +127,12 @@ pub struct Metrics {
     pub cert_changes: Family<ReasonLabel, Counter>,
     pub ca_bundle_writes: Counter,
     pub match_condition_repairs: Counter,
+    /// 1 while a dry-run probe shows the API server applying the current compiled policy.
+    pub policy_active: Gauge,
+    /// SidecarSets by how their pods are injected (`mode`: policy or webhook).
+    pub policy_sidecarsets: Family<ModeLabel, Gauge>,
+    /// Writes of the MutatingAdmissionPolicy and its binding (first write, changes, repairs).
+    pub policy_writes: Counter,
     pub leader: Gauge,
     pub pods_without_sidecars: Family<SidecarSetLabel, Gauge>,
     pub pods_evicted: Family<SidecarSetLabel, Counter>,
@@ -190,6 +201,9 @@ fn unregistered() -> Metrics {
         cert_changes: Family::default(),
         ca_bundle_writes: Counter::default(),
         match_condition_repairs: Counter::default(),
+        policy_active: Gauge::default(),
+        policy_sidecarsets: Family::default(),
+        policy_writes: Counter::default(),
         leader: Gauge::default(),
         pods_without_sidecars: Family::default(),
         pods_evicted: Family::default(),
@@ -308,6 +322,21 @@ fn register_certificates(registry: &mut Registry, m: &Metrics) {
         "match_condition_repairs",
         "The pod webhook's match condition found changed by someone else and written back",
         m.match_condition_repairs.clone(),
+    );
+    registry.register(
+        "policy_active",
+        "1 while a dry-run probe shows the API server applying the operator's current MutatingAdmissionPolicy (--injection policy or auto)",
+        m.policy_active.clone(),
+    );
+    registry.register(
+        "policy_sidecarsets",
+        "SidecarSets by how their pods are injected: mode=policy (in the API server) or mode=webhook",
+        m.policy_sidecarsets.clone(),
+    );
+    registry.register(
+        "policy_writes",
+        "Writes of the MutatingAdmissionPolicy and its binding (first write, changes, repairs of hand edits)",
+        m.policy_writes.clone(),
     );
 }
 

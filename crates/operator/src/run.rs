@@ -273,6 +273,23 @@ pub fn controller(
     if let (Some(coverage), Some(l)) = (&view.match_coverage, &leadership) {
         coverage.set_leadership(l.clone());
     }
+    tokio::spawn(registration::policy::keep_injection_policy(
+        clients.calls.clone(),
+        view.cluster.clone(),
+        registration::policy::Settings {
+            mode: registration::policy::Mode::parse(&args.injection),
+            name: args.webhook_config_name.clone(),
+            namespace: args.namespace.clone(),
+            skip_namespaces: args.skip_namespaces.clone(),
+            failure_policy: args.failure_policy.clone(),
+            webhook_configs: crate::names::WebhookConfigs::from_args(
+                &args.webhook_config_name,
+                args.webhook_config_selector.as_deref(),
+            ),
+        },
+        view.match_coverage.clone(),
+        leadership.clone(),
+    ));
     let Some((store, trigger)) = view.controller_feed.take() else {
         return Ok(election);
     };

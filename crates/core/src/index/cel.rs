@@ -116,6 +116,25 @@ impl PodCoverage {
         c
     }
 
+    /// [`PodCoverage::of_index`], where a SidecarSet named in `compiled` (injected by an
+    /// admission policy, see [`crate::policy`]) covers only the pods it selects that do not
+    /// record it in their injected list yet ([`crate::policy::webhook_term`]): the API server
+    /// then does not call the webhook for a pod the policy injected. Safe whether or not the
+    /// policy is in effect: the webhook changes nothing for a SidecarSet a pod records already.
+    pub fn of_index_compiled(index: &Index, compiled: &BTreeSet<String>) -> PodCoverage {
+        let mut c = PodCoverage::default();
+        for e in index.entries.values() {
+            let name = e.ss.name();
+            if compiled.contains(name) {
+                c.terms
+                    .insert(crate::policy::webhook_term(&e.scope.pods, name));
+            } else {
+                c.add_selector(&e.scope.pods);
+            }
+        }
+        c
+    }
+
     fn add_selector(&mut self, sel: &CompiledSelector) {
         match sel.requirements() {
             [r] if matches!(r.op, Op::In(_)) => {

@@ -44,6 +44,9 @@ pub const API_VERSION: &str = "admissionregistration.k8s.io/v1";
 pub const PROBE_LABEL: &str = "sidecarset-operator.io/policy-probe";
 /// The annotation the policy sets on a probe pod: the token of the policy version applied.
 pub const PROBE_ANNOTATION: &str = "sidecarset-operator.io/policy-token";
+/// The policy's annotation holding [`Options::now`], so that a recompilation of the same
+/// SidecarSets gives the same policy.
+pub const COMPILED_AT_ANNOTATION: &str = "sidecarset-operator.io/compiled-at";
 
 /// How to compile.
 #[derive(Debug, Clone)]
@@ -61,6 +64,27 @@ pub struct Options {
     pub object_selector: Option<Value>,
     /// Labels of the policy and the binding.
     pub labels: BTreeMap<String, String>,
+    /// A namespace whose pods the policy leaves alone, but for probes (the operator's own: the
+    /// probe runs there, where it may create pods).
+    pub skip_namespace: Option<String>,
+    /// Owner of the policy and the binding (an ownerReference), so that they go with it.
+    pub owner: Option<Value>,
+}
+
+/// The pod webhook's match-condition term for a SidecarSet the policy injects: the pods its
+/// selector selects that do not name it in their injected list (the webhook's condition sees
+/// the pod after the policy changed it).
+pub fn webhook_term(selector: &crate::api::CompiledSelector, name: &str) -> String {
+    let list = format!(
+        "object.metadata.annotations[{}]",
+        cel_string(ANNOTATION_INJECTED_LIST)
+    );
+    format!(
+        "({}) && !(has(object.metadata.annotations) && {} in object.metadata.annotations && {} in {list}.split(','))",
+        crate::index::cel::selector_expression(selector),
+        cel_string(ANNOTATION_INJECTED_LIST),
+        cel_string(name)
+    )
 }
 
 /// A SidecarSet the policy leaves to the webhook, and why.
@@ -120,15 +144,21 @@ pub fn compile(index: &Index, opts: &Options) -> Compiled {
     let policy = json!({
         "apiVersion": API_VERSION,
         "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": opts.name, "labels": labels, "annotations": {PROBE_ANNOTATION: token}},
+        "metadata": {"name": opts.name, "labels": labels, "annotations": {
+            PROBE_ANNOTATION: token, COMPILED_AT_ANNOTATION: opts.now}},
         "spec": spec,
     });
-    let binding = json!({
+    let mut binding = json!({
         "apiVersion": API_VERSION,
         "kind": "MutatingAdmissionPolicyBinding",
         "metadata": {"name": opts.name, "labels": labels},
         "spec": {"policyName": opts.name},
     });
+    let mut policy = policy;
+    if let Some(owner) = &opts.owner {
+        policy["metadata"]["ownerReferences"] = json!([owner]);
+        binding["metadata"]["ownerReferences"] = json!([owner]);
+    }
     Compiled {
         policy,
         binding,
@@ -218,26 +248,33 @@ fn unit<'a>(entry: &'a Entry, opts: &Options) -> Result<Unit<'a>, String> {
     })
 }
 
-/// A SidecarSet must not write what an earlier one in the policy writes (a container name, an
-/// annotation other than the merged ones): the webhook would skip it or let the later value win
-/// per pod, which the policy leaves to the webhook.
+/// The container names a SidecarSet claims in a pod (the webhook's rule): its containers as
+/// injected (a hot-upgrade pair's two), their names in the spec, and its init containers. Of two
+/// SidecarSets claiming one name, the webhook injects the first one that selects the pod and
+/// skips the other; the policy does the same per pod.
+fn claimed_names(u: &Unit) -> BTreeSet<String> {
+    u.rendered
+        .containers
+        .iter()
+        .chain(u.rendered.init_containers.iter())
+        .filter_map(|(_, c)| c["name"].as_str().map(str::to_string))
+        .chain(
+            u.entry
+                .ss
+                .spec
+                .containers
+                .iter()
+                .map(|c| c.name().to_string()),
+        )
+        .collect()
+}
+
+/// A SidecarSet must not write an annotation (other than the merged ones) that an earlier one
+/// in the policy writes: the webhook lets the later value win per pod, which the policy leaves
+/// to the webhook.
 fn no_clash(u: &Unit, earlier: &[Unit]) -> Result<(), String> {
-    let names = |u: &Unit| -> BTreeSet<String> {
-        u.rendered
-            .containers
-            .iter()
-            .chain(u.rendered.init_containers.iter())
-            .filter_map(|(_, c)| c["name"].as_str().map(str::to_string))
-            .collect()
-    };
-    let mine = names(u);
     for other in earlier {
         let other_name = other.entry.ss.name();
-        if let Some(c) = names(other).intersection(&mine).next() {
-            return Err(format!(
-                "container {c:?} is also injected by SidecarSet {other_name:?}"
-            ));
-        }
         if let Some(k) = other
             .annotations
             .keys()

@@ -18,7 +18,14 @@ const NAMESPACE_LABELS: &str = "namespaceObject.metadata.labels";
 
 /// The policy's spec and its token.
 pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Value, String) {
-    let condition = match_condition(units, fallbacks);
+    let mut condition = match_condition(units, fallbacks);
+    if let (Some(ns), false) = (&opts.skip_namespace, units.is_empty()) {
+        condition = format!(
+            "{} || (request.namespace != {} && ({condition}))",
+            label_present(PROBE_LABEL),
+            string(ns)
+        );
+    }
     let mut variables = vec![
         var("names", &names("containers")),
         var("initNames", &names("initContainers")),
@@ -26,7 +33,18 @@ pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Val
         var("secretNames", &names("imagePullSecrets")),
     ];
     for (i, u) in units.iter().enumerate() {
-        variables.push(var(&m(i), &scope(u.entry)));
+        variables.push(var(&format!("s{i}"), &scope(u.entry)));
+    }
+    // Injected: in scope, and no container name claimed by an earlier SidecarSet injected (the
+    // webhook skips such a SidecarSet whole).
+    for (i, u) in units.iter().enumerate() {
+        let mut expr = format!("variables.s{i}");
+        for (j, earlier) in units[..i].iter().enumerate() {
+            if !super::claimed_names(earlier).is_disjoint(&super::claimed_names(u)) {
+                expr.push_str(&format!(" && !variables.{}", m(j)));
+            }
+        }
+        variables.push(var(&m(i), &expr));
     }
     let any: Vec<String> = (0..units.len())
         .map(|i| format!("variables.{}", m(i)))

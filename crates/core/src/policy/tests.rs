@@ -30,6 +30,8 @@ fn opts() -> Options {
         namespace_selector: None,
         object_selector: None,
         labels: BTreeMap::new(),
+        skip_namespace: None,
+        owner: None,
     }
 }
 
@@ -90,22 +92,35 @@ fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
         basic("e-other", "logger", "web"),
     ]);
     let c = compile(&idx, &opts());
-    assert_eq!(c.included, ["a-first", "e-other"]);
+    // c-clash claims a container name a-first claims: injected only where a-first is not.
+    assert_eq!(c.included, ["a-first", "c-clash", "e-other"]);
+    let expression = |name: &str| {
+        c.policy["spec"]["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .map(|v| v["expression"].as_str().unwrap().to_string())
+    };
+    assert_eq!(expression("m0").as_deref(), Some("variables.s0"));
+    assert_eq!(
+        expression("m1").as_deref(),
+        Some("variables.s1 && !variables.m0")
+    );
+    assert_eq!(expression("m2").as_deref(), Some("variables.s2"));
     let reasons: Vec<(&str, &str)> = c
         .fallbacks
         .iter()
         .map(|f| (f.sidecarset.as_str(), f.reason.as_str()))
         .collect();
-    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
     assert_eq!(reasons[0].0, "b-transfer");
     assert!(reasons[0].1.contains("transferEnv"));
-    assert_eq!(reasons[1].0, "c-clash");
-    assert!(reasons[1].1.contains("\"proxy\"") && reasons[1].1.contains("a-first"));
     // The policy leaves to the webhook every pod a fallback could select.
     let condition = c.policy["spec"]["matchConditions"][0]["expression"]
         .as_str()
         .unwrap();
-    assert!(condition.contains("== 'api'"), "{condition}");
+    assert!(condition.contains("!((("), "{condition}");
     assert_eq!(
         c.binding["spec"]["policyName"],
         c.policy["metadata"]["name"]

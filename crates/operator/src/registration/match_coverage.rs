@@ -31,6 +31,8 @@ pub struct MatchCoverage {
     pub(super) wake: tokio::sync::Notify,
     /// Bumped whenever `live` changes.
     changed: tokio::sync::watch::Sender<u64>,
+    /// The SidecarSets an admission policy injects ([`super::policy`]), when one is kept.
+    compiled: Mutex<Option<std::collections::BTreeSet<String>>>,
 }
 
 /// A SidecarSet this replica is admitting.
@@ -69,6 +71,19 @@ impl MatchCoverage {
     /// this replica only widens.
     pub fn set_leadership(&self, leadership: Leadership) {
         let _ = self.leadership.set(leadership);
+    }
+
+    /// The SidecarSets the admission policy injects (None: no policy): the pod webhook's
+    /// condition then leaves out the pods that already record them. Wakes the keeper on a
+    /// change.
+    pub fn set_compiled(&self, names: Option<std::collections::BTreeSet<String>>) {
+        let Ok(mut c) = self.compiled.lock() else {
+            return;
+        };
+        if *c != names {
+            *c = names;
+            self.wake.notify_one();
+        }
     }
 
     /// True while this replica leads.
@@ -206,8 +221,12 @@ impl MatchCoverage {
     /// name, with a selector covering theirs, or older than [`PENDING_TTL`], are dropped).
     pub(super) fn wanted(&self, view: &Index) -> Published {
         let held = held_by_view(view);
+        let compiled = self.compiled.lock().ok().and_then(|c| c.clone());
         let mut mine = Published {
-            selected: PodCoverage::of_index(view),
+            selected: match &compiled {
+                Some(names) => PodCoverage::of_index_compiled(view, names),
+                None => PodCoverage::of_index(view),
+            },
             ..Default::default()
         };
         let Ok(mut pending) = self.pending.lock() else {

@@ -4,7 +4,8 @@
 //! OpenKruise's injector is not installed too.
 //!
 //! One file per part: [`openkruise`], [`configurations`], [`match_coverage`], [`match_record`]
-//! and [`match_conditions`] (the pod webhook's match condition), [`crd_conversion`].
+//! and [`match_conditions`] (the pod webhook's match condition), [`crd_conversion`], [`policy`]
+//! (the MutatingAdmissionPolicy of `--injection policy|auto`).
 
 pub mod configurations;
 pub mod crd_conversion;
@@ -12,6 +13,7 @@ pub mod match_conditions;
 pub mod match_coverage;
 pub mod match_record;
 pub mod openkruise;
+pub mod policy;
 
 pub use configurations::{POD_UPDATE_MATCH, apply_webhook_configurations, webhook_configurations};
 pub use crd_conversion::keep_crd_conversion_from_file;

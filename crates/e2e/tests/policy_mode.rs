@@ -1,0 +1,234 @@
+//! `--injection=auto` on an operator of its own (run by hack/e2e-local.sh once the chart is
+//! uninstalled): the operator compiles its SidecarSet into a MutatingAdmissionPolicy, restores
+//! it when it is edited by hand, and narrows the pod webhook's condition to pods that do not
+//! record the SidecarSet; with the operator stopped, pods the SidecarSet selects are still
+//! created, with their sidecar, by the API server, and nothing is refused. The contrast: the
+//! same operator back in `--injection=webhook` removes the policy, and once it is stopped the
+//! same pods are refused (`failurePolicy: Fail`), as today.
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use serde_json::json;
+use sidecarset_core::policy::{PROBE_ANNOTATION, PROBE_LABEL};
+use sidecarset_e2e::*;
+
+fn policies(c: &kube::Client) -> Api<DynamicObject> {
+    Api::all_with(
+        c.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(
+                "admissionregistration.k8s.io",
+                "v1",
+                "MutatingAdmissionPolicy",
+            ),
+            "mutatingadmissionpolicies",
+        ),
+    )
+}
+
+fn args(ns: &str, name: &str, port: u16, mode: &str) -> Vec<String> {
+    [
+        "--namespace",
+        ns,
+        "--cert-secret-name",
+        name,
+        "--webhook-config-name",
+        name,
+        "--manage-webhooks",
+        "--webhook-url",
+        &format!("https://127.0.0.1:{port}"),
+        "--failure-policy",
+        "Fail",
+        "--injection",
+        mode,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn log_path(name: &str) -> String {
+    std::env::temp_dir()
+        .join(format!("{name}.log"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The pod webhook's match condition, as the API server holds it.
+async fn pod_condition(c: &kube::Client, name: &str) -> anyhow::Result<String> {
+    let config = Api::<MutatingWebhookConfiguration>::all(c.clone())
+        .get(name)
+        .await?;
+    Ok(config
+        .webhooks
+        .iter()
+        .flatten()
+        .filter(|w| w.name == "mpod.sidecarset-operator.io")
+        .flat_map(|w| w.match_conditions.iter().flatten())
+        .map(|m| m.expression.clone())
+        .collect::<Vec<_>>()
+        .join(" ; "))
+}
+
+/// The policy's mutation, or None when there is no policy.
+async fn mutation(c: &kube::Client, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(policies(c).get_opt(name).await?.map(|p| {
+        p.data["spec"]["mutations"][0]["jsonPatch"]["expression"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }))
+}
+
+/// The token the API server applies now, from a dry-run probe in `ns`.
+async fn applied_token(c: &kube::Client, ns: &str) -> anyhow::Result<Option<String>> {
+    let mut probe = pod("probe", json!({PROBE_LABEL: "1"}));
+    probe.metadata.name = None;
+    probe.metadata.generate_name = Some("probe-".into());
+    let got = dry_run(c, ns, &probe).await?;
+    Ok(got.annotations().get(PROBE_ANNOTATION).cloned())
+}
+
+#[tokio::test]
+#[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
+async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped()
+-> anyhow::Result<()> {
+    let c = client().await;
+    let s = suffix();
+    let (ns, name, target) = (
+        format!("e2e-pol-{s}"),
+        format!("e2e-pol-{s}"),
+        format!("e2e-polt-{s}"),
+    );
+    create_namespace(&c, &ns, json!({})).await?;
+    create_namespace(&c, &target, json!({})).await?;
+    wait_default_sa(&c, &target).await?;
+    let label = format!("pol-{s}");
+    let ss = format!("e2e-pol-{s}");
+    let port = free_port();
+    let log = log_path(&name);
+    let result = async {
+        let op = Operator::start(&as_strs(&args(&ns, &name, port, "auto")), port, &log)?;
+        eventually(20, "the operator's webhooks", || {
+            let (c, name) = (c.clone(), name.clone());
+            async move {
+                let b = ca_bundles(&c, &name).await.unwrap_or_default();
+                Ok((!b.is_empty() && b.iter().all(|x| !x.is_empty())).then_some(()))
+            }
+        })
+        .await?;
+        create_sidecarset(&c, json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss},
+            "spec": {"selector": {"matchLabels": {"e2e-app": label}},
+                     "containers": [{"name": "pol", "image": "registry.local/pol:1"}]}
+        }))
+        .await?;
+        // The policy holds the SidecarSet and the API server applies it; the webhook's condition
+        // leaves out pods that record it.
+        let token = eventually(40, "the policy in effect", || {
+            let (c, name, ns, ss) = (c.clone(), name.clone(), ns.clone(), ss.clone());
+            async move {
+                let Some(p) = policies(&c).get_opt(&name).await? else { return Ok(None) };
+                let token = p.annotations().get(PROBE_ANNOTATION).cloned();
+                let holds = p.data.to_string().contains(&ss);
+                Ok((holds && applied_token(&c, &ns).await? == token).then_some(token))
+            }
+        })
+        .await?;
+        eventually(20, "the pod webhook's condition leaving out injected pods", || {
+            let (c, name) = (c.clone(), name.clone());
+            async move { Ok(pod_condition(&c, &name).await?.contains("sidecarset-injected-list").then_some(())) }
+        })
+        .await?;
+        println!("policy in effect, token {token:?}");
+
+        // A hand edit is undone.
+        // (A mutation that changes nothing; the API server type-checks it.)
+        const NOTHING: &str = "true ? [] : [JSONPatch{op: 'add', path: '/metadata/labels/x', value: 'y'}]";
+        let edit = json!({"spec": {"mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": NOTHING}}]}});
+        policies(&c).patch(&name, &PatchParams::default(), &Patch::Merge(&edit)).await?;
+        assert_eq!(mutation(&c, &name).await?.as_deref(), Some(NOTHING));
+        eventually(30, "the hand-edited policy restored", || {
+            let (c, name) = (c.clone(), name.clone());
+            async move { Ok(mutation(&c, &name).await?.filter(|m| m != NOTHING).map(|_| ())) }
+        })
+        .await?;
+        // (Its token may have changed meanwhile: the controller records the SidecarSet's
+        // revision, which the hash annotations carry.)
+        eventually(30, "the restored policy in effect", || {
+            let (c, ns, name) = (c.clone(), ns.clone(), name.clone());
+            async move {
+                let live = policies(&c).get(&name).await?;
+                let token = live.annotations().get(PROBE_ANNOTATION).cloned();
+                Ok((applied_token(&c, &ns).await? == token).then_some(()))
+            }
+        })
+        .await?;
+
+        // Every replica stopped: pods are created, those the SidecarSet selects with its sidecar.
+        drop(op);
+        let pods: Api<Pod> = Api::namespaced(c.clone(), &target);
+        for i in 0..3 {
+            let p = pods
+                .create(&PostParams::default(), &pod(&format!("with-{i}"), json!({"e2e-app": label})))
+                .await?;
+            assert_eq!(container_names(&p), ["pol", "app"], "with-{i}");
+            assert_eq!(p.annotations()["kruise.io/sidecarset-injected-list"], ss);
+        }
+        let plain = pods
+            .create(&PostParams::default(), &pod("plain", json!({"e2e-app": "other"})))
+            .await?;
+        assert_eq!(container_names(&plain), ["app"]);
+
+        // The contrast: back in webhook mode the policy goes, and a stopped operator refuses.
+        let op = Operator::start(&as_strs(&args(&ns, &name, port, "webhook")), port, &log)?;
+        eventually(40, "the policy removed and the plain condition back", || {
+            let (c, name) = (c.clone(), name.clone());
+            async move {
+                let gone = mutation(&c, &name).await?.is_none();
+                let plain = !pod_condition(&c, &name).await?.contains("sidecarset-injected-list");
+                Ok((gone && plain).then_some(()))
+            }
+        })
+        .await?;
+        drop(op);
+        let refused = pods
+            .create(&PostParams::default(), &pod("refused", json!({"e2e-app": label})))
+            .await;
+        assert!(refused.is_err(), "a stopped operator in webhook mode must refuse: {refused:?}");
+        println!("webhook mode, operator stopped: {}", refused.unwrap_err());
+        anyhow::Ok(())
+    }
+    .await;
+    // At its storage version: no conversion webhook (no operator) needed.
+    let _ = sidecarset_e2e::kruise::sidecarsets(&c)
+        .delete(&ss, &DeleteParams::default())
+        .await;
+    let _ = policies(&c).delete(&name, &DeleteParams::default()).await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(c.clone())
+        .delete(&name, &DeleteParams::default())
+        .await;
+    let _ =
+        Api::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>::all(
+            c.clone(),
+        )
+        .delete(&name, &DeleteParams::default())
+        .await;
+    delete_namespace(&c, &target).await;
+    delete_namespace(&c, &ns).await;
+    result.map_err(|e| {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        anyhow::anyhow!(
+            "{e:#}\noperator log:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        )
+    })
+}
