@@ -186,6 +186,18 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
             .create(&PostParams::default(), &pod("plain", json!({"e2e-app": "other"})))
             .await?;
         assert_eq!(container_names(&plain), ["app"]);
+        // explain names how the SidecarSet injects.
+        let out = std::process::Command::new(sidecarset_e2e::commands::bin())
+            .args(["explain", "pod", &format!("{target}/with-0"), "-o", "json"])
+            .output()?;
+        anyhow::ensure!(out.status.success(), "explain: {}", String::from_utf8_lossy(&out.stderr));
+        let e: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let by = e["sidecarsets"]
+            .as_array()
+            .and_then(|l| l.iter().find(|v| v["sidecarset"] == ss.as_str()))
+            .map(|v| v["injectedBy"].to_string())
+            .unwrap_or_default();
+        assert!(by.contains("API server"), "explain: {e:#}");
 
         // The contrast: back in webhook mode the policy goes, and a stopped operator refuses.
         let op = Operator::start(&as_strs(&args(&ns, &name, port, "webhook")), port, &log)?;

@@ -156,6 +156,30 @@ impl Cluster {
 
     /// Every SidecarSet, read in the stored version (no conversion webhook involved) and
     /// converted in process, as the operator's own watchers do.
+    /// How each SidecarSet injects, from the operator's MutatingAdmissionPolicy (None: there is
+    /// none, the API server does not serve the kind, or it cannot be read).
+    pub async fn injection_modes(&self) -> Option<sidecarset_core::policy::Modes> {
+        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+        let api: Api<DynamicObject> = Api::all_with(
+            self.client.clone(),
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(
+                    "admissionregistration.k8s.io",
+                    "v1",
+                    "MutatingAdmissionPolicy",
+                ),
+                "mutatingadmissionpolicies",
+            ),
+        );
+        let list = api
+            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=sidecarset-operator"))
+            .await
+            .ok()?;
+        list.items.iter().find_map(|p| {
+            sidecarset_core::policy::Modes::of_annotations(p.metadata.annotations.as_ref()?)
+        })
+    }
+
     pub async fn sidecarsets(&self) -> Result<Vec<SidecarSet>, ToolError> {
         let list = Api::<sidecarset_core::api::v1beta1::SidecarSet>::all(self.client.clone())
             .list(&ListParams::default())

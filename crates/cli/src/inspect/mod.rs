@@ -188,6 +188,8 @@ struct PodContext {
     skip: BTreeSet<String>,
     peers: BTreeMap<String, Vec<Pod>>,
     revisions: Vec<explain::SidecarSetRevision>,
+    /// How each SidecarSet injects, when the operator keeps an admission policy.
+    modes: Option<sidecarset_core::policy::Modes>,
 }
 
 /// Offline: the pod and the SidecarSets from files (`-f`, `--sidecarsets`).
@@ -212,6 +214,7 @@ fn context_from_files(args: &ExplainPodArgs, file: &Path) -> Result<PodContext, 
         skip: args.common.skip_set(),
         peers: BTreeMap::new(),
         revisions: Vec::new(),
+        modes: None,
     })
 }
 
@@ -286,6 +289,7 @@ async fn context_from_cluster(
         skip,
         peers,
         revisions,
+        modes: c.injection_modes().await,
     })
 }
 
@@ -304,8 +308,9 @@ pub async fn explain_pod(args: &ExplainPodArgs) -> Result<ToolOutput, ToolError>
         skip,
         peers,
         revisions,
+        modes,
     } = ctx;
-    let e = explain::explain_pod(&explain::PodInput {
+    let mut e = explain::explain_pod(&explain::PodInput {
         pod: &pod,
         namespace_labels: ns_labels,
         index: &index,
@@ -315,6 +320,11 @@ pub async fn explain_pod(args: &ExplainPodArgs) -> Result<ToolOutput, ToolError>
         all: args.all,
         now: &now,
     });
+    if let Some(modes) = &modes {
+        for v in e.sidecarsets.iter_mut().filter(|v| v.selects) {
+            v.injected_by = Some(modes.describe(&v.sidecarset));
+        }
+    }
     if args.file.is_some() && e.sidecarsets.iter().any(|v| v.next.is_some()) {
         stderr.push(
             "note: offline: the next rollout step is planned with this pod alone (in a cluster, the SidecarSet's other pods count for partition and maxUnavailable)".to_string(),

@@ -47,6 +47,50 @@ pub const PROBE_ANNOTATION: &str = "sidecarset-operator.io/policy-token";
 /// The policy's annotation holding [`Options::now`], so that a recompilation of the same
 /// SidecarSets gives the same policy.
 pub const COMPILED_AT_ANNOTATION: &str = "sidecarset-operator.io/compiled-at";
+/// The policy's annotation naming the SidecarSets it injects, comma-separated.
+pub const INCLUDED_ANNOTATION: &str = "sidecarset-operator.io/injected-here";
+/// The policy's annotation naming the SidecarSets left to the webhook, with the reason (a JSON
+/// object).
+pub const FALLBACKS_ANNOTATION: &str = "sidecarset-operator.io/left-to-webhook";
+
+/// How each SidecarSet injects, as a compiled policy's annotations say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Modes {
+    /// Injected by the policy.
+    pub policy: BTreeSet<String>,
+    /// Left to the webhook, with the reason.
+    pub webhook: BTreeMap<String, String>,
+}
+
+impl Modes {
+    /// Reads a policy's annotations (None: not a policy this compiler wrote).
+    pub fn of_annotations(annotations: &BTreeMap<String, String>) -> Option<Modes> {
+        let included = annotations.get(INCLUDED_ANNOTATION)?;
+        Some(Modes {
+            policy: included
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+                .collect(),
+            webhook: annotations
+                .get(FALLBACKS_ANNOTATION)
+                .and_then(|v| serde_json::from_str(v).ok())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// How `sidecarset` injects a pod it selects, in words.
+    pub fn describe(&self, sidecarset: &str) -> String {
+        if self.policy.contains(sidecarset) {
+            "the API server (the operator's MutatingAdmissionPolicy), with no call to the operator"
+                .into()
+        } else if let Some(reason) = self.webhook.get(sidecarset) {
+            format!("the webhook: {reason}")
+        } else {
+            "the webhook (paused, or changed since the policy was compiled)".into()
+        }
+    }
+}
 
 /// How to compile.
 #[derive(Debug, Clone)]
@@ -145,7 +189,11 @@ pub fn compile(index: &Index, opts: &Options) -> Compiled {
         "apiVersion": API_VERSION,
         "kind": "MutatingAdmissionPolicy",
         "metadata": {"name": opts.name, "labels": labels, "annotations": {
-            PROBE_ANNOTATION: token, COMPILED_AT_ANNOTATION: opts.now}},
+            PROBE_ANNOTATION: token, COMPILED_AT_ANNOTATION: opts.now,
+            INCLUDED_ANNOTATION: units.iter().map(|u| u.entry.ss.name()).collect::<Vec<_>>().join(","),
+            FALLBACKS_ANNOTATION: serde_json::to_string(&fallbacks.iter()
+                .map(|(e, r)| (e.ss.name(), r.as_str())).collect::<BTreeMap<_, _>>()).unwrap_or_default(),
+        }},
         "spec": spec,
     });
     let mut binding = json!({

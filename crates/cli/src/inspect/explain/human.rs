@@ -82,6 +82,9 @@ pub fn human(e: &PodExplanation) -> String {
                 if u { "yes" } else { "no" }
             ));
         }
+        if let Some(by) = &v.injected_by {
+            s.push_str(&format!("  injects through {by}\n"));
+        }
         if let Some(n) = &v.next {
             s.push_str(&format!("  next rollout step: {n}\n"));
         }

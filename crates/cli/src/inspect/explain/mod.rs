@@ -87,6 +87,10 @@ pub struct Verdict {
     pub upgradable: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next: Option<NextStep>,
+    /// How it injects the pods it selects, when the operator compiles SidecarSets into an
+    /// admission policy (`--injection policy|auto`): by the API server or by the webhook, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub injected_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -324,6 +328,7 @@ impl Verdict {
             sidecars: vec![],
             upgradable: None,
             next: None,
+            injected_by: None,
         }
     }
 }
