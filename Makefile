@@ -120,6 +120,10 @@ bench-tracing: ## Webhook load runs, 3 rounds of: telemetry off, logs only, logs
 	for round in 1 2 3; do for mode in off logs otlp; do \
 	  SSO_BENCH_TRACING=$$mode cargo bench -q --bench webhook_load 2>/dev/null; done; done
 
+.PHONY: bench-policy
+bench-policy: ## Pod creation through the API server (own local cluster): no injector, the MutatingAdmissionPolicy (--injection=auto), the webhook; 1, 10, 100 SidecarSets; p50/p99 and creations/s
+	hack/bench-policy.sh
+
 .PHONY: bench-sim
 bench-sim: ## Simulation of 100000 pods and 5000 SidecarSets in one process (no API server): memory per pod and per SidecarSet, per-event and per-reconcile cost, relist peak (knobs: SSO_SIM_PODS, SSO_SIM_SIDECARSETS, SSO_SIM_NAMESPACES)
 	cargo bench --bench simulate

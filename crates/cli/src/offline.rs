@@ -259,6 +259,7 @@ pub fn compile_files(
             )]),
             skip_namespace: None,
             owner: None,
+            max_sidecarsets: None,
         },
     );
     let yaml = |v: &Value| serde_saphyr::to_string(v).unwrap_or_default();

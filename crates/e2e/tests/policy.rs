@@ -306,6 +306,7 @@ async fn compiled_sidecarsets_inject_in_the_api_server_as_the_webhook_does() -> 
                     labels: BTreeMap::from([("sidecarset-e2e".into(), "policy".into())]),
                     skip_namespace: None,
                     owner: None,
+                    max_sidecarsets: None,
                 },
             );
             let took = activate(&c, &ns, &compiled).await.context(case_name.clone())?;

@@ -113,6 +113,9 @@ pub struct Options {
     pub skip_namespace: Option<String>,
     /// Owner of the policy and the binding (an ownerReference), so that they go with it.
     pub owner: Option<Value>,
+    /// At most this many SidecarSets in the policy (the operator lowers it when the API server
+    /// refuses a policy, for a limit this compiler does not know).
+    pub max_sidecarsets: Option<usize>,
 }
 
 /// The pod webhook's match-condition term for a SidecarSet the policy injects: the pods its
@@ -182,6 +185,21 @@ pub fn compile(index: &Index, opts: &Options) -> Compiled {
             Err(reason) => fallbacks.push((entry, reason)),
         }
     }
+    // The API server bounds each CEL expression's length: the SidecarSets past the most that
+    // fit (or past `opts.max_sidecarsets`) stay on the webhook.
+    let most = most_that_fit(&units, &fallbacks, opts);
+    if most < units.len() {
+        let reason = format!(
+            "the policy holds the first {most} SidecarSets (by name) that fit the API server's limits ({MAX_EXPRESSION_CHARS} characters per CEL expression{})",
+            opts.max_sidecarsets
+                .map(|m| format!(", and at most {m} SidecarSets: the API server refused more"))
+                .unwrap_or_default()
+        );
+        for u in units.drain(most..) {
+            fallbacks.push((u.entry, reason.clone()));
+        }
+        fallbacks.sort_by(|a, b| a.0.ss.name().cmp(b.0.ss.name()));
+    }
     let fallback_entries: Vec<&Entry> = fallbacks.iter().map(|(e, _)| *e).collect();
     let (spec, token) = render::spec(&units, &fallback_entries, opts);
     let labels: Value = serde_json::to_value(&opts.labels).unwrap_or_default();
@@ -223,6 +241,44 @@ pub fn compile(index: &Index, opts: &Options) -> Compiled {
             })
             .collect(),
     }
+}
+
+/// The API server refuses a CEL expression longer than this (code points).
+pub const MAX_EXPRESSION_CHARS: usize = 100_000;
+
+/// How many of `units` (from the first) the policy can hold: every expression within
+/// [`MAX_EXPRESSION_CHARS`] and at most `opts.max_sidecarsets`.
+fn most_that_fit(units: &[Unit], fallbacks: &[(&Entry, String)], opts: &Options) -> usize {
+    let fits = |k: usize| -> bool {
+        let mut left: Vec<&Entry> = fallbacks.iter().map(|(e, _)| *e).collect();
+        left.extend(units[k..].iter().map(|u| u.entry));
+        let (spec, _) = render::spec(&units[..k], &left, opts);
+        expressions(&spec).all(|e| e.chars().count() <= MAX_EXPRESSION_CHARS)
+    };
+    let cap = opts.max_sidecarsets.unwrap_or(usize::MAX).min(units.len());
+    if fits(cap) {
+        return cap;
+    }
+    // The largest k in [0, cap) that fits (0 always does: a probe-only policy).
+    let (mut lo, mut hi) = (0, cap);
+    while lo + 1 < hi {
+        let mid = (lo + hi) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// Every CEL expression of a policy spec.
+fn expressions(spec: &Value) -> impl Iterator<Item = &str> {
+    let list = |k: &str| spec[k].as_array().into_iter().flatten();
+    list("matchConditions")
+        .chain(list("variables"))
+        .filter_map(|v| v["expression"].as_str())
+        .chain(list("mutations").filter_map(|m| m["jsonPatch"]["expression"].as_str()))
 }
 
 /// Why a SidecarSet cannot be injected by the policy, if it cannot.

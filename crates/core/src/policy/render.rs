@@ -4,11 +4,11 @@
 use super::literal::{pointer_token, string, value};
 use super::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST,
-    ANNOTATION_WORKING_HOT_UPGRADE, Options, PROBE_ANNOTATION, PROBE_LABEL, Unit, before,
-    object_entries,
+    ANNOTATION_WORKING_HOT_UPGRADE, Options, PROBE_ANNOTATION, PROBE_LABEL, PodInjectPolicy, Unit,
+    before, object_entries,
 };
 use crate::index::Entry;
-use crate::index::cel::{selector_expression, selector_expression_over};
+use crate::index::cel::{PodCoverage, selector_expression, selector_expression_over};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -18,7 +18,7 @@ const NAMESPACE_LABELS: &str = "namespaceObject.metadata.labels";
 
 /// The policy's spec and its token.
 pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Value, String) {
-    let mut condition = match_condition(units, fallbacks);
+    let mut condition = match_condition(units);
     if let (Some(ns), false) = (&opts.skip_namespace, units.is_empty()) {
         condition = format!(
             "{} || (request.namespace != {} && ({condition}))",
@@ -46,10 +46,16 @@ pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Val
         }
         variables.push(var(&m(i), &expr));
     }
+    variables.extend(literal_variables(units));
+    let webhook = webhook_variables(fallbacks, &mut variables);
     let any: Vec<String> = (0..units.len())
         .map(|i| format!("variables.{}", m(i)))
         .collect();
-    variables.push(var("any", &or(&any)));
+    let mut any = format!("({})", or(&any));
+    for w in webhook {
+        any.push_str(&format!(" && !variables.{w}"));
+    }
+    variables.push(var("any", &any));
     for (name, field, side) in [
         ("before", "containers", true),
         ("after", "containers", false),
@@ -124,18 +130,20 @@ fn annotation_present(key: &str) -> String {
 /// namespace): a probe, or a pod some compiled SidecarSet could select, that no SidecarSet left
 /// to the webhook could select, that carries no injection annotation yet, and whose image pull
 /// secrets are not repeated.
-fn match_condition(units: &[Unit], fallbacks: &[&Entry]) -> String {
+fn match_condition(units: &[Unit]) -> String {
     if units.is_empty() {
         return label_present(PROBE_LABEL);
     }
-    let selected: Vec<String> = units
-        .iter()
-        .map(|u| format!("({})", selector_expression(&u.entry.scope().pods)))
-        .collect();
-    let webhook: Vec<String> = fallbacks
-        .iter()
-        .map(|e| format!("({})", selector_expression(&e.scope().pods)))
-        .collect();
+    // The union in its compact form (one `in` per label key); past the API server's bound, every
+    // pod (the mutation decides per SidecarSet then).
+    let mut union = PodCoverage::default();
+    for u in units {
+        union.union(&PodCoverage::of_selector(&u.entry.scope().pods));
+    }
+    let selected = union
+        .expression()
+        .filter(|e| e.chars().count() <= super::MAX_EXPRESSION_CHARS / 2)
+        .unwrap_or_else(|| "true".into());
     let injected: Vec<String> = [
         ANNOTATION_HASH,
         ANNOTATION_HASH_WITHOUT_IMAGE,
@@ -150,12 +158,38 @@ fn match_condition(units: &[Unit], fallbacks: &[&Entry]) -> String {
     let finished = "(has(object.status) && has(object.status.phase) && \
          object.status.phase in ['Succeeded', 'Failed'])";
     format!(
-        "{probe} || (({selected}) && !({webhook}) && !({injected}) && !{repeated} && !{finished})",
+        "{probe} || (({selected}) && !({injected}) && !{repeated} && !{finished})",
         probe = label_present(PROBE_LABEL),
-        selected = or(&selected),
-        webhook = or(&webhook),
         injected = or(&injected),
     )
+}
+
+/// The pods a SidecarSet left to the webhook could select (labels only, as the webhook's own
+/// condition): the policy leaves them whole to the webhook. In variables `w0`, `w1`, … of
+/// bounded length; their names.
+fn webhook_variables(fallbacks: &[&Entry], variables: &mut Vec<Value>) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut chunk: Vec<String> = Vec::new();
+    let mut len = 0;
+    let mut flush = |chunk: &mut Vec<String>, len: &mut usize, variables: &mut Vec<Value>| {
+        if !chunk.is_empty() {
+            let name = format!("w{}", names.len());
+            variables.push(var(&name, &or(chunk)));
+            names.push(name);
+            chunk.clear();
+            *len = 0;
+        }
+    };
+    for e in fallbacks {
+        let term = format!("({})", selector_expression(&e.scope().pods));
+        if len + term.len() + 4 > super::MAX_EXPRESSION_CHARS / 2 {
+            flush(&mut chunk, &mut len, variables);
+        }
+        len += term.len() + 4;
+        chunk.push(term);
+    }
+    flush(&mut chunk, &mut len, variables);
+    names
 }
 
 /// The SidecarSet's scope: its pod selector and its namespace selector.
@@ -174,39 +208,108 @@ fn scope(e: &Entry) -> String {
 /// The sidecars of `field` on one side that the pod does not have by name, in the webhook's
 /// order (SidecarSets by name; init containers by name).
 fn sidecars(units: &[Unit], field: &str, side: bool) -> String {
-    let (names_var, mut items): (&str, Vec<(usize, &Value)>) = if field == "containers" {
-        (
-            "names",
-            units
-                .iter()
-                .enumerate()
-                .flat_map(|(i, u)| u.rendered.containers.iter().map(move |c| (i, c)))
-                .filter(|(_, (p, _))| before(p) == side)
-                .map(|(i, (_, c))| (i, c))
-                .collect(),
-        )
+    let (names_var, mut items) = if field == "containers" {
+        ("names", literals(units, Literal::Container))
     } else {
-        (
-            "initNames",
-            units
-                .iter()
-                .enumerate()
-                .flat_map(|(i, u)| u.rendered.init_containers.iter().map(move |c| (i, c)))
-                .filter(|(_, (p, _))| before(p) == side)
-                .map(|(i, (_, c))| (i, c))
-                .collect(),
-        )
+        ("initNames", literals(units, Literal::Init))
     };
+    items.retain(|l| before(&l.placement) == side);
     if field == "initContainers" {
-        items.sort_by(|a, b| a.1["name"].as_str().cmp(&b.1["name"].as_str()));
+        items.sort_by(|a, b| a.name.cmp(&b.name));
     }
-    concat(items.iter().map(|(i, c)| {
-        let name = string(c["name"].as_str().unwrap_or_default());
+    concat(items.iter().map(|l| {
         (
-            format!("variables.{} && !({name} in variables.{names_var})", m(*i)),
-            value(c),
+            format!(
+                "variables.{} && !({} in variables.{names_var})",
+                m(l.unit),
+                string(&l.name)
+            ),
+            l.reference.clone(),
         )
     }))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Literal {
+    Container,
+    Init,
+    Volume,
+}
+
+impl Literal {
+    /// The variable holding a SidecarSet's items of this kind, as a list.
+    fn variable(self, unit: usize) -> String {
+        match self {
+            Literal::Container => format!("c{unit}"),
+            Literal::Init => format!("i{unit}"),
+            Literal::Volume => format!("v{unit}"),
+        }
+    }
+
+    fn items<'u>(self, u: &'u Unit) -> Vec<(PodInjectPolicy, &'u Value)> {
+        match self {
+            Literal::Container => u.rendered.containers.iter().map(|(p, c)| (*p, c)).collect(),
+            Literal::Init => u
+                .rendered
+                .init_containers
+                .iter()
+                .map(|(p, c)| (*p, c))
+                .collect(),
+            Literal::Volume => u
+                .rendered
+                .volumes
+                .iter()
+                .map(|v| (PodInjectPolicy::AfterAppContainer, v))
+                .collect(),
+        }
+    }
+}
+
+/// One rendered item of a SidecarSet, by reference to its variable.
+struct ItemRef {
+    unit: usize,
+    name: String,
+    placement: PodInjectPolicy,
+    /// `variables.c3[0]`.
+    reference: String,
+}
+
+/// The items of one kind of every SidecarSet, in order.
+fn literals(units: &[Unit], kind: Literal) -> Vec<ItemRef> {
+    units
+        .iter()
+        .enumerate()
+        .flat_map(|(i, u)| {
+            kind.items(u)
+                .into_iter()
+                .enumerate()
+                .map(move |(k, (placement, v))| ItemRef {
+                    unit: i,
+                    name: v["name"].as_str().unwrap_or_default().to_string(),
+                    placement,
+                    reference: format!("variables.{}[{k}]", kind.variable(i)),
+                })
+        })
+        .collect()
+}
+
+/// The variables holding each SidecarSet's rendered items: every literal once, referenced from
+/// the mutation (the API server bounds the length of each expression).
+fn literal_variables(units: &[Unit]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (i, u) in units.iter().enumerate() {
+        for kind in [Literal::Container, Literal::Init, Literal::Volume] {
+            let items: Vec<String> = kind
+                .items(u)
+                .iter()
+                .map(|(_, v)| format!("dyn({})", value(v)))
+                .collect();
+            if !items.is_empty() {
+                out.push(var(&kind.variable(i), &format!("[{}]", items.join(", "))));
+            }
+        }
+    }
+    out
 }
 
 /// `(cond ? [item] : []) + …`, or `[]`.
@@ -219,6 +322,14 @@ fn concat(items: impl Iterator<Item = (String, String)>) -> String {
     } else {
         parts.join(" + ")
     }
+}
+
+/// The position of `u` among `units`.
+fn index(units: &[Unit], u: &Unit) -> usize {
+    units
+        .iter()
+        .position(|x| std::ptr::eq(x, u))
+        .unwrap_or_default()
 }
 
 #[derive(Clone, Copy)]
@@ -236,7 +347,15 @@ fn new_items(units: &[Unit], kind: Item) -> String {
                 .rendered
                 .volumes
                 .iter()
-                .map(|v| (v["name"].as_str().unwrap_or_default().to_string(), value(v)))
+                .enumerate()
+                .map(|(k, v)| {
+                    let name = v["name"].as_str().unwrap_or_default().to_string();
+                    let at = index(units, u);
+                    (
+                        name,
+                        format!("variables.{}[{k}]", Literal::Volume.variable(at)),
+                    )
+                })
                 .collect(),
             Item::Secret => u
                 .rendered
@@ -368,22 +487,19 @@ fn joined<'a>(items: impl Iterator<Item = (usize, &'a str)>) -> String {
 
 /// A sidecar whose name a container of the pod has replaces that container in place.
 fn replace_ops(units: &[Unit], field: &str, names_var: &str) -> String {
-    let items = units.iter().enumerate().flat_map(|(i, u)| {
-        let list = if field == "containers" {
-            &u.rendered.containers
-        } else {
-            &u.rendered.init_containers
-        };
-        list.iter().map(move |(_, c)| {
-            let name = string(c["name"].as_str().unwrap_or_default());
-            let path = format!("'/spec/{field}/' + string(variables.{names_var}.indexOf({name}))");
-            (
-                format!("variables.{} && {name} in variables.{names_var}", m(i)),
-                op("replace", &path, &value(c)),
-            )
-        })
-    });
-    concat(items)
+    let kind = if field == "containers" {
+        Literal::Container
+    } else {
+        Literal::Init
+    };
+    concat(literals(units, kind).into_iter().map(|l| {
+        let name = string(&l.name);
+        let path = format!("'/spec/{field}/' + string(variables.{names_var}.indexOf({name}))");
+        (
+            format!("variables.{} && {name} in variables.{names_var}", m(l.unit)),
+            op("replace", &path, &l.reference),
+        )
+    }))
 }
 
 /// Items to put first (in order) and last in a list field; the whole list when the pod has none.

@@ -32,6 +32,7 @@ fn opts() -> Options {
         labels: BTreeMap::new(),
         skip_namespace: None,
         owner: None,
+        max_sidecarsets: None,
     }
 }
 
@@ -117,10 +118,11 @@ fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
     assert_eq!(reasons[0].0, "b-transfer");
     assert!(reasons[0].1.contains("transferEnv"));
     // The policy leaves to the webhook every pod a fallback could select.
-    let condition = c.policy["spec"]["matchConditions"][0]["expression"]
-        .as_str()
-        .unwrap();
-    assert!(condition.contains("!((("), "{condition}");
+    assert_eq!(
+        expression("any").as_deref(),
+        Some("(variables.m0 || variables.m1 || variables.m2) && !variables.w0")
+    );
+    assert!(expression("w0").unwrap().contains("== 'web'"));
     assert_eq!(
         c.binding["spec"]["policyName"],
         c.policy["metadata"]["name"]
@@ -155,4 +157,49 @@ fn an_empty_index_compiles_to_a_policy_that_answers_probes_only() {
         condition,
         format!("(has(object.metadata.labels) && '{PROBE_LABEL}' in object.metadata.labels)")
     );
+}
+
+#[test]
+fn sidecarsets_past_the_api_servers_expression_limit_stay_on_the_webhook() {
+    // The mutation refers to each SidecarSet a few times (a few hundred characters each).
+    let sets: Vec<SidecarSet> = (0..600)
+        .map(|i| {
+            basic(
+                &format!("s-{i:03}"),
+                &format!("c-{i:03}"),
+                &format!("app-{i}"),
+            )
+        })
+        .collect();
+    let c = compile(&index(sets), &opts());
+    assert!(
+        c.included.len() > 100 && c.included.len() < 600,
+        "{}",
+        c.included.len()
+    );
+    assert_eq!(c.included.len() + c.fallbacks.len(), 600);
+    for e in expressions(&c.policy["spec"]) {
+        assert!(e.chars().count() <= MAX_EXPRESSION_CHARS, "{}", e.len());
+    }
+    // The first ones by name are kept; the rest say why.
+    assert_eq!(c.included[0], "s-000");
+    assert!(
+        c.fallbacks[0].reason.contains("100000 characters"),
+        "{:?}",
+        c.fallbacks[0]
+    );
+    // And a cap set by the operator.
+    let capped = compile(
+        &index(vec![
+            basic("a", "x", "web"),
+            basic("b", "cy", "web"),
+            basic("c", "z", "web"),
+        ]),
+        &Options {
+            max_sidecarsets: Some(2),
+            ..opts()
+        },
+    );
+    assert_eq!(capped.included, ["a", "b"]);
+    assert!(capped.fallbacks[0].reason.contains("at most 2"));
 }

@@ -84,6 +84,7 @@ pub async fn keep_injection_policy(
             client,
             settings,
             served: false,
+            cap: Default::default(),
         };
         loop {
             if leads() {
@@ -105,6 +106,7 @@ pub async fn keep_injection_policy(
         client,
         settings,
         served,
+        cap: Default::default(),
     };
     loop {
         if state.sidecarsets_synced() {
@@ -147,6 +149,9 @@ struct Keeper {
     client: Client,
     settings: Settings,
     served: bool,
+    /// At most this many SidecarSets in the policy, once the API server refused more (a limit
+    /// the compiler does not know, such as the CEL cost budget).
+    cap: std::sync::Mutex<Option<usize>>,
 }
 
 fn api(client: &Client, kind: &str, plural: &str) -> Api<DynamicObject> {
@@ -197,7 +202,25 @@ impl Keeper {
         }
         let webhook = self.pod_webhook().await?;
         let live = self.policies().get_opt(&self.settings.name).await?;
-        let compiled = self.compile(view, webhook.as_ref(), live.as_ref());
+        let mut compiled = self.compile(view, webhook.as_ref(), live.as_ref());
+        if leader {
+            // A policy the API server refuses holds too much: halve it until one is taken.
+            while let Err(e) = self.write(&compiled, live.as_ref()).await {
+                let refused = matches!(
+                    e.downcast_ref::<kube::Error>(),
+                    Some(kube::Error::Api(s)) if s.code == 422
+                );
+                if !refused || compiled.included.is_empty() {
+                    return Err(e);
+                }
+                let half = compiled.included.len() / 2;
+                warn!(error = %e, sidecarsets = half, "the API server refused the injection policy; compiling fewer SidecarSets into it");
+                if let Ok(mut cap) = self.cap.lock() {
+                    *cap = Some(half);
+                }
+                compiled = self.compile(view, webhook.as_ref(), live.as_ref());
+            }
+        }
         if let Some(c) = coverage {
             c.set_compiled(Some(
                 compiled.included.iter().cloned().collect::<BTreeSet<_>>(),
@@ -210,7 +233,6 @@ impl Keeper {
         if !leader {
             return Ok(());
         }
-        self.write(&compiled, live.as_ref()).await?;
         let applied = self.probe().await?;
         m.policy_active
             .set(i64::from(applied.as_deref() == Some(&compiled.token)));
@@ -263,6 +285,7 @@ impl Keeper {
             labels: BTreeMap::from([(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string())]),
             skip_namespace: Some(s.namespace.clone()),
             owner: webhook.map(|w| w.owner.clone()),
+            max_sidecarsets: self.cap.lock().ok().and_then(|c| *c),
         }
     }
 
