@@ -6,6 +6,7 @@ SHELL := bash
 BIN        := target/debug/sidecarset-operator
 CRD_FILES  := charts/sidecarset-operator/crds/sidecarsets.apps.kruise.io.yaml \
               bundle/manifests/apps.kruise.io_sidecarsets.yaml
+CLI_REF    := docs/src/reference/cli.md
 IMG        ?= sidecarset-operator:dev
 
 .PHONY: help
@@ -71,9 +72,10 @@ lint: ## cargo fmt --check, one feature set for every build (hack/features.sh), 
 	cargo clippy --workspace --all-targets -- -D warnings
 
 .PHONY: manifests
-manifests: ## Write the generated CRD into the chart and the bundle, and the chart README's values table (helm-docs)
+manifests: ## Write the generated CRD into the chart and the bundle, the chart README's values table (helm-docs) and the docs' command-line reference
 	cargo build -q --bin sidecarset-operator
 	@for f in $(CRD_FILES); do mkdir -p $$(dirname $$f); $(BIN) crd > $$f; echo "wrote $$f"; done
+	@$(BIN) reference-cli > $(CLI_REF); echo "wrote $(CLI_REF)"
 	hack/chart-docs.sh generate
 
 .PHONY: check-manifests
@@ -82,6 +84,8 @@ check-manifests: ## Fail when the generated manifests differ from the code (run 
 	@for f in $(CRD_FILES); do \
 	  if ! $(BIN) crd | diff -q - $$f >/dev/null; then \
 	    echo "$$f is out of date with crates/core/src/api: run 'make manifests' and commit the result"; exit 1; fi; done
+	@if ! $(BIN) reference-cli | diff -u $(CLI_REF) - >&2; then \
+	  echo "$(CLI_REF) is out of date with the command line's definitions: run 'make manifests' and commit the result"; exit 1; fi
 	@hack/chart-docs.sh check
 	@echo "generated manifests are up to date"
 

@@ -48,6 +48,10 @@ enum Command {
     Run(Box<run::RunArgs>),
     #[command(flatten)]
     Tool(Box<ToolCommand>),
+    /// Print the command-line reference as Markdown (docs/src/reference/cli.md, written by `make
+    /// manifests`).
+    #[command(hide = true)]
+    ReferenceCli,
 }
 
 /// jemalloc's figures for `/metrics` (what of the RSS is live objects, what is the allocator's:
@@ -128,6 +132,11 @@ fn main() -> ExitCode {
         }
     };
     match command {
+        Command::ReferenceCli => {
+            end_quietly_on_a_closed_pipe();
+            print!("{}", sidecarset_cli::reference::markdown(Cli::command()));
+            ExitCode::SUCCESS
+        }
         Command::Tool(tool) => {
             end_quietly_on_a_closed_pipe();
             run_tool(*tool)
