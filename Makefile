@@ -89,6 +89,10 @@ check-manifests: ## Fail when the generated manifests differ from the code (run 
 	@hack/chart-docs.sh check
 	@echo "generated manifests are up to date"
 
+.PHONY: docs
+docs: ## Build the documentation site (docs/, mdBook at a pinned version, installed into ~/.cache/sidecarset-operator) into target/docs
+	hack/docs.sh build
+
 .PHONY: run
 run: build ## Run the operator locally against the current KUBECONFIG (webhooks by URL)
 	hack/run-local.sh
