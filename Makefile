@@ -22,7 +22,7 @@ test: ## Every test: lint, feature and generated-file drift, unit + webhook test
 	hack/test.sh all
 
 .PHONY: check
-check: ## The fast inner loop (no cluster): fmt, shellcheck, the feature check, clippy, generated-file drift, unit/fixture/conformance/webhook tests, chart lint
+check: ## The fast inner loop (no cluster): fmt, shellcheck, the feature check, clippy, generated-file drift, the docs site and its links, unit/fixture/conformance/webhook tests, chart lint
 	hack/test.sh check
 
 .PHONY: unit
@@ -92,6 +92,10 @@ check-manifests: ## Fail when the generated manifests differ from the code (run 
 .PHONY: docs
 docs: ## Build the documentation site (docs/, mdBook at a pinned version, installed into ~/.cache/sidecarset-operator) into target/docs
 	hack/docs.sh build
+
+.PHONY: docs-check
+docs-check: ## Build the site and check its links and anchors, and the README's size and install block (a phase of make check)
+	hack/docs.sh check
 
 .PHONY: run
 run: build ## Run the operator locally against the current KUBECONFIG (webhooks by URL)

@@ -5,6 +5,10 @@
 #
 #   hack/docs.sh install   install mdBook when it is not cached; prints MDBOOK_BIN=DIR (for eval)
 #   hack/docs.sh build     build the site into target/docs (`make docs`); open target/docs/index.html
+#   hack/docs.sh check     build it into a temporary directory (mdBook fails on a SUMMARY.md entry
+#                          whose file is missing), then the link check of docs/ and README.md
+#                          (`cargo xtask docs-check`: relative links, their anchors, the README's
+#                          size) (`make check`)
 #
 # A cold install builds mdBook from its crate (about 3 min on 2 busy cores); cached, nothing.
 set -euo pipefail
@@ -51,5 +55,11 @@ case ${1:-build} in
     rm -rf "$REPO/target/docs"
     build "$REPO/target/docs"
     log "built $REPO/target/docs (open index.html)" ;;
-  *) echo "usage: $0 [install|build]" >&2; exit 2 ;;
+  check)
+    w=$(mktemp -d)
+    trap 'rm -rf "$w"' EXIT
+    build "$w/site"
+    (cd "$REPO" && cargo run -q --locked -p xtask -- docs-check --site "$w/site")
+    log "the site builds and its links resolve" ;;
+  *) echo "usage: $0 [install|build|check]" >&2; exit 2 ;;
 esac
