@@ -1,51 +1,68 @@
 #!/usr/bin/env bash
-# The documentation site (docs/, an mdBook): mdBook at a pinned version, installed with
-# `cargo install --locked` into the tools cache keyed by its version (as hack/tools.sh keeps the
-# Go tools), and the site built and checked.
+# The documentation site (docs/, an mdBook): mdBook and mdbook-mermaid (its diagrams) at pinned
+# versions, installed with `cargo install --locked` into the tools cache keyed by their versions
+# (as hack/tools.sh keeps the Go tools), and the site built and checked.
 #
-#   hack/docs.sh install   install mdBook when it is not cached; prints MDBOOK_BIN=DIR (for eval)
+#   hack/docs.sh install   install them when they are not cached; prints MDBOOK_BIN=DIR and
+#                          MERMAID_BIN=DIR (for eval)
 #   hack/docs.sh build     build the site into target/docs (`make docs`); open target/docs/index.html
 #   hack/docs.sh check     build it into a temporary directory (mdBook fails on a SUMMARY.md entry
 #                          whose file is missing), then the link check of docs/ and README.md
 #                          (`cargo xtask docs-check`: relative links, their anchors, the README's
 #                          size) (`make check`)
 #
-# A cold install builds mdBook from its crate (about 3 min on 2 busy cores); cached, nothing.
+# A cold install builds both from their crates (about 3 and 2 min on 2 busy cores); cached,
+# nothing. mdbook-mermaid's JavaScript (mermaid.min.js, mermaid-init.js) is written into docs/ at
+# each build, from the installed version (git-ignored there).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MDBOOK_VERSION=${MDBOOK_VERSION:-0.5.4}
+MERMAID_VERSION=${MERMAID_VERSION:-0.17.1}
 CACHE=${SSO_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sidecarset-operator/bin}
 
 log() { printf '[docs] %s\n' "$*" >&2; }
 
-mdbook_ok() { [ -x "$1/mdbook" ] && "$1/mdbook" --version 2>/dev/null | grep -qF "v$MDBOOK_VERSION"; }
+# tool_ok DIR BINARY VERSION: DIR/BINARY exists and reports VERSION
+tool_ok() { [ -x "$1/$2" ] && "$1/$2" --version 2>/dev/null | grep -qF "$3"; }
 
-install() {
-  local out=$CACHE/mdbook-v$MDBOOK_VERSION
-  if ! mdbook_ok "$out/bin"; then
+# cargo_tool CRATE VERSION BINARY [cargo install flags...]: prints the bin directory
+cargo_tool() {
+  local crate=$1 version=$2 binary=$3 out=$CACHE/$1-v$2
+  shift 3
+  if ! tool_ok "$out/bin" "$binary" "$version"; then
     mkdir -p "$out"
     exec 9>"$out/.lock"
     flock 9
-    if ! mdbook_ok "$out/bin"; then
+    if ! tool_ok "$out/bin" "$binary" "$version"; then
       local start=$SECONDS
-      log "installing mdBook $MDBOOK_VERSION into $out (cargo install --locked)"
-      # Only the search feature: the site is built, not served or watched.
-      cargo install --quiet --locked mdbook --version "$MDBOOK_VERSION" --no-default-features \
-        --features search --root "$out" >&2
-      mdbook_ok "$out/bin" || { log "error: $out/bin/mdbook does not report v$MDBOOK_VERSION"; exit 1; }
-      log "mdbook $MDBOOK_VERSION built in $((SECONDS - start)) s"
+      log "installing $crate $version into $out (cargo install --locked)"
+      cargo install --quiet --locked "$crate" --version "$version" --root "$out" "$@" >&2
+      tool_ok "$out/bin" "$binary" "$version" || { log "error: $out/bin/$binary does not report $version"; exit 1; }
+      log "$crate $version built in $((SECONDS - start)) s"
     fi
     exec 9>&-
   fi
-  echo "MDBOOK_BIN=$out/bin"
+  echo "$out/bin"
+}
+
+install() {
+  local mdbook mermaid
+  # Only mdBook's search feature: the site is built, not served or watched.
+  mdbook=$(cargo_tool mdbook "$MDBOOK_VERSION" mdbook --no-default-features --features search)
+  mermaid=$(cargo_tool mdbook-mermaid "$MERMAID_VERSION" mdbook-mermaid)
+  echo "MDBOOK_BIN=$mdbook"
+  echo "MERMAID_BIN=$mermaid"
 }
 
 build() { # OUT
   local env rc=0 out
   env=$(install)
   eval "$env"
-  out=$("$MDBOOK_BIN/mdbook" build "$REPO/docs" --dest-dir "$1" 2>&1) || rc=$?
-  grep -v ' INFO ' <<<"$out" >&2 || true
+  # The diagrams' JavaScript of the installed mdbook-mermaid (book.toml names both files).
+  rm -f "$REPO/docs/mermaid.min.js" "$REPO/docs/mermaid-init.js"
+  "$MERMAID_BIN/mdbook-mermaid" install "$REPO/docs" >/dev/null 2>&1 || { log "error: mdbook-mermaid install failed"; exit 1; }
+  out=$(PATH="$MERMAID_BIN:$PATH" "$MDBOOK_BIN/mdbook" build "$REPO/docs" --dest-dir "$1" 2>&1) || rc=$?
+  grep -v -e ' INFO ' -e 'preprocessor was built against version' <<<"$out" >&2 || true
   [ "$rc" = 0 ] || { log "error: mdbook build failed (exit $rc)"; exit 1; }
 }
 
