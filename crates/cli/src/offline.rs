@@ -41,12 +41,49 @@ pub fn decode<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, String> {
     })
 }
 
-/// Reads a pod from a YAML or JSON file, keeping every field as it is.
-pub fn read_pod(path: &Path) -> Result<(Value, Pod), InputError> {
-    let text = std::fs::read_to_string(path).map_err(|source| InputError::Read {
-        path: path.into(),
+/// The file name that stands for standard input (`-f -`, as kubectl has it).
+pub const STDIN: &str = "-";
+
+/// Whether `path` names standard input.
+pub fn is_stdin(path: &Path) -> bool {
+    path == Path::new(STDIN)
+}
+
+/// How messages name `path`: standard input by that name.
+fn shown(path: &Path) -> PathBuf {
+    if is_stdin(path) {
+        PathBuf::from("standard input")
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// The text of a file, or of standard input for `-`.
+pub fn read_text(path: &Path) -> Result<String, InputError> {
+    let read = if is_stdin(path) {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map(|_| text)
+    } else {
+        std::fs::read_to_string(path)
+    };
+    read.map_err(|source| InputError::Read {
+        path: shown(path),
         source,
-    })?;
+    })
+}
+
+/// At most one of the inputs reads standard input.
+pub fn one_stdin(paths: &[&Path]) -> Result<(), String> {
+    if paths.iter().filter(|p| is_stdin(p)).count() > 1 {
+        return Err("only one of the inputs can be standard input (-)".into());
+    }
+    Ok(())
+}
+
+/// Reads a pod from a YAML or JSON file (`-`: standard input), keeping every field as it is.
+pub fn read_pod(path: &Path) -> Result<(Value, Pod), InputError> {
+    let text = read_text(path)?;
+    let path = &shown(path);
     let raw: Value = serde_saphyr::from_str(&text)
         .map_err(|e| invalid(path, format!("not YAML or JSON: {e}")))?;
     match raw.get("kind").and_then(Value::as_str) {
@@ -70,7 +107,7 @@ pub struct SidecarSetDoc {
 }
 
 fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, InputError> {
-    if !path.is_dir() {
+    if is_stdin(path) || !path.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
@@ -90,18 +127,16 @@ fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, InputError> {
     Ok(files)
 }
 
-/// Reads the SidecarSets of a YAML file (several documents allowed, and lists such as `kubectl
-/// get sidecarsets -o yaml` writes) or of every `.yaml`, `.yml` and `.json` file of a folder;
+/// Reads the SidecarSets of a YAML file (`-`: standard input; several documents allowed, and
+/// lists such as `kubectl get sidecarsets -o yaml` writes) or of every `.yaml`, `.yml` and `.json` file of a folder;
 /// documents of other kinds are skipped. `apps.kruise.io/v1beta1` objects are converted to
 /// v1alpha1 as the conversion webhook does. Each is defaulted and validated; a name may appear
 /// once.
 pub fn read_sidecarset_docs(path: &Path) -> Result<Vec<SidecarSetDoc>, InputError> {
     let mut out: Vec<SidecarSetDoc> = Vec::new();
     for file in yaml_files(path)? {
-        let text = std::fs::read_to_string(&file).map_err(|source| InputError::Read {
-            path: file.clone(),
-            source,
-        })?;
+        let text = read_text(&file)?;
+        let file = shown(&file);
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
             .map_err(|e| invalid(&file, format!("not YAML: {e}")))?;
         let mut objects: Vec<(String, Value)> = Vec::new();

@@ -21,7 +21,7 @@ pub const EXIT_CODES: &[ExitCodeDoc] = &[
     ExitCodeDoc {
         code: EXIT_OK,
         commands: "every command",
-        meaning: "done: `check` found every check ok, `migrate` printed its plan or did its step",
+        meaning: "done: `check` found no failure (and with `--strict` no warning), `migrate` printed its plan or did its step",
     },
     ExitCodeDoc {
         code: EXIT_INPUT,
@@ -40,8 +40,8 @@ pub const EXIT_CODES: &[ExitCodeDoc] = &[
     },
     ExitCodeDoc {
         code: EXIT_WARN,
-        commands: "`check`, `migrate`",
-        meaning: "`check`: the worst line is a warning; `migrate`: refused (a blocker, each named with what to do, or the verification after a step found something missing)",
+        commands: "`check --strict`, `migrate`",
+        meaning: "`check --strict`: the worst line is a warning (without `--strict` a warning exits 0); `migrate`: refused (a blocker, each named with what to do, or the verification after a step found something missing)",
     },
     ExitCodeDoc {
         code: EXIT_FAIL,

@@ -25,9 +25,12 @@ pub static MALLOC_CONF: MallocConf =
 /// Injects sidecar containers into pods and keeps them up to date, driven by SidecarSets
 /// (apps.kruise.io v1alpha1 and v1beta1, compatible with OpenKruise).
 ///
+/// `run` starts the operator; the other commands are its tools.
+///
 /// Exit codes of the commands: 0 done; 1 bad usage or input (including a SidecarSet the API
 /// server would refuse); 2 no access to the cluster (no kubeconfig, unreachable, credentials
-/// refused, forbidden by RBAC); 3 not found (the pod, its namespace, the SidecarSet API).
+/// refused, forbidden by RBAC); 3 not found (the pod, its namespace, the SidecarSet API); 4 a
+/// warning of `check --strict`, or `migrate` refused; 5 a failed check.
 #[derive(Parser)]
 #[command(name = "sidecarset-operator", version)]
 struct Cli {
@@ -44,7 +47,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the operator (the default).
+    /// Run the operator.
     Run(Box<run::RunArgs>),
     #[command(flatten)]
     Tool(Box<ToolCommand>),
@@ -118,17 +121,12 @@ fn main() -> ExitCode {
     };
     let command = match cli.command {
         Some(c) => c,
-        // `kubectl sidecarset` alone: the help, never the operator.
-        None if plugin => {
+        // The binary alone (`sidecarset-operator`, `kubectl sidecarset`): the help, never an
+        // operator started against the user's kubeconfig; the operator is `run`.
+        None => {
+            end_quietly_on_a_closed_pipe();
             eprint!("{help}");
             return ExitCode::from(inspect::EXIT_INPUT);
-        }
-        None => {
-            let m = <run::RunArgs as clap::Args>::augment_args(clap::Command::new("run"))
-                .get_matches_from(["run"]);
-            Command::Run(Box::new(
-                run::RunArgs::from_arg_matches(&m).expect("defaults parse"),
-            ))
         }
     };
     match command {

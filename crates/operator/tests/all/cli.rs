@@ -58,6 +58,112 @@ fn inject_sample_pod_with_namespace_labels() {
     );
 }
 
+/// The binary with `stdin` on its standard input.
+fn bin_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecarset-operator"))
+        .args(args)
+        .current_dir(REPO)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A command that refuses its arguments may exit before it reads: a closed pipe is no error.
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+/// `-f -` (and `--sidecarsets -`) read standard input, as kubectl's `-f -` does; one input at most.
+#[test]
+fn a_file_named_dash_is_standard_input() {
+    let read = |p: &str| std::fs::read_to_string(Path::new(REPO).join(p)).unwrap();
+    let out = bin_stdin(
+        &[
+            "inject",
+            "-f",
+            "-",
+            "--sidecarsets",
+            "config/samples",
+            "--namespace-labels",
+            "sidecar-injection=enabled",
+        ],
+        &read("config/samples/pod.yaml"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pod: Value = serde_saphyr::from_str(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    assert_eq!(pod["spec"]["containers"][1]["name"], "log-shipper", "{pod}");
+
+    let out = bin_stdin(
+        &[
+            "explain",
+            "pod",
+            "-f",
+            "config/samples/pod.yaml",
+            "--sidecarsets",
+            "-",
+            "-o",
+            "json",
+        ],
+        &read("config/samples/sidecarset.yaml"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["pod"], "demo/demo");
+    assert_eq!(e["sidecarsets"][0]["sidecarset"], "demo-sidecars", "{e}");
+
+    // What is wrong is named as coming from standard input.
+    let out = bin_stdin(
+        &["inject", "-f", "-", "--sidecarsets", "config/samples"],
+        "kind: Service\n",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("standard input: kind is \"Service\""), "{err}");
+
+    // Standard input is read once: two inputs cannot both be it.
+    for args in [
+        vec!["inject", "-f", "-", "--sidecarsets", "-"],
+        vec!["explain", "pod", "-f", "-", "--sidecarsets", "-"],
+    ] {
+        let out = bin_stdin(&args, "");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("only one of the inputs can be standard input"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// The binary alone prints its help and starts nothing: the operator is `run`, never started
+/// against whatever cluster the user's kubeconfig names.
+#[test]
+fn the_binary_alone_prints_its_help() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sidecarset-operator"))
+        .current_dir(REPO)
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Usage: sidecarset-operator"), "{err}");
+    assert!(
+        err.lines().any(|l| l.trim_start().starts_with("run ")),
+        "{err}"
+    );
+    assert!(!err.contains("error:"), "nothing was started: {err}");
+    assert!(out.stdout.is_empty());
+}
+
 #[test]
 fn inject_without_a_match_prints_the_pod_unchanged() {
     let out = bin(&[
