@@ -452,6 +452,47 @@ mod tests {
         );
     }
 
+    /// Every Event reason the operator publishes is named on the Events page: the reasons of the
+    /// controller's notes (`reason: "X",`; a condition's reason is a `String`), of the Events about pods (`("X", "Normal")`), and of
+    /// the Events published directly (`EventType::Normal, "X"`).
+    #[test]
+    fn the_events_page_names_every_event_reason() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let page = std::fs::read_to_string(repo.join("docs/src/reference/events.md")).unwrap();
+        let patterns = [
+            Regex::new(r#"reason: "([A-Z][A-Za-z]+)","#).unwrap(),
+            Regex::new(r#"\("([A-Z][A-Za-z]+)", "(?:Normal|Warning)"\)"#).unwrap(),
+            Regex::new(r#"EventType::(?:Normal|Warning),\s*"([A-Z][A-Za-z]+)""#).unwrap(),
+        ];
+        let mut reasons = BTreeSet::new();
+        let mut dirs = vec![repo.join("crates/operator/src")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if name.ends_with(".rs") && !name.contains("test") && name != "mock_api.rs" {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    // The code before its unit tests.
+                    let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+                    for re in &patterns {
+                        reasons.extend(re.captures_iter(text).map(|c| c[1].to_string()));
+                    }
+                }
+            }
+        }
+        assert!(reasons.len() >= 15, "{reasons:?}");
+        let missing: Vec<&String> = reasons
+            .iter()
+            .filter(|r| !page.contains(&format!("| `{r}` |")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/src/reference/events.md does not name the Event reasons {missing:?}"
+        );
+    }
+
     /// The repository's own README and chart README (the site is checked by hack/docs.sh
     /// check, which builds it first).
     #[test]
