@@ -21,7 +21,8 @@ pub enum ToolCommand {
     /// ServiceAccount token volume and its mounts, which a sidecar with shareVolumePolicy enabled
     /// would share) are not applied.
     Inject {
-        /// The pod (YAML or JSON; - reads standard input).
+        /// The pod, or a workload whose pod template stands for it (Deployment, StatefulSet,
+        /// DaemonSet, Job, CronJob, ReplicaSet); YAML or JSON, - reads standard input.
         #[arg(short = 'f', long = "filename")]
         pod: PathBuf,
         /// A YAML file (several documents allowed; - reads standard input) or a folder of them.

@@ -80,17 +80,84 @@ pub fn one_stdin(paths: &[&Path]) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads a pod from a YAML or JSON file (`-`: standard input), keeping every field as it is.
+/// The workloads whose pod template `-f` takes for the pod, and where the template is.
+const WORKLOADS: &[(&str, &[&str])] = &[
+    ("Deployment", &["spec", "template"]),
+    ("ReplicaSet", &["spec", "template"]),
+    ("StatefulSet", &["spec", "template"]),
+    ("DaemonSet", &["spec", "template"]),
+    ("Job", &["spec", "template"]),
+    ("ReplicationController", &["spec", "template"]),
+    ("CronJob", &["spec", "jobTemplate", "spec", "template"]),
+];
+
+/// The pod a document stands for: a Pod as it is, or the pod template of a workload as the pod
+/// its controller would create (in the workload's namespace, named after it); None for other
+/// kinds.
+fn pod_of(doc: &Value) -> Result<Option<Value>, String> {
+    let kind = doc.get("kind").and_then(Value::as_str);
+    if kind == Some("Pod") {
+        return Ok(Some(doc.clone()));
+    }
+    let Some((kind, at)) = WORKLOADS.iter().find(|(k, _)| Some(*k) == kind) else {
+        return Ok(None);
+    };
+    let template = at
+        .iter()
+        .try_fold(doc, |v, k| v.get(*k))
+        .ok_or_else(|| format!("{kind} has no {}", at.join(".")))?;
+    let mut metadata = template
+        .get("metadata")
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({}));
+    if let Some(m) = metadata.as_object_mut() {
+        for key in ["name", "namespace"] {
+            if let Some(v) = doc.get("metadata").and_then(|m| m.get(key)) {
+                m.insert(key.into(), v.clone());
+            }
+        }
+    }
+    Ok(Some(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": template.get("spec").cloned().unwrap_or_else(|| serde_json::json!({})),
+    })))
+}
+
+/// Reads a pod from a YAML or JSON file (`-`: standard input), keeping every field as it is:
+/// the first document that is a Pod, or a workload (Deployment, StatefulSet, DaemonSet, Job,
+/// CronJob, ReplicaSet, ReplicationController) whose pod template stands for the pod; other
+/// documents (a Namespace, a Service) are skipped.
 pub fn read_pod(path: &Path) -> Result<(Value, Pod), InputError> {
     let text = read_text(path)?;
     let path = &shown(path);
-    let raw: Value = serde_saphyr::from_str(&text)
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
         .map_err(|e| invalid(path, format!("not YAML or JSON: {e}")))?;
-    match raw.get("kind").and_then(Value::as_str) {
-        Some("Pod") => {}
-        Some(k) => return Err(invalid(path, format!("kind is {k:?}: expected a Pod"))),
-        None => return Err(invalid(path, "kind is missing: expected a Pod")),
+    let mut kinds = Vec::new();
+    let mut raw = None;
+    for doc in docs.iter().filter(|d| !d.is_null()) {
+        match pod_of(doc).map_err(|m| invalid(path, m))? {
+            Some(p) => {
+                raw = Some(p);
+                break;
+            }
+            None => kinds.push(doc.get("kind").and_then(Value::as_str).unwrap_or("")),
+        }
     }
+    let Some(raw) = raw else {
+        let what = match kinds.as_slice() {
+            [] | [""] => "kind is missing".to_string(),
+            [k] => format!("kind is {k:?}"),
+            ks => format!("kinds are {ks:?}"),
+        };
+        return Err(invalid(
+            path,
+            format!(
+                "{what}: expected a Pod or a workload with a pod template (Deployment, StatefulSet, DaemonSet, Job, CronJob, ReplicaSet)"
+            ),
+        ));
+    };
     let pod = decode(&raw).map_err(|m| invalid(path, format!("invalid Pod: {m}")))?;
     Ok((raw, pod))
 }

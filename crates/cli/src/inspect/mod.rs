@@ -144,7 +144,8 @@ pub struct ExplainPodArgs {
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
     /// Offline: the pod from this file (YAML or JSON, e.g. `kubectl get pod -o yaml`; - reads
-    /// standard input).
+    /// standard input), or a workload's pod template (Deployment, StatefulSet, DaemonSet, Job,
+    /// CronJob, ReplicaSet) as the pod its controller would create.
     #[arg(
         short = 'f',
         long = "filename",

@@ -144,6 +144,64 @@ fn a_file_named_dash_is_standard_input() {
     }
 }
 
+/// `-f` takes a workload for the pod its controller would create: its pod template, in its
+/// namespace, named after it; other documents of the file (a Namespace) are skipped.
+#[test]
+fn a_workload_stands_for_the_pod_it_creates() {
+    let out = bin(&[
+        "inject",
+        "-f",
+        "config/samples/deployment.yaml",
+        "--sidecarsets",
+        "config/samples",
+        "--namespace-labels",
+        "sidecar-injection=enabled",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pod: Value = serde_saphyr::from_str(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    assert_eq!(pod["kind"], "Pod");
+    assert_eq!(pod["metadata"]["namespace"], "demo");
+    assert_eq!(pod["metadata"]["labels"]["app"], "demo");
+    assert_eq!(pod["spec"]["containers"][1]["name"], "log-shipper", "{pod}");
+
+    let cronjob = "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly, namespace: demo}\nspec:\n  schedule: '@daily'\n  jobTemplate:\n    spec:\n      template:\n        metadata: {labels: {app: demo}}\n        spec:\n          restartPolicy: Never\n          containers: [{name: job, image: busybox}]\n";
+    let out = bin_stdin(
+        &[
+            "explain",
+            "pod",
+            "-f",
+            "-",
+            "--sidecarsets",
+            "config/samples",
+            "--namespace-labels",
+            "sidecar-injection=enabled",
+            "-o",
+            "json",
+        ],
+        cronjob,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["pod"], "demo/nightly");
+    assert_eq!(e["sidecarsets"][0]["selects"], true, "{e}");
+
+    let out = bin_stdin(
+        &["inject", "-f", "-", "--sidecarsets", "config/samples"],
+        "kind: Deployment\nmetadata: {name: x}\nspec: {}\n",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Deployment has no spec.template"), "{err}");
+}
+
 /// The binary alone prints its help and starts nothing: the operator is `run`, never started
 /// against whatever cluster the user's kubeconfig names.
 #[test]
