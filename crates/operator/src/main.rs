@@ -41,6 +41,10 @@ struct Cli {
     /// traces go where OTEL_EXPORTER_OTLP_ENDPOINT says, or nowhere when that is unset.
     #[arg(long, global = true, value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// The kubeconfig file to use, as kubectl's --kubeconfig (default: KUBECONFIG, else
+    /// ~/.kube/config, else the pod's service account).
+    #[arg(long, global = true, value_name = "FILE")]
+    kubeconfig: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -119,6 +123,11 @@ fn main() -> ExitCode {
             });
         }
     };
+    if let Some(path) = &cli.kubeconfig {
+        // SAFETY: no other thread exists yet (the runtimes start below); the kube client reads
+        // KUBECONFIG when it loads its configuration.
+        unsafe { std::env::set_var("KUBECONFIG", path) };
+    }
     let command = match cli.command {
         Some(c) => c,
         // The binary alone (`sidecarset-operator`, `kubectl sidecarset`): the help, never an

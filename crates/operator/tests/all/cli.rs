@@ -679,6 +679,36 @@ fn tool_errors_are_one_line_with_documented_exit_codes() {
     }
 }
 
+/// `--kubeconfig FILE` is the kubeconfig, whatever KUBECONFIG says, for every command.
+#[test]
+fn the_kubeconfig_flag_names_the_cluster() {
+    let unreachable = tmp(
+        "flag-unreachable.kubeconfig",
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    );
+    for args in [
+        vec![
+            "explain",
+            "pod",
+            "shop/web",
+            "--kubeconfig",
+            unreachable.as_str(),
+        ],
+        vec!["--kubeconfig", unreachable.as_str(), "check"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sidecarset-operator"))
+            .args(&args)
+            .current_dir(REPO)
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("https://127.0.0.1:1/"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn the_krew_manifest_installs_the_binary_as_kubectl_sidecarset() {
     let m: Value = serde_saphyr::from_str(
