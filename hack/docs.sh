@@ -7,9 +7,9 @@
 #                          MERMAID_BIN=DIR (for eval)
 #   hack/docs.sh build     build the site into target/docs (`make docs`); open target/docs/index.html
 #   hack/docs.sh check     build it into a temporary directory (mdBook fails on a SUMMARY.md entry
-#                          whose file is missing), then the link check of docs/ and README.md
-#                          (`cargo xtask docs-check`: relative links, their anchors, the README's
-#                          size) (`make check`)
+#                          whose file is missing), then `cargo xtask docs-check` on the built
+#                          HTML and README.md: relative links and their anchors, the README's
+#                          size and install block, the chart README's links (`make check`)
 #
 # A cold install builds both from their crates (about 3 and 2 min on 2 busy cores); cached,
 # nothing. mdbook-mermaid's JavaScript (mermaid.min.js, mermaid-init.js) is written into docs/ at
