@@ -55,6 +55,13 @@ enum Command {
     Run(Box<run::RunArgs>),
     #[command(flatten)]
     Tool(Box<ToolCommand>),
+    /// Print the shell completion script: `source <(sidecarset-operator completion bash)`, or
+    /// write it where the shell loads completions from (zsh: a `_sidecarset-operator` file on
+    /// fpath).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Print the command-line reference as Markdown (docs/src/reference/cli.md, written by `make
     /// manifests`).
     #[command(hide = true)]
@@ -139,6 +146,17 @@ fn main() -> ExitCode {
         }
     };
     match command {
+        Command::Completion { shell } => {
+            end_quietly_on_a_closed_pipe();
+            let mut app = Cli::command();
+            clap_complete::generate(
+                shell,
+                &mut app,
+                "sidecarset-operator",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
         Command::ReferenceCli => {
             end_quietly_on_a_closed_pipe();
             print!("{}", sidecarset_cli::reference::markdown(Cli::command()));

@@ -679,6 +679,25 @@ fn tool_errors_are_one_line_with_documented_exit_codes() {
     }
 }
 
+/// `completion SHELL` prints a completion script that knows the commands and their flags.
+#[test]
+fn completion_scripts_know_the_commands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = bin(&["completion", shell]);
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for word in ["explain", "check", "--strict", "--kubeconfig"] {
+            assert!(script.contains(word), "{shell}: {word} missing");
+        }
+    }
+    let out = bin(&["completion", "tcsh"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
 /// `--kubeconfig FILE` is the kubeconfig, whatever KUBECONFIG says, for every command.
 #[test]
 fn the_kubeconfig_flag_names_the_cluster() {
