@@ -166,41 +166,44 @@ fn main() -> ExitCode {
             end_quietly_on_a_closed_pipe();
             run_tool(*tool)
         }
-        Command::Run(args) => {
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let telemetry = {
-                let _in_runtime = rt.enter();
-                match telemetry::init(&cli.log_format, cli.otlp_endpoint.as_deref()) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::from(2);
-                    }
-                }
-            };
-            let result = rt.block_on(run::run(*args));
-            if let Err(e) = &result {
-                tracing::error!("{e:#}");
-                eprintln!("error: {e:#}");
-            }
-            {
-                let _in_runtime = rt.enter();
-                telemetry.shutdown();
-            }
-            if result.is_ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
+        Command::Run(args) => run_operator(&cli.log_format, cli.otlp_endpoint.as_deref(), *args),
+    }
+}
+
+/// `run`: the operator on a multi-threaded runtime, with its telemetry.
+fn run_operator(log_format: &str, otlp_endpoint: Option<&str>, args: run::RunArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let telemetry = {
+        let _in_runtime = rt.enter();
+        match telemetry::init(log_format, otlp_endpoint) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
             }
         }
+    };
+    let result = rt.block_on(run::run(args));
+    if let Err(e) = &result {
+        tracing::error!("{e:#}");
+        eprintln!("error: {e:#}");
+    }
+    {
+        let _in_runtime = rt.enter();
+        telemetry.shutdown();
+    }
+    if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
