@@ -6,6 +6,7 @@ SHELL := bash
 BIN        := target/debug/sidecarset-operator
 CRD_FILES  := charts/sidecarset-operator/crds/sidecarsets.apps.kruise.io.yaml \
               bundle/manifests/apps.kruise.io_sidecarsets.yaml
+CLI_REF    := docs/src/reference/cli.md
 IMG        ?= sidecarset-operator:dev
 
 .PHONY: help
@@ -21,7 +22,7 @@ test: ## Every test: lint, feature and generated-file drift, unit + webhook test
 	hack/test.sh all
 
 .PHONY: check
-check: ## The fast inner loop (no cluster): fmt, shellcheck, the feature check, clippy, generated-file drift, unit/fixture/conformance/webhook tests, chart lint
+check: ## The fast inner loop (no cluster): fmt, shellcheck, the feature check, clippy, generated-file drift, the docs site and its links, unit/fixture/conformance/webhook tests, chart lint
 	hack/test.sh check
 
 .PHONY: unit
@@ -71,9 +72,10 @@ lint: ## cargo fmt --check, one feature set for every build (hack/features.sh), 
 	cargo clippy --workspace --all-targets -- -D warnings
 
 .PHONY: manifests
-manifests: ## Write the generated CRD into the chart and the bundle, and the chart README's values table (helm-docs)
+manifests: ## Write the generated CRD into the chart and the bundle, the chart README's values table (helm-docs) and the docs' command-line reference
 	cargo build -q --bin sidecarset-operator
 	@for f in $(CRD_FILES); do mkdir -p $$(dirname $$f); $(BIN) crd > $$f; echo "wrote $$f"; done
+	@$(BIN) reference-cli > $(CLI_REF); echo "wrote $(CLI_REF)"
 	hack/chart-docs.sh generate
 
 .PHONY: check-manifests
@@ -82,8 +84,18 @@ check-manifests: ## Fail when the generated manifests differ from the code (run 
 	@for f in $(CRD_FILES); do \
 	  if ! $(BIN) crd | diff -q - $$f >/dev/null; then \
 	    echo "$$f is out of date with crates/core/src/api: run 'make manifests' and commit the result"; exit 1; fi; done
+	@if ! $(BIN) reference-cli | diff -u $(CLI_REF) - >&2; then \
+	  echo "$(CLI_REF) is out of date with the command line's definitions: run 'make manifests' and commit the result"; exit 1; fi
 	@hack/chart-docs.sh check
 	@echo "generated manifests are up to date"
+
+.PHONY: docs
+docs: ## Build the documentation site (docs/, mdBook at a pinned version, installed into ~/.cache/sidecarset-operator) into target/docs
+	hack/docs.sh build
+
+.PHONY: docs-check
+docs-check: ## Build the site and check its links and anchors, and the README's size and install block (a phase of make check)
+	hack/docs.sh check
 
 .PHONY: run
 run: build ## Run the operator locally against the current KUBECONFIG (webhooks by URL)

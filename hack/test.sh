@@ -3,8 +3,8 @@
 #
 #   hack/test.sh            all phases (what `make test` and CI run)
 #   hack/test.sh check      the fast inner loop (`make check`): fmt, shellcheck, clippy, the feature check,
-#                           generated-file drift, unit/fixture/conformance/webhook tests, chart
-#                           lint; no cluster
+#                           generated-file drift, the docs site (built, links checked),
+#                           unit/fixture/conformance/webhook tests, chart lint; no cluster
 #
 # The Go test tools (helm, operator-sdk, opm, etcd, kwok, the control plane, the kubelet) are
 # built in the background from the start, while the Rust phases keep the cores busy only part of
@@ -117,6 +117,7 @@ case "${1:-all}" in
     phase features hack/features.sh check
     phase clippy cargo clippy --workspace --all-targets -- -D warnings
     phase manifests make -s check-manifests
+    phase docs make -s docs-check
     phase unit make -s unit
     phase helm-lint make -s helm-lint
     finish 0
@@ -133,6 +134,7 @@ case "${1:-all}" in
     # examples and benches are benchmarks no test runs: clippy checks that they compile).
     phase build bash -c 'cargo test --workspace --tests --no-run && cargo build --bin sidecarset-operator'
     phase manifests make -s check-manifests
+    phase docs make -s docs-check
     phase unit make -s unit
     phase helm-lint make -s helm-lint
     phase bundle make -s bundle-validate

@@ -21,10 +21,11 @@ pub enum ToolCommand {
     /// ServiceAccount token volume and its mounts, which a sidecar with shareVolumePolicy enabled
     /// would share) are not applied.
     Inject {
-        /// The pod (YAML or JSON).
+        /// The pod, or a workload whose pod template stands for it (Deployment, StatefulSet,
+        /// DaemonSet, Job, CronJob, ReplicaSet); YAML or JSON, - reads standard input.
         #[arg(short = 'f', long = "filename")]
         pod: PathBuf,
-        /// A YAML file (several documents allowed) or a folder of them.
+        /// A YAML file (several documents allowed; - reads standard input) or a folder of them.
         #[arg(long)]
         sidecarsets: PathBuf,
         /// Labels of the pod's namespace, as k=v[,k=v...].
@@ -53,7 +54,7 @@ pub enum ToolCommand {
     /// configurations (caBundle, failure policies, match conditions), Ready endpoints, the
     /// leader, OpenKruise alongside, metrics, the serving certificate, its ServiceAccount's RBAC;
     /// one line per check (ok, warn, fail) with the remedy. `--pre`: can it be installed here.
-    /// Exit code: 0 all ok, 4 a warning, 5 a failure.
+    /// Exit code: 0 all ok or warnings only (4 on a warning with --strict), 5 a failure.
     Check(crate::check::CheckArgs),
     /// Move a cluster to this operator without losing a SidecarSet: `migrate from-openkruise`
     /// (a dry run prints the plan; --apply does the next step).
@@ -122,6 +123,10 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
             sidecarsets,
             namespace_labels,
         } => {
+            if let Err(e) = offline::one_stdin(&[&pod, &sidecarsets]) {
+                eprintln!("error: {e}");
+                return ExitCode::from(inspect::EXIT_INPUT);
+            }
             let labels = match offline::parse_labels(&namespace_labels) {
                 Ok(l) => l,
                 Err(e) => {

@@ -10,6 +10,7 @@ mod command;
 pub mod inspect;
 pub mod migrate;
 pub mod offline;
+pub mod reference;
 
 pub use command::{PLUGIN_NAME, ToolCommand, invoked_as_plugin, run_tool};
 

@@ -41,19 +41,123 @@ pub fn decode<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T, String> {
     })
 }
 
-/// Reads a pod from a YAML or JSON file, keeping every field as it is.
-pub fn read_pod(path: &Path) -> Result<(Value, Pod), InputError> {
-    let text = std::fs::read_to_string(path).map_err(|source| InputError::Read {
-        path: path.into(),
-        source,
-    })?;
-    let raw: Value = serde_saphyr::from_str(&text)
-        .map_err(|e| invalid(path, format!("not YAML or JSON: {e}")))?;
-    match raw.get("kind").and_then(Value::as_str) {
-        Some("Pod") => {}
-        Some(k) => return Err(invalid(path, format!("kind is {k:?}: expected a Pod"))),
-        None => return Err(invalid(path, "kind is missing: expected a Pod")),
+/// The file name that stands for standard input (`-f -`, as kubectl has it).
+pub const STDIN: &str = "-";
+
+/// Whether `path` names standard input.
+pub fn is_stdin(path: &Path) -> bool {
+    path == Path::new(STDIN)
+}
+
+/// How messages name `path`: standard input by that name.
+fn shown(path: &Path) -> PathBuf {
+    if is_stdin(path) {
+        PathBuf::from("standard input")
+    } else {
+        path.to_path_buf()
     }
+}
+
+/// The text of a file, or of standard input for `-`.
+pub fn read_text(path: &Path) -> Result<String, InputError> {
+    let read = if is_stdin(path) {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map(|_| text)
+    } else {
+        std::fs::read_to_string(path)
+    };
+    read.map_err(|source| InputError::Read {
+        path: shown(path),
+        source,
+    })
+}
+
+/// At most one of the inputs reads standard input.
+pub fn one_stdin(paths: &[&Path]) -> Result<(), String> {
+    if paths.iter().filter(|p| is_stdin(p)).count() > 1 {
+        return Err("only one of the inputs can be standard input (-)".into());
+    }
+    Ok(())
+}
+
+/// The workloads whose pod template `-f` takes for the pod, and where the template is.
+const WORKLOADS: &[(&str, &[&str])] = &[
+    ("Deployment", &["spec", "template"]),
+    ("ReplicaSet", &["spec", "template"]),
+    ("StatefulSet", &["spec", "template"]),
+    ("DaemonSet", &["spec", "template"]),
+    ("Job", &["spec", "template"]),
+    ("ReplicationController", &["spec", "template"]),
+    ("CronJob", &["spec", "jobTemplate", "spec", "template"]),
+];
+
+/// The pod a document stands for: a Pod as it is, or the pod template of a workload as the pod
+/// its controller would create (in the workload's namespace, named after it); None for other
+/// kinds.
+fn pod_of(doc: &Value) -> Result<Option<Value>, String> {
+    let kind = doc.get("kind").and_then(Value::as_str);
+    if kind == Some("Pod") {
+        return Ok(Some(doc.clone()));
+    }
+    let Some((kind, at)) = WORKLOADS.iter().find(|(k, _)| Some(*k) == kind) else {
+        return Ok(None);
+    };
+    let template = at
+        .iter()
+        .try_fold(doc, |v, k| v.get(*k))
+        .ok_or_else(|| format!("{kind} has no {}", at.join(".")))?;
+    let mut metadata = template
+        .get("metadata")
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({}));
+    if let Some(m) = metadata.as_object_mut() {
+        for key in ["name", "namespace"] {
+            if let Some(v) = doc.get("metadata").and_then(|m| m.get(key)) {
+                m.insert(key.into(), v.clone());
+            }
+        }
+    }
+    Ok(Some(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": template.get("spec").cloned().unwrap_or_else(|| serde_json::json!({})),
+    })))
+}
+
+/// Reads a pod from a YAML or JSON file (`-`: standard input), keeping every field as it is:
+/// the first document that is a Pod, or a workload (Deployment, StatefulSet, DaemonSet, Job,
+/// CronJob, ReplicaSet, ReplicationController) whose pod template stands for the pod; other
+/// documents (a Namespace, a Service) are skipped.
+pub fn read_pod(path: &Path) -> Result<(Value, Pod), InputError> {
+    let text = read_text(path)?;
+    let path = &shown(path);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+        .map_err(|e| invalid(path, format!("not YAML or JSON: {e}")))?;
+    let mut kinds = Vec::new();
+    let mut raw = None;
+    for doc in docs.iter().filter(|d| !d.is_null()) {
+        match pod_of(doc).map_err(|m| invalid(path, m))? {
+            Some(p) => {
+                raw = Some(p);
+                break;
+            }
+            None => kinds.push(doc.get("kind").and_then(Value::as_str).unwrap_or("")),
+        }
+    }
+    let Some(raw) = raw else {
+        let what = match kinds.as_slice() {
+            [] | [""] => "kind is missing".to_string(),
+            [k] => format!("kind is {k:?}"),
+            ks => format!("kinds are {ks:?}"),
+        };
+        return Err(invalid(
+            path,
+            format!(
+                "{what}: expected a Pod or a workload with a pod template (Deployment, StatefulSet, DaemonSet, Job, CronJob, ReplicaSet)"
+            ),
+        ));
+    };
     let pod = decode(&raw).map_err(|m| invalid(path, format!("invalid Pod: {m}")))?;
     Ok((raw, pod))
 }
@@ -70,7 +174,7 @@ pub struct SidecarSetDoc {
 }
 
 fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, InputError> {
-    if !path.is_dir() {
+    if is_stdin(path) || !path.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
@@ -90,18 +194,16 @@ fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, InputError> {
     Ok(files)
 }
 
-/// Reads the SidecarSets of a YAML file (several documents allowed, and lists such as `kubectl
-/// get sidecarsets -o yaml` writes) or of every `.yaml`, `.yml` and `.json` file of a folder;
+/// Reads the SidecarSets of a YAML file (`-`: standard input; several documents allowed, and
+/// lists such as `kubectl get sidecarsets -o yaml` writes) or of every `.yaml`, `.yml` and `.json` file of a folder;
 /// documents of other kinds are skipped. `apps.kruise.io/v1beta1` objects are converted to
 /// v1alpha1 as the conversion webhook does. Each is defaulted and validated; a name may appear
 /// once.
 pub fn read_sidecarset_docs(path: &Path) -> Result<Vec<SidecarSetDoc>, InputError> {
     let mut out: Vec<SidecarSetDoc> = Vec::new();
     for file in yaml_files(path)? {
-        let text = std::fs::read_to_string(&file).map_err(|source| InputError::Read {
-            path: file.clone(),
-            source,
-        })?;
+        let text = read_text(&file)?;
+        let file = shown(&file);
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
             .map_err(|e| invalid(&file, format!("not YAML: {e}")))?;
         let mut objects: Vec<(String, Value)> = Vec::new();

@@ -1,7 +1,7 @@
 //! A stand-in for OpenKruise's manager (v1.9), for the migration tests: what the real manager
 //! writes that this operator could write too, written the way it writes it, and its webhooks.
-//! Written here from OpenKruise's documented behaviour (../shared reference notes, the README's
-//! "Moving from OpenKruise"), with nothing of its code.
+//! Written here from OpenKruise's documented behaviour (../shared reference notes, the docs'
+//! "Migrate from OpenKruise", docs/src/migrate.md), with nothing of its code.
 //!
 //! * **CRD conversion** (its `crd.Ensure`): whenever the SidecarSet CRD's conversion webhook is
 //!   not this stand-in's URL with its CA, rewrite `spec.conversion.webhook` with an update

@@ -25,9 +25,12 @@ pub static MALLOC_CONF: MallocConf =
 /// Injects sidecar containers into pods and keeps them up to date, driven by SidecarSets
 /// (apps.kruise.io v1alpha1 and v1beta1, compatible with OpenKruise).
 ///
+/// `run` starts the operator; the other commands are its tools.
+///
 /// Exit codes of the commands: 0 done; 1 bad usage or input (including a SidecarSet the API
 /// server would refuse); 2 no access to the cluster (no kubeconfig, unreachable, credentials
-/// refused, forbidden by RBAC); 3 not found (the pod, its namespace, the SidecarSet API).
+/// refused, forbidden by RBAC); 3 not found (the pod, its namespace, the SidecarSet API); 4 a
+/// warning of `check --strict`, or `migrate` refused; 5 a failed check.
 #[derive(Parser)]
 #[command(name = "sidecarset-operator", version)]
 struct Cli {
@@ -38,16 +41,31 @@ struct Cli {
     /// traces go where OTEL_EXPORTER_OTLP_ENDPOINT says, or nowhere when that is unset.
     #[arg(long, global = true, value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// The kubeconfig file to use, as kubectl's --kubeconfig (default: KUBECONFIG, else
+    /// ~/.kube/config, else the pod's service account).
+    #[arg(long, global = true, value_name = "FILE")]
+    kubeconfig: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the operator (the default).
+    /// Run the operator.
     Run(Box<run::RunArgs>),
     #[command(flatten)]
     Tool(Box<ToolCommand>),
+    /// Print the shell completion script: `source <(sidecarset-operator completion bash)`, or
+    /// write it where the shell loads completions from (zsh: a `_sidecarset-operator` file on
+    /// fpath).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the command-line reference as Markdown (docs/src/reference/cli.md, written by `make
+    /// manifests`).
+    #[command(hide = true)]
+    ReferenceCli,
 }
 
 /// jemalloc's figures for `/metrics` (what of the RSS is live objects, what is the allocator's:
@@ -112,61 +130,80 @@ fn main() -> ExitCode {
             });
         }
     };
+    if let Some(path) = &cli.kubeconfig {
+        // SAFETY: no other thread exists yet (the runtimes start below); the kube client reads
+        // KUBECONFIG when it loads its configuration.
+        unsafe { std::env::set_var("KUBECONFIG", path) };
+    }
     let command = match cli.command {
         Some(c) => c,
-        // `kubectl sidecarset` alone: the help, never the operator.
-        None if plugin => {
+        // The binary alone (`sidecarset-operator`, `kubectl sidecarset`): the help, never an
+        // operator started against the user's kubeconfig; the operator is `run`.
+        None => {
+            end_quietly_on_a_closed_pipe();
             eprint!("{help}");
             return ExitCode::from(inspect::EXIT_INPUT);
         }
-        None => {
-            let m = <run::RunArgs as clap::Args>::augment_args(clap::Command::new("run"))
-                .get_matches_from(["run"]);
-            Command::Run(Box::new(
-                run::RunArgs::from_arg_matches(&m).expect("defaults parse"),
-            ))
-        }
     };
     match command {
+        Command::Completion { shell } => {
+            end_quietly_on_a_closed_pipe();
+            let mut app = Cli::command();
+            clap_complete::generate(
+                shell,
+                &mut app,
+                "sidecarset-operator",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
+        Command::ReferenceCli => {
+            end_quietly_on_a_closed_pipe();
+            print!("{}", sidecarset_cli::reference::markdown(Cli::command()));
+            ExitCode::SUCCESS
+        }
         Command::Tool(tool) => {
             end_quietly_on_a_closed_pipe();
             run_tool(*tool)
         }
-        Command::Run(args) => {
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let telemetry = {
-                let _in_runtime = rt.enter();
-                match telemetry::init(&cli.log_format, cli.otlp_endpoint.as_deref()) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::from(2);
-                    }
-                }
-            };
-            let result = rt.block_on(run::run(*args));
-            if let Err(e) = &result {
-                tracing::error!("{e:#}");
-                eprintln!("error: {e:#}");
-            }
-            {
-                let _in_runtime = rt.enter();
-                telemetry.shutdown();
-            }
-            if result.is_ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
+        Command::Run(args) => run_operator(&cli.log_format, cli.otlp_endpoint.as_deref(), *args),
+    }
+}
+
+/// `run`: the operator on a multi-threaded runtime, with its telemetry.
+fn run_operator(log_format: &str, otlp_endpoint: Option<&str>, args: run::RunArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let telemetry = {
+        let _in_runtime = rt.enter();
+        match telemetry::init(log_format, otlp_endpoint) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
             }
         }
+    };
+    let result = rt.block_on(run::run(args));
+    if let Err(e) = &result {
+        tracing::error!("{e:#}");
+        eprintln!("error: {e:#}");
+    }
+    {
+        let _in_runtime = rt.enter();
+        telemetry.shutdown();
+    }
+    if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }

@@ -655,6 +655,33 @@ mod tests {
         }
     }
 
+    /// The chart's README lists every alert of the chart's PrometheusRule, and no other.
+    #[test]
+    fn the_chart_readme_lists_every_alert() {
+        let rules = include_str!("../../../charts/sidecarset-operator/templates/monitoring.yaml");
+        let readme = include_str!("../../../charts/sidecarset-operator/README.md");
+        let alerts: std::collections::BTreeSet<&str> = rules
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("- alert: "))
+            .map(str::trim)
+            .collect();
+        assert!(alerts.len() >= 8, "{alerts:?}");
+        let section = readme
+            .split("## Dashboard and alerts")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("the README has a Dashboard and alerts section");
+        let listed: std::collections::BTreeSet<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .collect();
+        assert_eq!(
+            alerts, listed,
+            "charts/sidecarset-operator/README.md (## Dashboard and alerts) and templates/monitoring.yaml name different alerts"
+        );
+    }
+
     /// The chart's README has a table of the metrics: it names every one registered here, and
     /// nothing else with the prefix. (Counters are listed with their `_total` sample name.)
     #[test]

@@ -4,6 +4,7 @@
 
 mod bundle;
 mod doc;
+mod docs;
 mod features;
 mod krew;
 mod release;
@@ -67,6 +68,14 @@ enum Command {
     JsonField { file: PathBuf, path: String },
     /// The Krew manifest for one archive, from the template plugins/sidecarset.yaml
     KrewManifest(KrewArgs),
+    /// Check the built documentation site (DIR) and README.md: dead relative links and anchors,
+    /// the README's size and its install block (called by hack/docs.sh check)
+    DocsCheck {
+        #[arg(long)]
+        site: PathBuf,
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -232,6 +241,23 @@ fn krew_manifest(a: &KrewArgs) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn docs_check(repo: &Path, site: &Path) -> Result<ExitCode, Error> {
+    let problems = docs::check(repo, site);
+    if problems.is_empty() {
+        eprintln!(
+            "[docs] the site's links and anchors resolve; README.md links, size and install block are fine"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for p in &problems {
+        eprintln!("[docs] {p}");
+    }
+    Err(Error::new(format!(
+        "{} problem(s) in the documentation",
+        problems.len()
+    )))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (tag, result) = match &cli.command {
@@ -261,6 +287,7 @@ fn main() -> ExitCode {
             print(read(file).and_then(|t| release::json_field(&t, path))),
         ),
         Command::KrewManifest(a) => ("krew", krew_manifest(a)),
+        Command::DocsCheck { site, repo } => ("docs", docs_check(repo, site)),
     };
     match result {
         Ok(code) => code,

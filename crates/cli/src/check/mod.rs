@@ -28,6 +28,10 @@ pub struct CheckArgs {
     /// flags can be read), an existing OpenKruise or CRD.
     #[arg(long)]
     pub pre: bool,
+    /// Exit with 4 on a warning too (for CI and scripts); without it a warning exits 0 and only a
+    /// failure exits non-zero (5).
+    #[arg(long)]
+    pub strict: bool,
     /// Output format (json: one object per check with check, status, message, remedy).
     #[arg(short = 'o', long = "output", value_enum, default_value = "human")]
     pub output: OutputFormat,
@@ -58,6 +62,16 @@ pub struct CheckArgs {
     pub metrics_url: Option<String>,
 }
 
+/// The exit code of the worst line: a warning is 0, or 4 with `--strict`; a failure 5.
+pub fn exit_code(worst: CheckStatus, strict: bool) -> u8 {
+    match worst {
+        CheckStatus::Ok => 0,
+        CheckStatus::Warn if strict => EXIT_WARN,
+        CheckStatus::Warn => 0,
+        CheckStatus::Fail => EXIT_FAIL,
+    }
+}
+
 /// `check` (`--pre`: before installing): the lines, printed as asked, and the exit code of the worst.
 pub async fn check(args: &CheckArgs) -> Result<ToolOutput, ToolError> {
     let c = Cluster::connect(args.context.as_deref()).await?;
@@ -66,11 +80,7 @@ pub async fn check(args: &CheckArgs) -> Result<ToolOutput, ToolError> {
     } else {
         eval::evaluate(&gather::gather(&c, args).await?)
     };
-    let code = match eval::worst(&lines) {
-        CheckStatus::Ok => 0,
-        CheckStatus::Warn => EXIT_WARN,
-        CheckStatus::Fail => EXIT_FAIL,
-    };
+    let code = exit_code(eval::worst(&lines), args.strict);
     let stdout = match args.output {
         OutputFormat::Human => eval::human(&lines),
         OutputFormat::Json => {
@@ -88,4 +98,19 @@ pub async fn check(args: &CheckArgs) -> Result<ToolOutput, ToolError> {
         stderr: Vec::new(),
         code,
     })
+}
+
+#[cfg(test)]
+mod exit_code_tests {
+    use super::*;
+
+    #[test]
+    fn a_warning_fails_only_under_strict() {
+        assert_eq!(exit_code(CheckStatus::Ok, false), 0);
+        assert_eq!(exit_code(CheckStatus::Ok, true), 0);
+        assert_eq!(exit_code(CheckStatus::Warn, false), 0);
+        assert_eq!(exit_code(CheckStatus::Warn, true), EXIT_WARN);
+        assert_eq!(exit_code(CheckStatus::Fail, false), EXIT_FAIL);
+        assert_eq!(exit_code(CheckStatus::Fail, true), EXIT_FAIL);
+    }
 }

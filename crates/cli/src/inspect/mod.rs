@@ -143,7 +143,9 @@ pub struct ExplainPodArgs {
     /// The pod's namespace (default: the kube context's).
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
-    /// Offline: the pod from this file (YAML or JSON, e.g. `kubectl get pod -o yaml`).
+    /// Offline: the pod from this file (YAML or JSON, e.g. `kubectl get pod -o yaml`; - reads
+    /// standard input), or a workload's pod template (Deployment, StatefulSet, DaemonSet, Job,
+    /// CronJob, ReplicaSet) as the pod its controller would create.
     #[arg(
         short = 'f',
         long = "filename",
@@ -151,7 +153,8 @@ pub struct ExplainPodArgs {
         conflicts_with = "pod"
     )]
     pub file: Option<PathBuf>,
-    /// Offline: the SidecarSets of this file or folder (`kubectl get sidecarsets -o yaml` works).
+    /// Offline: the SidecarSets of this file or folder (`kubectl get sidecarsets -o yaml` works;
+    /// - reads standard input).
     #[arg(long, requires = "file")]
     pub sidecarsets: Option<PathBuf>,
     /// Offline: labels of the pod's namespace, as k=v[,k=v...].
@@ -167,7 +170,8 @@ pub struct ExplainPodArgs {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DiffArgs {
-    /// The SidecarSet(s) to preview: a YAML file (several documents allowed) or a folder.
+    /// The SidecarSet(s) to preview: a YAML file (several documents allowed; - reads standard
+    /// input) or a folder.
     #[arg(short = 'f', long = "filename")]
     pub file: PathBuf,
     #[command(flatten)]
@@ -194,10 +198,11 @@ struct PodContext {
 
 /// Offline: the pod and the SidecarSets from files (`-f`, `--sidecarsets`).
 fn context_from_files(args: &ExplainPodArgs, file: &Path) -> Result<PodContext, ToolError> {
-    let (_, pod) = crate::offline::read_pod(file)?;
     let dir = args.sidecarsets.as_ref().ok_or_else(|| {
         ToolError::Usage("-f needs --sidecarsets FILE_OR_DIR (offline mode)".into())
     })?;
+    crate::offline::one_stdin(&[file, dir]).map_err(ToolError::Usage)?;
+    let (_, pod) = crate::offline::read_pod(file)?;
     let docs = crate::offline::read_sidecarset_docs(dir)?;
     let labels = crate::offline::parse_labels(&args.namespace_labels)
         .map_err(|e| ToolError::Usage(format!("--namespace-labels: {e}")))?;

@@ -58,6 +58,170 @@ fn inject_sample_pod_with_namespace_labels() {
     );
 }
 
+/// The binary with `stdin` on its standard input.
+fn bin_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sidecarset-operator"))
+        .args(args)
+        .current_dir(REPO)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A command that refuses its arguments may exit before it reads: a closed pipe is no error.
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+/// `-f -` (and `--sidecarsets -`) read standard input, as kubectl's `-f -` does; one input at most.
+#[test]
+fn a_file_named_dash_is_standard_input() {
+    let read = |p: &str| std::fs::read_to_string(Path::new(REPO).join(p)).unwrap();
+    let out = bin_stdin(
+        &[
+            "inject",
+            "-f",
+            "-",
+            "--sidecarsets",
+            "config/samples",
+            "--namespace-labels",
+            "sidecar-injection=enabled",
+        ],
+        &read("config/samples/pod.yaml"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pod: Value = serde_saphyr::from_str(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    assert_eq!(pod["spec"]["containers"][1]["name"], "log-shipper", "{pod}");
+
+    let out = bin_stdin(
+        &[
+            "explain",
+            "pod",
+            "-f",
+            "config/samples/pod.yaml",
+            "--sidecarsets",
+            "-",
+            "-o",
+            "json",
+        ],
+        &read("config/samples/sidecarset.yaml"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["pod"], "demo/demo");
+    assert_eq!(e["sidecarsets"][0]["sidecarset"], "demo-sidecars", "{e}");
+
+    // What is wrong is named as coming from standard input.
+    let out = bin_stdin(
+        &["inject", "-f", "-", "--sidecarsets", "config/samples"],
+        "kind: Service\n",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("standard input: kind is \"Service\""), "{err}");
+
+    // Standard input is read once: two inputs cannot both be it.
+    for args in [
+        vec!["inject", "-f", "-", "--sidecarsets", "-"],
+        vec!["explain", "pod", "-f", "-", "--sidecarsets", "-"],
+    ] {
+        let out = bin_stdin(&args, "");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("only one of the inputs can be standard input"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// `-f` takes a workload for the pod its controller would create: its pod template, in its
+/// namespace, named after it; other documents of the file (a Namespace) are skipped.
+#[test]
+fn a_workload_stands_for_the_pod_it_creates() {
+    let out = bin(&[
+        "inject",
+        "-f",
+        "config/samples/deployment.yaml",
+        "--sidecarsets",
+        "config/samples",
+        "--namespace-labels",
+        "sidecar-injection=enabled",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pod: Value = serde_saphyr::from_str(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
+    assert_eq!(pod["kind"], "Pod");
+    assert_eq!(pod["metadata"]["namespace"], "demo");
+    assert_eq!(pod["metadata"]["labels"]["app"], "demo");
+    assert_eq!(pod["spec"]["containers"][1]["name"], "log-shipper", "{pod}");
+
+    let cronjob = "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly, namespace: demo}\nspec:\n  schedule: '@daily'\n  jobTemplate:\n    spec:\n      template:\n        metadata: {labels: {app: demo}}\n        spec:\n          restartPolicy: Never\n          containers: [{name: job, image: busybox}]\n";
+    let out = bin_stdin(
+        &[
+            "explain",
+            "pod",
+            "-f",
+            "-",
+            "--sidecarsets",
+            "config/samples",
+            "--namespace-labels",
+            "sidecar-injection=enabled",
+            "-o",
+            "json",
+        ],
+        cronjob,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["pod"], "demo/nightly");
+    assert_eq!(e["sidecarsets"][0]["selects"], true, "{e}");
+
+    let out = bin_stdin(
+        &["inject", "-f", "-", "--sidecarsets", "config/samples"],
+        "kind: Deployment\nmetadata: {name: x}\nspec: {}\n",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Deployment has no spec.template"), "{err}");
+}
+
+/// The binary alone prints its help and starts nothing: the operator is `run`, never started
+/// against whatever cluster the user's kubeconfig names.
+#[test]
+fn the_binary_alone_prints_its_help() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sidecarset-operator"))
+        .current_dir(REPO)
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("Usage: sidecarset-operator"), "{err}");
+    assert!(
+        err.lines().any(|l| l.trim_start().starts_with("run ")),
+        "{err}"
+    );
+    assert!(!err.contains("error:"), "nothing was started: {err}");
+    assert!(out.stdout.is_empty());
+}
+
 #[test]
 fn inject_without_a_match_prints_the_pod_unchanged() {
     let out = bin(&[
@@ -512,6 +676,55 @@ fn tool_errors_are_one_line_with_documented_exit_codes() {
         if !needle.starts_with("--") {
             assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         }
+    }
+}
+
+/// `completion SHELL` prints a completion script that knows the commands and their flags.
+#[test]
+fn completion_scripts_know_the_commands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = bin(&["completion", shell]);
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{shell}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for word in ["explain", "check", "--strict", "--kubeconfig"] {
+            assert!(script.contains(word), "{shell}: {word} missing");
+        }
+    }
+    let out = bin(&["completion", "tcsh"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// `--kubeconfig FILE` is the kubeconfig, whatever KUBECONFIG says, for every command.
+#[test]
+fn the_kubeconfig_flag_names_the_cluster() {
+    let unreachable = tmp(
+        "flag-unreachable.kubeconfig",
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    );
+    for args in [
+        vec![
+            "explain",
+            "pod",
+            "shop/web",
+            "--kubeconfig",
+            unreachable.as_str(),
+        ],
+        vec!["--kubeconfig", unreachable.as_str(), "check"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sidecarset-operator"))
+            .args(&args)
+            .current_dir(REPO)
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("https://127.0.0.1:1/"), "{args:?}: {err}");
     }
 }
 

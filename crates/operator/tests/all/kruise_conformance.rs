@@ -967,7 +967,7 @@ fn old_format_hash_entries_are_rewritten_as_openkruise_does() {
     }
 }
 
-/// x23, a deliberate difference (README): OpenKruise admits a `MergePatchJson` value that is
+/// x23, a deliberate difference (docs/src/introduction.md): OpenKruise admits a `MergePatchJson` value that is
 /// not a JSON object, sets it on pods without the annotation, refuses (500, "Invalid JSON
 /// Patch") a pod that carries the annotation when the value is not JSON, and replaces the pod's
 /// value when it is a JSON array. This project refuses the SidecarSet, naming each annotation.

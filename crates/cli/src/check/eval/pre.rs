@@ -30,37 +30,30 @@ pub fn evaluate_pre(o: &PreObserved) -> Vec<Line> {
     ]
 }
 
-/// The API server is 1.30 or newer (1.28 and 1.29 with limits).
+/// The API server is 1.29 or newer, the chart's `kubeVersion` and the bundle's `minKubeVersion`:
+/// the pod webhook's matchConditions and native sidecars are on by default from 1.29.
 fn kubernetes_version(o: &PreObserved) -> Line {
     const C: &str = "kubernetes-version";
     match o.version {
         None => warn(
             C,
             format!("cannot tell the API server's version ({:?})", o.git_version),
-            "check with `kubectl version`: 1.30 or newer is supported",
+            "check with `kubectl version`: 1.29 or newer is supported",
         ),
-        Some((1, m)) if m >= 30 => ok(
+        Some((1, m)) if m >= 29 => ok(
             C,
             format!(
-                "Kubernetes {} (1.30 or newer: webhook match conditions and native sidecars are GA or on by default)",
+                "Kubernetes {} (1.29 or newer: webhook match conditions and native sidecars are on by default)",
                 o.git_version
             ),
-        ),
-        Some((1, m)) if m >= 28 => warn(
-            C,
-            format!(
-                "Kubernetes {}: webhook match conditions are beta (on by default) and native sidecars need 1.29",
-                o.git_version
-            ),
-            "upgrade to 1.30 or newer; on 1.28 do not use native sidecars (initContainers with restartPolicy Always)",
         ),
         Some(_) => fail(
             C,
             format!(
-                "Kubernetes {} is too old: the pod webhook's matchConditions need 1.28 or newer",
+                "Kubernetes {} is too old: the chart needs 1.29 or newer (webhook match conditions, native sidecars)",
                 o.git_version
             ),
-            "upgrade the cluster to 1.30 or newer",
+            "upgrade the cluster to 1.29 or newer",
         ),
     }
 }

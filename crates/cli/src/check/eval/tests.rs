@@ -695,7 +695,12 @@ fn before_install() {
         (
             |o| o.version = Some((1, 29)),
             "kubernetes-version",
-            CheckStatus::Warn,
+            CheckStatus::Ok,
+        ),
+        (
+            |o| o.version = Some((1, 28)),
+            "kubernetes-version",
+            CheckStatus::Fail,
         ),
         (
             |o| o.version = Some((1, 27)),

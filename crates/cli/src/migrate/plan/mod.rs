@@ -294,7 +294,7 @@ pub fn plan(s: &Snapshot, o: &Options) -> MigrationPlan {
             p.next.push(install_command(o, false));
         } else {
             blockers.push(format!(
-                "OpenKruise's {} exist but no Helm release of OpenKruise was found in any namespace (installed with kubectl or kustomize, or Helm storing releases in ConfigMaps/SQL{}): this command migrates Helm installs only; see the README's \"Moving from OpenKruise\" for the steps by hand",
+                "OpenKruise's {} exist but no Helm release of OpenKruise was found in any namespace (installed with kubectl or kustomize, or Helm storing releases in ConfigMaps/SQL{}): this command migrates Helm installs only; see \"OpenKruise installed without Helm\" in the documentation (docs/src/migrate.md) for the steps by hand",
                 s.kruise_webhooks.join(" and "),
                 if s.unreadable_records.is_empty() {
                     String::new()
