@@ -69,7 +69,8 @@ start_tools() {
     if [ "${#want[@]}" -gt 1 ]; then hack/node.sh deps || true; fi
     hack/tools.sh helm helm-docs >/dev/null &&
       hack/bundle.sh tools &&
-      hack/tools.sh "${want[@]}" crane >/dev/null
+      hack/tools.sh "${want[@]}" crane >/dev/null &&
+      hack/docs.sh install >/dev/null
   ) >"$BG_LOG" 2>&1 &
   BG_PID=$!
 }
@@ -134,10 +135,11 @@ case "${1:-all}" in
     # examples and benches are benchmarks no test runs: clippy checks that they compile).
     phase build bash -c 'cargo test --workspace --tests --no-run && cargo build --bin sidecarset-operator'
     phase manifests make -s check-manifests
-    phase docs make -s docs-check
     phase unit make -s unit
     phase helm-lint make -s helm-lint
     phase bundle make -s bundle-validate
+    # mdBook is built last in the background (a cold build is minutes of CPU): checked here.
+    phase docs make -s docs-check
     phase e2e-local make -s e2e-local
     phase chart-test-local make -s chart-test-local
     phase e2e-node make -s e2e-node
