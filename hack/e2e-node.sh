@@ -447,6 +447,64 @@ pass "3 replicas evicted in $((SECONDS - t)) s (the PodDisruptionBudget refused 
 admissions_stop drain
 
 # ---------------------------------------------------------------------------------------------
+section "injection in the API server: features.injection=auto, every replica stopped"
+# The SidecarSet compiled into a MutatingAdmissionPolicy: with the Deployment scaled to 0, a pod
+# it selects is created on the real node with its sidecar by the API server (nothing refused);
+# the sidecar is then upgraded in place on the kubelet like any other, and webhook mode removes
+# the policy again.
+t=$SECONDS
+helm upgrade "$RELEASE" charts/sidecarset-operator -n "$NS" -f "$VALUES" --set replicaCount=3 \
+  --set features.injection=auto --wait --timeout 3m >/dev/null || die "helm upgrade --set features.injection=auto failed"
+probe_token() { # the policy token a dry-run probe pod in the operator's namespace gets
+  k -n "$NS" run policy-probe --dry-run=server --image=localhost/sso-e2e/busybox:v1 \
+    --labels=sidecarset-operator.io/policy-probe=1 -o jsonpath='{.metadata.annotations.sidecarset-operator\.io/policy-token}' 2>/dev/null
+}
+for i in $(seq 120); do
+  token=$(k get mutatingadmissionpolicy "$RELEASE" -o jsonpath='{.metadata.annotations.sidecarset-operator\.io/policy-token}' 2>/dev/null || true)
+  here=$(k get mutatingadmissionpolicy "$RELEASE" -o jsonpath='{.metadata.annotations.sidecarset-operator\.io/injected-here}' 2>/dev/null || true)
+  cond=$(k get mutatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[?(@.name=="mpod.sidecarset-operator.io")].matchConditions[*].expression}')
+  if [ -n "$token" ] && [ "$(probe_token)" = "$token" ] && [[ ",$here," == *",$DEMO,"* ]] \
+    && [[ $cond == *sidecarset-injected-list* ]]; then break; fi
+  [ "$i" != 120 ] || die "the policy is not in effect 60 s after the upgrade (token '$token', SidecarSets '$here')"
+  sleep 0.5
+done
+pass "policy $RELEASE in effect (token $token, holds $DEMO), the pod webhook's condition narrowed ($((SECONDS - t)) s)"
+k -n "$NS" scale deploy "$RELEASE" --replicas=0 >/dev/null
+for i in $(seq 120); do
+  [ -z "$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o name)" ] && break
+  [ "$i" != 120 ] || die "operator pods still there 60 s after scaling to 0"
+  sleep 0.5
+done
+pass "every replica stopped (Deployment scaled to 0)"
+check_injected_pod hello-3
+node_pod plain-3 "$DEMO" other | k apply -f - >/dev/null || die "a pod no SidecarSet selects was refused"
+[ "$(k -n "$DEMO" get pod plain-3 -o jsonpath='{.spec.containers[*].name}')" = app ] || die "plain-3 was changed"
+pass "a pod no SidecarSet selects created as it was, with every replica stopped"
+k -n "$NS" scale deploy "$RELEASE" --replicas=3 >/dev/null
+k -n "$NS" rollout status deploy "$RELEASE" --timeout=120s >/dev/null || die "the operator did not come back"
+# In place on the kubelet: the SidecarSet's image changed, the policy-injected pod's sidecar
+# restarts on the new image (the pod and its app container stay).
+uid=$(k -n "$DEMO" get pod hello-3 -o jsonpath='{.metadata.uid}')
+k patch sidecarsets.v1beta1.apps.kruise.io "$DEMO" --type=json \
+  -p '[{"op": "replace", "path": "/spec/containers/0/image", "value": "localhost/sso-e2e/busybox:v2"}]' >/dev/null
+for i in $(seq 180); do
+  line=$(k -n "$DEMO" logs hello-3 -c hello-sidecar 2>/dev/null | tail -n 1)
+  [ "$line" = "hello-sidecar running image v2" ] && break
+  [ "$i" != 180 ] || die "hello-3's sidecar still logs '$line' 90 s after the image change"
+  sleep 0.5
+done
+[ "$(k -n "$DEMO" get pod hello-3 -o jsonpath='{.metadata.uid}')" = "$uid" ] || die "hello-3 was recreated"
+pass "hello-3 (injected by the policy) upgraded in place on the kubelet: its sidecar logs '$line', same pod"
+helm upgrade "$RELEASE" charts/sidecarset-operator -n "$NS" -f "$VALUES" --set replicaCount=3 --wait --timeout 3m >/dev/null \
+  || die "helm upgrade back to webhook mode failed"
+for i in $(seq 120); do
+  k get mutatingadmissionpolicy "$RELEASE" >/dev/null 2>&1 || break
+  [ "$i" != 120 ] || die "the policy is still there 60 s after webhook mode came back"
+  sleep 0.5
+done
+pass "back in webhook mode: the policy removed ($((SECONDS - t)) s for the whole section)"
+
+# ---------------------------------------------------------------------------------------------
 section "uninstall: helm uninstall"
 helm uninstall "$RELEASE" -n "$NS" --wait >/dev/null
 for o in "deploy/$RELEASE" "svc/$RELEASE-webhook" "pdb/$RELEASE" "sa/$RELEASE" "role/$RELEASE"; do

@@ -241,6 +241,33 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
     })
 }
 
+/// The keeper of the MutatingAdmissionPolicy (`--injection`; in webhook mode it only removes
+/// one an earlier mode left).
+fn start_injection_policy(
+    args: &crate::config::RunArgs,
+    clients: &Clients,
+    view: &View,
+    leadership: Option<Leadership>,
+) {
+    tokio::spawn(registration::policy::keep_injection_policy(
+        clients.calls.clone(),
+        view.cluster.clone(),
+        registration::policy::Settings {
+            mode: registration::policy::Mode::parse(&args.injection),
+            name: args.webhook_config_name.clone(),
+            namespace: args.namespace.clone(),
+            skip_namespaces: args.skip_namespaces.clone(),
+            failure_policy: args.failure_policy.clone(),
+            webhook_configs: crate::names::WebhookConfigs::from_args(
+                &args.webhook_config_name,
+                args.webhook_config_selector.as_deref(),
+            ),
+        },
+        view.match_coverage.clone(),
+        leadership,
+    ));
+}
+
 /// Stage 4: leader election (`controller::leader`: the leadership gates and cancels
 /// reconciles) and the controller. Admissions never wait for the controller: it runs on a
 /// runtime and a thread of its own, at a lower CPU priority, with its own API client (so its
@@ -273,23 +300,7 @@ pub fn controller(
     if let (Some(coverage), Some(l)) = (&view.match_coverage, &leadership) {
         coverage.set_leadership(l.clone());
     }
-    tokio::spawn(registration::policy::keep_injection_policy(
-        clients.calls.clone(),
-        view.cluster.clone(),
-        registration::policy::Settings {
-            mode: registration::policy::Mode::parse(&args.injection),
-            name: args.webhook_config_name.clone(),
-            namespace: args.namespace.clone(),
-            skip_namespaces: args.skip_namespaces.clone(),
-            failure_policy: args.failure_policy.clone(),
-            webhook_configs: crate::names::WebhookConfigs::from_args(
-                &args.webhook_config_name,
-                args.webhook_config_selector.as_deref(),
-            ),
-        },
-        view.match_coverage.clone(),
-        leadership.clone(),
-    ));
+    start_injection_policy(args, clients, view, leadership.clone());
     let Some((store, trigger)) = view.controller_feed.take() else {
         return Ok(election);
     };

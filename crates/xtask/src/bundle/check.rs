@@ -260,7 +260,10 @@ fn check_permissions(
                 !(groups.contains(&"apiextensions.k8s.io") && has_resources),
                 || format!("the operator must not manage CRDs: {}", rule()),
             );
-            if groups.contains(&"admissionregistration.k8s.io") {
+            let webhook_configs = resources
+                .iter()
+                .any(|r| r.ends_with("webhookconfigurations"));
+            if groups.contains(&"admissionregistration.k8s.io") && webhook_configs {
                 errs.need(!verbs.iter().any(|v| ["update", "create", "delete"].contains(v)), || {
                     format!("under OLM the operator must not create, update or delete webhook configurations (OLM owns them): {}", rule())
                 });
