@@ -241,31 +241,24 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
     })
 }
 
-/// The keeper of the MutatingAdmissionPolicy (`--injection`; in webhook mode it only removes
-/// one an earlier mode left).
-fn start_injection_policy(
-    args: &crate::config::RunArgs,
+/// What leads besides the controller: the pod webhook's match condition (only the leader
+/// narrows it) and the injection policy's keeper (only the leader writes it).
+fn share_leadership(
+    args: &RunArgs,
     clients: &Clients,
     view: &View,
-    leadership: Option<Leadership>,
+    leadership: &Option<Leadership>,
 ) {
-    tokio::spawn(registration::policy::keep_injection_policy(
+    if let (Some(coverage), Some(l)) = (&view.match_coverage, leadership) {
+        coverage.set_leadership(l.clone());
+    }
+    registration::policy::spawn(
+        args,
         clients.calls.clone(),
         view.cluster.clone(),
-        registration::policy::Settings {
-            mode: registration::policy::Mode::parse(&args.injection),
-            name: args.webhook_config_name.clone(),
-            namespace: args.namespace.clone(),
-            skip_namespaces: args.skip_namespaces.clone(),
-            failure_policy: args.failure_policy.clone(),
-            webhook_configs: crate::names::WebhookConfigs::from_args(
-                &args.webhook_config_name,
-                args.webhook_config_selector.as_deref(),
-            ),
-        },
         view.match_coverage.clone(),
-        leadership,
-    ));
+        leadership.clone(),
+    );
 }
 
 /// Stage 4: leader election (`controller::leader`: the leadership gates and cancels
@@ -297,10 +290,7 @@ pub fn controller(
         Some(e) => Some(e.leadership()),
         None => (!args.leader_elect).then(Leadership::always),
     };
-    if let (Some(coverage), Some(l)) = (&view.match_coverage, &leadership) {
-        coverage.set_leadership(l.clone());
-    }
-    start_injection_policy(args, clients, view, leadership.clone());
+    share_leadership(args, clients, view, &leadership);
     let Some((store, trigger)) = view.controller_feed.take() else {
         return Ok(election);
     };

@@ -68,6 +68,30 @@ pub struct Settings {
     pub webhook_configs: WebhookConfigs,
 }
 
+/// Starts [`keep_injection_policy`] with the settings of the flags.
+pub fn spawn(
+    args: &crate::config::RunArgs,
+    client: Client,
+    cluster: Arc<ClusterView>,
+    coverage: Option<Arc<MatchCoverage>>,
+    leadership: Option<Leadership>,
+) {
+    let settings = Settings {
+        mode: Mode::parse(&args.injection),
+        name: args.webhook_config_name.clone(),
+        namespace: args.namespace.clone(),
+        skip_namespaces: args.skip_namespaces.clone(),
+        failure_policy: args.failure_policy.clone(),
+        webhook_configs: WebhookConfigs::from_args(
+            &args.webhook_config_name,
+            args.webhook_config_selector.as_deref(),
+        ),
+    };
+    tokio::spawn(keep_injection_policy(
+        client, cluster, settings, coverage, leadership,
+    ));
+}
+
 /// Keeps the policy (see the module's text) until the process ends.
 pub async fn keep_injection_policy(
     client: Client,
