@@ -40,7 +40,7 @@ pub async fn keep_pod_match_conditions(
     let mut last_read: Option<Instant> = None;
     loop {
         let mut wait = RESYNC;
-        if state.sidecarsets_synced() {
+        if state.sidecarsets_synced() && coverage.ready() {
             let view = state.index();
             let want = (coverage.leads(), coverage.wanted(&view));
             memory.warn_when_too_long(&want.1);

@@ -33,6 +33,9 @@ pub struct MatchCoverage {
     changed: tokio::sync::watch::Sender<u64>,
     /// The SidecarSets an admission policy injects ([`super::policy`]), when one is kept.
     compiled: Mutex<Option<std::collections::BTreeSet<String>>>,
+    /// Set while a policy keeper runs but has not compiled yet: the condition is not written
+    /// meanwhile (a replica would widen it to the plain selectors another just narrowed).
+    awaiting_policy: std::sync::atomic::AtomicBool,
 }
 
 /// A SidecarSet this replica is admitting.
@@ -77,6 +80,8 @@ impl MatchCoverage {
     /// condition then leaves out the pods that already record them. Wakes the keeper on a
     /// change.
     pub fn set_compiled(&self, names: Option<std::collections::BTreeSet<String>>) {
+        self.awaiting_policy
+            .store(false, std::sync::atomic::Ordering::Release);
         let Ok(mut c) = self.compiled.lock() else {
             return;
         };
@@ -84,6 +89,31 @@ impl MatchCoverage {
             *c = names;
             self.wake.notify_one();
         }
+    }
+
+    /// A policy keeper runs: the condition waits for its first compilation
+    /// ([`MatchCoverage::set_compiled`]).
+    pub fn await_policy(&self) {
+        self.awaiting_policy
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The policy keeper could not compile: the condition goes on without it (the plain
+    /// selectors, wider, until it can).
+    pub fn stop_awaiting_policy(&self) {
+        if self
+            .awaiting_policy
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            self.wake.notify_one();
+        }
+    }
+
+    /// False until the policy keeper (if one runs) has compiled once.
+    pub(super) fn ready(&self) -> bool {
+        !self
+            .awaiting_policy
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// True while this replica leads.

@@ -76,8 +76,12 @@ pub fn spawn(
     coverage: Option<Arc<MatchCoverage>>,
     leadership: Option<Leadership>,
 ) {
+    let mode = Mode::parse(&args.injection);
+    if let (Some(c), false) = (&coverage, mode == Mode::Webhook) {
+        c.await_policy();
+    }
     let settings = Settings {
-        mode: Mode::parse(&args.injection),
+        mode,
         name: args.webhook_config_name.clone(),
         namespace: args.namespace.clone(),
         skip_namespaces: args.skip_namespaces.clone(),
@@ -137,6 +141,9 @@ pub async fn keep_injection_policy(
             let view = state.index();
             if let Err(e) = keeper.pass(&view, coverage.as_deref(), leads()).await {
                 warn!(error = %e, "cannot keep the injection policy yet");
+                if let Some(c) = &coverage {
+                    c.stop_awaiting_policy();
+                }
             }
         }
         tokio::select! {
