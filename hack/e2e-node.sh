@@ -492,7 +492,8 @@ k -n "$NS" rollout status deploy "$RELEASE" --timeout=120s >/dev/null || die "th
 # restarts on the new image (the pod and its app container stay).
 uid=$(k -n "$DEMO" get pod hello-3 -o jsonpath='{.metadata.uid}')
 k patch sidecarsets.v1beta1.apps.kruise.io "$DEMO" --type=json \
-  -p '[{"op": "replace", "path": "/spec/containers/0/image", "value": "localhost/sso-e2e/busybox:v2"}]' >/dev/null
+  -p '[{"op": "replace", "path": "/spec/containers/0/image", "value": "localhost/sso-e2e/busybox:v2"}]' >/dev/null \
+  || die "the image change of $DEMO was refused"
 for i in $(seq 180); do
   line=$(k -n "$DEMO" logs hello-3 -c hello-sidecar 2>/dev/null | tail -n 1)
   [ "$line" = "hello-sidecar running image v2" ] && break

@@ -408,3 +408,34 @@ async fn a_change_the_view_already_holds_the_selector_of_is_answered_at_once() {
         .expect("covered once its entry is live");
     task.abort();
 }
+
+/// With an admission policy injecting it, the condition holds a SidecarSet as its selector
+/// leaving out the pods that record it: a change that keeps the selector (a new image) is
+/// covered by that form too, and answered at once (it was refused for 2 s after a restart).
+#[tokio::test]
+async fn a_change_of_a_sidecarset_the_policy_injects_is_answered_at_once() {
+    let a = named("a", "web");
+    let view = view_of(vec![a.clone()]);
+    let coverage = leader();
+    coverage.set_compiled(Some(std::collections::BTreeSet::from(["a".to_string()])));
+    let live_record = Published {
+        selected: PodCoverage::of_index_compiled(
+            &index_of(vec![a.clone()]),
+            &std::collections::BTreeSet::from(["a".to_string()]),
+        ),
+        ..Default::default()
+    };
+    let (task, mut api) = keeper(view.clone(), coverage.clone());
+    api.expect("GET", CONFIG)
+        .await
+        .answer(200, with_record(&live_record, "3"));
+    api.expect_nothing().await;
+    let mut changed = a.clone();
+    changed.spec.containers[0].container.image = Some("proxy:2".into());
+    coverage
+        .widen_for(&changed, &view.index(), "10.0.0.1", Duration::from_secs(2))
+        .await
+        .expect("a change that keeps the selector is covered by the policy's form");
+    api.expect_nothing().await;
+    task.abort();
+}

@@ -144,6 +144,26 @@ impl MatchCoverage {
             .is_some_and(|l| l.as_ref().is_some_and(|r| r.pending.contains_key(id)))
     }
 
+    /// What the condition holds for a SidecarSet the admission policy injects: its selector
+    /// leaving out the pods that record it (empty for one the policy does not inject).
+    fn compiled_form(&self, ss: &sidecarset_core::api::SidecarSet) -> PodCoverage {
+        let compiled = self
+            .compiled
+            .lock()
+            .ok()
+            .is_some_and(|c| c.as_ref().is_some_and(|c| c.contains(ss.name())));
+        match sidecarset_core::api::Scope::of(&ss.spec) {
+            Ok(scope) if compiled => PodCoverage {
+                terms: std::collections::BTreeSet::from([sidecarset_core::policy::webhook_term(
+                    &scope.pods,
+                    ss.name(),
+                )]),
+                ..Default::default()
+            },
+            _ => PodCoverage::every_pod(),
+        }
+    }
+
     /// Whether the condition last read back covers `want`.
     fn live_covers(&self, want: &PodCoverage) -> bool {
         self.live.lock().ok().is_some_and(|l| {
@@ -177,7 +197,7 @@ impl MatchCoverage {
                     && PodCoverage::of_sidecarset(old).is_ok_and(|c| c.covers(&covers))
             })
         });
-        if held && self.live_covers(&covers) {
+        if held && (self.live_covers(&covers) || self.live_covers(&self.compiled_form(ss))) {
             return Ok(());
         }
         let id = pending_id(ss.name(), uid.as_deref(), &covers);
