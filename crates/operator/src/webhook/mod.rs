@@ -7,6 +7,7 @@
 
 mod conversion;
 mod pod_create;
+mod pod_object;
 mod pod_update;
 mod prologue;
 pub mod review;
