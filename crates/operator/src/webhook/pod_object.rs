@@ -89,7 +89,7 @@ impl SlimContainer {
 }
 
 /// The pod in `raw` with what injection reads, or what is wrong with it and where.
-pub(super) fn decode_for_injection(raw: &serde_json::value::RawValue) -> Result<Pod, String> {
+pub fn decode_for_injection(raw: &serde_json::value::RawValue) -> Result<Pod, String> {
     let slim = match serde_json::from_str::<SlimPod>(raw.get()) {
         Ok(p)
             if p.api_version.as_deref().is_none_or(|v| v == "v1")
