@@ -10,6 +10,13 @@
 //! Then, when wrk is installed (on `PATH` or `$WRK`; `NO_WRK=1` skips it), the same review
 //! against the same server from wrk (an external client, keep-alive TLS, on the same cores) for
 //! `WRK_SECONDS` (10) at 8 connections and at 1, as the OpenKruise comparison was measured.
+//! Meanwhile nothing else runs in this process, so its CPU time over each wrk run (getrusage)
+//! divided by the admissions answered is the server's CPU per admission, TLS and HTTP included.
+//!
+//! First, the in-process cost of one admission split by phase (no TLS, no HTTP): decode (the
+//! AdmissionReview and the pod in it, as the endpoint decodes them), match (the SidecarSets that select the pod), inject (the
+//! patch's operations), patch (the patch as JSON), encode (base64 and the response envelope),
+//! and the whole handler as the endpoint runs it; TLS and HTTP are what the wrk figure adds.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +25,19 @@ use std::time::{Duration, Instant};
 mod common;
 mod fixture;
 mod wrk;
+
+// The allocator and options of the operator's binary (src/main.rs), so that the server here
+// costs what it costs there.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[repr(transparent)]
+pub struct MallocConf(*const std::ffi::c_char);
+// SAFETY: a pointer to a static, immutable C string.
+unsafe impl Sync for MallocConf {}
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static MALLOC_CONF: MallocConf =
+    MallocConf(c"background_thread:true,dirty_decay_ms:5000,muzzy_decay_ms:0,narenas:2".as_ptr());
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -57,8 +77,9 @@ fn main() {
         let state = Arc::new(sidecarset_operator::webhook::State::new(Vec::<String>::new()));
         state.cluster.set_index(fixture::index());
         let pki = common::pki();
-        let addr = common::serve(state, &pki).await;
         let body = common::review("uid", ("", "v1", "Pod"), "pods", "CREATE", "shop", &fixture::pod(), None);
+        phases(&state, &body);
+        let addr = common::serve(state, &pki).await;
 
         // Warm-up on one connection, checking the answer is a 3-SidecarSet injection.
         let mut warm = common::Client::connect(addr, &pki.ca_pem).await;
@@ -133,12 +154,25 @@ async fn run_wrk(wrk: &str, addr: std::net::SocketAddr, body: &[u8]) {
     let url = format!("https://{addr}/mutate-pod");
     for connections in [8, 1] {
         let mut cmd = wrk::command(wrk, 2, connections, secs, &lua, &url);
+        let cpu_before = cpu_time();
         let out = tokio::task::spawn_blocking(move || cmd.output())
             .await
             .unwrap();
+        let cpu = cpu_time() - cpu_before;
         match out {
             Ok(out) if out.status.success() => {
                 let r = wrk::parse_wrk(&String::from_utf8_lossy(&out.stdout));
+                // wrk counts the answers it read; the server answered those (and at most one
+                // more per connection, cut at the end).
+                println!(
+                    "webhook load, wrk: {connections} connections: server CPU {:.1} µs per admission \
+                     ({:.2} CPU-s over {:.0} admissions, {:.2} cores), RSS {:.1} MiB",
+                    cpu.as_secs_f64() * 1e6 / r.requests.max(1.0),
+                    cpu.as_secs_f64(),
+                    r.requests,
+                    cpu.as_secs_f64() / secs as f64,
+                    rss_mib()
+                );
                 let ms = |d: Option<Duration>| {
                     d.map_or("-".into(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
                 };
@@ -197,4 +231,110 @@ async fn receiver() -> (String, Received) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     (format!("http://{addr}"), got)
+}
+
+/// CPU time (user + system) of this process so far (getrusage).
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// CPU time of the calling thread so far.
+fn thread_cpu_time() -> Duration {
+    // SAFETY: clock_gettime writes into the struct it is given.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// This process's resident set, from /proc/self/status (0 where there is none).
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The in-process cost of one admission of `body`, by phase, each timed over `PHASE_ROUNDS`
+/// (20,000) rounds; then the whole handler (what the endpoint runs between the HTTP body and the
+/// HTTP response).
+fn phases(state: &sidecarset_operator::webhook::State, body: &[u8]) {
+    use k8s_openapi::api::core::v1::Pod;
+    use sidecarset_core::inject;
+    use sidecarset_operator::webhook::{self, review};
+    use std::hint::black_box;
+    let rounds = env("PHASE_ROUNDS", 20_000);
+    let now = "2026-01-01T00:00:00Z";
+    // This thread's CPU time, not the wall clock: on cores shared with other work a phase is
+    // not charged for the time it waited.
+    let time = |f: &mut dyn FnMut()| {
+        for _ in 0..rounds / 10 {
+            f();
+        }
+        let t = thread_cpu_time();
+        for _ in 0..rounds {
+            f();
+        }
+        (thread_cpu_time() - t).as_secs_f64() * 1e6 / rounds as f64
+    };
+    let req = review::decode(body).unwrap();
+    let raw = req.object.as_ref().unwrap().get();
+    let pod: Pod = serde_json::from_str(raw).unwrap();
+    let index = state.cluster.index();
+    let ns = state.cluster.namespace_labels("shop");
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let (matched, _) = index.matching_split(&labels, &ns);
+    assert_eq!(
+        matched.len(),
+        3,
+        "the benchmark case must match 3 SidecarSets"
+    );
+    let injection = inject::inject(&pod, &matched, now);
+    assert_eq!(injection.injected.len(), 3);
+    let response = review::Response::allow(&req.uid).with_patch(injection.patch.clone());
+
+    // As the endpoint decodes: the review, then the pod as injection reads it.
+    let decode = time(&mut || {
+        let req = review::decode(black_box(body)).unwrap();
+        let pod = webhook::decode_pod_for_injection(req.object.as_ref().unwrap()).unwrap();
+        black_box(pod);
+    });
+    let matching = time(&mut || {
+        let ns = state.cluster.namespace_labels("shop");
+        black_box(
+            state
+                .cluster
+                .index()
+                .matching_split(black_box(&labels), &ns),
+        );
+    });
+    let injecting = time(&mut || {
+        black_box(inject::inject(black_box(&pod), &matched, now));
+    });
+    let patch = time(&mut || {
+        black_box(serde_json::to_vec(black_box(&injection.patch)).unwrap());
+    });
+    let encode_all = time(&mut || {
+        black_box(black_box(&response).encode());
+    });
+    let handler = time(&mut || {
+        let req = review::decode(black_box(body)).unwrap();
+        let resp = webhook::admit_pod(state, &req, now);
+        black_box(resp.encode());
+    });
+    let encode = (encode_all - patch).max(0.0);
+    let sum = decode + matching + injecting + patch + encode;
+    println!(
+        "webhook phases, in process (CPU µs per admission, {rounds} rounds each): decode {decode:.1} | \
+         match {matching:.1} | inject {injecting:.1} | patch {patch:.1} | encode {encode:.1} | \
+         sum {sum:.1} | whole handler {handler:.1}; response {} bytes",
+        response.encode().len()
+    );
 }

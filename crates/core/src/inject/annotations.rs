@@ -1,7 +1,7 @@
 //! The annotations an injection writes: the SidecarSets' `patchPodMetadata`, the hash, the
 //! hash without images, the injected list, and the hot-upgrade versions.
 
-use super::{add, ptr, to_value};
+use super::{add, ptr};
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST, PatchPolicy,
     SidecarSet, SidecarSetUpgradeSpec, parse_hash_annotation,
@@ -57,10 +57,10 @@ pub(super) fn injected_annotations(
         hash_wo.insert(ss.name().to_string(), wo);
         list.insert(ss.name().to_string());
     }
-    new_ann.insert(ANNOTATION_HASH.into(), to_value(&hash).to_string());
+    new_ann.insert(ANNOTATION_HASH.into(), hash_annotation(&hash));
     new_ann.insert(
         ANNOTATION_HASH_WITHOUT_IMAGE.into(),
-        to_value(&hash_wo).to_string(),
+        hash_annotation(&hash_wo),
     );
     new_ann.insert(
         ANNOTATION_INJECTED_LIST.into(),
@@ -68,6 +68,37 @@ pub(super) fn injected_annotations(
     );
     hot_upgrade_annotations(todo, &mut new_ann);
     new_ann
+}
+
+/// A hash annotation's value: its entries as JSON, the keys of each in name order (as a JSON
+/// value writes them, which is how they were written before: the bytes are the same), without
+/// building the value first.
+fn hash_annotation(entries: &BTreeMap<String, SidecarSetUpgradeSpec>) -> String {
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Sorted<'a> {
+        #[serde(skip_serializing_if = "str::is_empty")]
+        controller_revision: &'a str,
+        hash: &'a str,
+        sidecar_list: Option<&'a [String]>,
+        sidecar_set_name: &'a str,
+        update_timestamp: Option<&'a str>,
+    }
+    let sorted: BTreeMap<&str, Sorted> = entries
+        .iter()
+        .map(|(k, e)| {
+            let v = Sorted {
+                controller_revision: &e.controller_revision,
+                hash: &e.hash,
+                sidecar_list: e.sidecar_list.as_deref(),
+                sidecar_set_name: &e.sidecar_set_name,
+                update_timestamp: (!e.update_timestamp.is_empty())
+                    .then_some(e.update_timestamp.as_str()),
+            };
+            (k.as_str(), v)
+        })
+        .collect();
+    serde_json::to_string(&sorted).unwrap_or_default()
 }
 
 /// The annotations of the hot-upgrade sidecars of the SidecarSets injected now (OpenKruise's
@@ -150,5 +181,41 @@ pub(super) fn annotation_ops(
             ptr(&["metadata", "annotations", k]),
             Value::String(v.clone()),
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The annotation was the entries' JSON value as a string: the same bytes, written directly.
+    #[test]
+    fn hash_annotations_are_the_json_values_of_their_entries() {
+        let entry =
+            |name: &str, rev: &str, time: &str, list: Option<Vec<&str>>| SidecarSetUpgradeSpec {
+                update_timestamp: time.into(),
+                hash: format!("h-{name}\"\\\u{1}é"),
+                sidecar_set_name: name.into(),
+                sidecar_list: list.map(|l| l.into_iter().map(String::from).collect()),
+                controller_revision: rev.into(),
+            };
+        let cases: Vec<BTreeMap<String, SidecarSetUpgradeSpec>> = vec![
+            BTreeMap::new(),
+            [("b".to_string(), entry("b", "", "", None))].into(),
+            [
+                (
+                    "z".to_string(),
+                    entry("z", "z-1", "2026-01-01T00:00:00Z", Some(vec!["c", "a"])),
+                ),
+                ("a".to_string(), entry("a", "", "t", Some(vec![]))),
+            ]
+            .into(),
+        ];
+        for c in cases {
+            assert_eq!(
+                hash_annotation(&c),
+                serde_json::to_value(&c).unwrap().to_string()
+            );
+        }
     }
 }

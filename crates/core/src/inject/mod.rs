@@ -193,7 +193,8 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
 /// already recorded in the pod's hash annotation are skipped, so injecting an injected pod
 /// changes nothing.
 pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
-    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let no_annotations = BTreeMap::new();
+    let annotations = pod.metadata.annotations.as_ref().unwrap_or(&no_annotations);
     let recorded = annotations
         .get(ANNOTATION_HASH)
         .and_then(|v| parse_hash_annotation(v))
@@ -218,10 +219,10 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
     }
 
     // 1. Metadata patches, then the hash and list annotations.
-    let new_ann = annotations::injected_annotations(&annotations, recorded, &todo, now);
+    let new_ann = annotations::injected_annotations(annotations, recorded, &todo, now);
     annotations::annotation_ops(
         pod.metadata.annotations.is_some(),
-        &annotations,
+        annotations,
         &new_ann,
         &mut ops,
     );
@@ -405,8 +406,18 @@ fn build_sidecars<'a>(
     todo: &[&'a Entry],
 ) -> Result<(Built<'a>, Built<'a>, Vec<&'a Volume>), Denial> {
     let apps: Vec<&Container> = spec.containers.iter().collect();
+    // The names of the matching SidecarSets' containers, which a resourcesPolicy leaves out of
+    // its targets: collected only when one of the SidecarSets injected now has one.
+    let any_policy = todo.iter().any(|e| {
+        e.ss.spec
+            .containers
+            .iter()
+            .chain(e.ss.spec.init_containers.iter())
+            .any(|c| c.resources_policy.is_some())
+    });
     let sidecar_names: BTreeSet<String> = sidecarsets
         .iter()
+        .filter(|_| any_policy)
         .flat_map(|e| {
             e.ss.spec
                 .containers

@@ -7,6 +7,7 @@
 
 mod conversion;
 mod pod_create;
+mod pod_object;
 mod pod_update;
 mod prologue;
 pub mod review;
@@ -17,6 +18,7 @@ mod state;
 
 pub use conversion::convert_review;
 pub use pod_create::{admit_pod, admit_pod_from};
+pub use pod_object::decode_for_injection as decode_pod_for_injection;
 pub use sidecarset::{DecodedSidecarSet, decode_sidecarset};
 pub use sidecarset_mutate::admit_sidecarset_defaults;
 pub use sidecarset_validate::{

@@ -1,7 +1,7 @@
 //! `POST /mutate-pod`: a pod being created gets the sidecars of the SidecarSets that match it
 //! (a JSON patch from [`inject`]); an update goes to [`super::pod_update`]; anything else passes.
 
-use super::prologue::{Prologue, decode_object};
+use super::prologue::Prologue;
 use super::review::{Request, Response};
 use super::state::State;
 use axum::body::Bytes;
@@ -71,7 +71,7 @@ pub fn admit_pod_from(state: &State, req: &Request, now: &str, source: &str) -> 
     if req.operation == "UPDATE" {
         return super::pod_update::admit_pod_update(req, raw);
     }
-    let pod: Pod = match decode_object(raw) {
+    let pod: Pod = match super::pod_object::decode_for_injection(raw) {
         Ok(p) => p,
         Err(e) => {
             return Response::deny(

@@ -1,8 +1,7 @@
 //! The `admission.k8s.io/v1` AdmissionReview envelope: decoded without touching the object (kept
 //! raw until a handler decodes it into the type it expects), encoded with a JSON patch.
 
-use base64::Engine;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
 #[derive(Deserialize)]
@@ -127,7 +126,68 @@ impl Response {
         self
     }
 
+    /// The AdmissionReview answering the request, as JSON: written directly (the same bytes
+    /// serde_json writes for the envelope, keys in this order), the patch serialised once
+    /// and base64-encoded in place.
     pub fn encode(&self) -> Vec<u8> {
+        use base64::Engine;
+        let patch = self
+            .patch
+            .as_ref()
+            .map(|p| serde_json::to_vec(p).unwrap_or_default());
+        let b64_len = patch.as_ref().map_or(0, |p| p.len().div_ceil(3) * 4);
+        let mut out = Vec::with_capacity(160 + self.uid.len() + b64_len);
+        out.extend_from_slice(
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#,
+        );
+        json_str(&mut out, &self.uid);
+        out.extend_from_slice(if self.allowed {
+            br#","allowed":true"#
+        } else {
+            br#","allowed":false"#
+        });
+        if !self.allowed || self.message.is_some() {
+            out.extend_from_slice(br#","status":{"code":"#);
+            out.extend_from_slice(self.code.to_string().as_bytes());
+            if let Some(m) = &self.message {
+                out.extend_from_slice(br#","message":"#);
+                json_str(&mut out, m);
+            }
+            out.push(b'}');
+        }
+        if let Some(p) = &patch {
+            out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
+            let at = out.len();
+            out.resize(at + b64_len, 0);
+            let written = base64::engine::general_purpose::STANDARD
+                .encode_slice(p, &mut out[at..])
+                .unwrap_or(0);
+            out.truncate(at + written);
+            out.push(b'"');
+        }
+        if !self.warnings.is_empty() {
+            out.extend_from_slice(br#","warnings":"#);
+            let _ = serde_json::to_writer(&mut out, &self.warnings);
+        }
+        out.extend_from_slice(b"}}");
+        out
+    }
+}
+
+/// `s` as a JSON string, as serde_json writes it.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    let _ = serde_json::to_writer(out, s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Serialize;
+
+    /// The envelope as serde_json writes it from derived types (the encoder before it was
+    /// written by hand): the reference [`Response::encode`] must match byte for byte.
+    fn reference(r: &Response) -> Vec<u8> {
+        use base64::Engine;
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Status<'a> {
@@ -156,25 +216,60 @@ impl Response {
             kind: &'static str,
             response: Resp<'a>,
         }
-        let patch = self.patch.as_ref().map(|p| {
-            let bytes = serde_json::to_vec(p).unwrap_or_default();
-            base64::engine::general_purpose::STANDARD.encode(bytes)
+        let patch = r.patch.as_ref().map(|p| {
+            base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(p).unwrap())
         });
-        let out = Out {
+        serde_json::to_vec(&Out {
             api_version: "admission.k8s.io/v1",
             kind: "AdmissionReview",
             response: Resp {
-                uid: &self.uid,
-                allowed: self.allowed,
-                status: (!self.allowed || self.message.is_some()).then_some(Status {
-                    code: self.code,
-                    message: self.message.as_deref(),
+                uid: &r.uid,
+                allowed: r.allowed,
+                status: (!r.allowed || r.message.is_some()).then_some(Status {
+                    code: r.code,
+                    message: r.message.as_deref(),
                 }),
                 patch_type: patch.as_ref().map(|_| "JSONPatch"),
                 patch,
-                warnings: &self.warnings,
+                warnings: &r.warnings,
             },
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_encoded_review_is_what_serde_json_writes() {
+        let patch = |n: usize| -> json_patch::Patch {
+            serde_json::from_value(serde_json::Value::Array(
+                (0..n)
+                    .map(|i| serde_json::json!({"op": "add", "path": format!("/metadata/annotations/k{i}"),
+                        "value": "v\"\\\n\u{1}é".repeat(i)}))
+                    .collect(),
+            ))
+            .unwrap()
         };
-        serde_json::to_vec(&out).unwrap_or_default()
+        let mut cases = vec![
+            Response::allow("u"),
+            Response::allow("uid \"quoted\" \\ \n\t\u{7f}\u{0}é😀"),
+            Response::deny("u", 400, "bad: \"x\"\n"),
+            Response::deny("", 503, ""),
+        ];
+        for n in 1..6 {
+            cases.push(Response::allow("u").with_patch(patch(n)));
+        }
+        let mut with_message = Response::allow("u").with_patch(patch(2));
+        with_message.message = Some("note".into());
+        with_message.warnings = vec!["w1".into(), "w \"2\"".into()];
+        cases.push(with_message);
+        let mut warned = Response::allow("u");
+        warned.warnings = vec!["only".into()];
+        cases.push(warned);
+        for r in &cases {
+            assert_eq!(
+                String::from_utf8(r.encode()).unwrap(),
+                String::from_utf8(reference(r)).unwrap(),
+                "{r:?}"
+            );
+        }
     }
 }

@@ -38,20 +38,20 @@ use std::sync::Arc;
 
 const NOW: &str = "2026-12-01T08:00:00Z";
 
-struct Case {
-    name: String,
-    v: Value,
+pub(crate) struct Case {
+    pub(crate) name: String,
+    pub(crate) v: Value,
 }
 
 impl Case {
-    fn input(&self, key: &str) -> Vec<Value> {
+    pub(crate) fn input(&self, key: &str) -> Vec<Value> {
         self.v["input"][key].as_array().cloned().unwrap_or_default()
     }
 
     /// Every version of every SidecarSet as submitted, in order (creations, then updates), but
     /// those OpenKruise refused (see [`refused_sidecarsets_are_refused_here_too`]; x14, which
     /// this project accepts on purpose, aside).
-    fn versions(&self) -> Vec<Value> {
+    pub(crate) fn versions(&self) -> Vec<Value> {
         let mut all = self.input("sidecarsets");
         all.extend(self.input("updates"));
         if self.name.starts_with("x14") {
@@ -93,7 +93,7 @@ impl Case {
 
 /// The cases this project admits as OpenKruise does: all but x23, whose SidecarSet is refused
 /// here on purpose ([`merge_patch_json_values_that_are_not_objects_are_refused_on_purpose`]).
-fn cases() -> Vec<Case> {
+pub(crate) fn cases() -> Vec<Case> {
     all_cases()
         .into_iter()
         .filter(|c| !c.name.starts_with("x23"))
@@ -134,7 +134,7 @@ fn all_cases() -> Vec<Case> {
 /// A SidecarSet as submitted, converted to v1alpha1 (x18 submits one as v1beta1), decoded,
 /// defaulted, hashed into its annotations (x25 submits stale ones) and validated as our webhooks
 /// do.
-fn defaulted(case: &Case, raw: &Value) -> SidecarSet {
+pub(crate) fn defaulted(case: &Case, raw: &Value) -> SidecarSet {
     let raw = convert::convert(raw, convert::API_VERSION_V1ALPHA1).unwrap();
     let mut ss: SidecarSet = serde_json::from_value(raw.clone())
         .unwrap_or_else(|e| panic!("{}: SidecarSet does not decode: {e}", case.name));

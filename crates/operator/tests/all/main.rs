@@ -10,4 +10,5 @@ mod house;
 mod kruise_conformance;
 mod pinning;
 mod properties;
+mod responses;
 mod webhook;

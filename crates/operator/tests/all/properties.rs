@@ -75,6 +75,35 @@ prop_compose! {
     }
 }
 
+prop_compose! {
+    /// [`arb_pod`] whose app containers also have env, mounts (some by subPathExpr), devices,
+    /// resources and fields injection does not read, and which may be finished.
+    fn arb_rich_pod()(raw in arb_pod(), env in prop::collection::vec((name(), label_value()), 0..3),
+                      mounts in prop::collection::vec((name(), any::<bool>()), 0..3),
+                      cpu in prop::option::of(1u32..4), phase in prop::sample::select(vec!["", "Pending", "Succeeded"])) -> Value {
+        let mut pod = raw;
+        for (i, c) in pod["spec"]["containers"].as_array_mut().unwrap().iter_mut().enumerate() {
+            c["env"] = env.iter().map(|(n, v)| json!({"name": n.to_uppercase(), "value": v})).collect();
+            c["volumeMounts"] = mounts.iter().enumerate().map(|(j, (n, by_expr))| {
+                let mut m = json!({"name": n, "mountPath": format!("/m/{i}/{j}")});
+                if *by_expr { m["subPathExpr"] = json!("$(A)/$(PROXY)"); }
+                m
+            }).collect();
+            c["volumeDevices"] = json!([{"name": "dev", "devicePath": format!("/dev/{i}")}]);
+            if let Some(cpu) = cpu {
+                c["resources"] = json!({"requests": {"cpu": format!("{cpu}00m")}, "limits": {"memory": format!("{cpu}Gi")}});
+            }
+            c["livenessProbe"] = json!({"httpGet": {"path": "/", "port": 80}});
+            c["ports"] = json!([{"containerPort": 80 + i}]);
+        }
+        if !phase.is_empty() {
+            pod["status"] = json!({"phase": phase, "podIP": "10.0.0.1"});
+        }
+        pod["spec"]["nodeName"] = json!("n1");
+        pod
+    }
+}
+
 proptest! {
     #![proptest_config(arb::config(300))]
 
@@ -126,6 +155,28 @@ proptest! {
         let again: Pod = serde_json::from_value(out.clone()).unwrap();
         let second = inject::for_pod(&index, &again, &ns, "t2");
         prop_assert!(second.patch.0.is_empty());
+    }
+
+    /// The webhook decodes only what injection reads (webhook/pod_object.rs): its patch is the
+    /// core's injection of the fully decoded pod.
+    #[test]
+    fn the_webhook_patch_is_the_injection_of_the_fully_decoded_pod(
+        raw in arb_rich_pod(), a in arb_sidecarset(0), b in arb_sidecarset(1), c in arb_sidecarset(2),
+        transfer in any::<bool>()
+    ) {
+        let mut sidecarsets = vec![a, b, c];
+        if transfer {
+            sidecarsets[0].spec.containers[0].transfer_env = serde_json::from_value(json!([
+                {"sourceContainerName": "app", "envNames": ["A", "PROXY"]}])).unwrap();
+        }
+        let state = state_with(sidecarsets.clone());
+        let resp = admit_pod(&state, &review::decode(&admission("Pod", "CREATE", &raw, None)).unwrap(), "t");
+        let (index, errs) = Index::from_sidecarsets(sidecarsets);
+        prop_assert!(errs.is_empty());
+        let pod: Pod = serde_json::from_value(raw.clone()).unwrap();
+        let core = inject::for_pod(&index, &pod, &namespace_labels("ns", &BTreeMap::new()), "t");
+        prop_assert!(resp.allowed);
+        prop_assert_eq!(resp.patch.map(|p| p.0).unwrap_or_default(), core.patch.0);
     }
 
     #[test]
