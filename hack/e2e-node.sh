@@ -491,9 +491,14 @@ k -n "$NS" rollout status deploy "$RELEASE" --timeout=120s >/dev/null || die "th
 # In place on the kubelet: the SidecarSet's image changed, the policy-injected pod's sidecar
 # restarts on the new image (the pod and its app container stay).
 uid=$(k -n "$DEMO" get pod hello-3 -o jsonpath='{.metadata.uid}')
-k patch sidecarsets.v1beta1.apps.kruise.io "$DEMO" --type=json \
-  -p '[{"op": "replace", "path": "/spec/containers/0/image", "value": "localhost/sso-e2e/busybox:v2"}]' >/dev/null \
-  || die "the image change of $DEMO was refused"
+# (The replicas just came back: their EndpointSlice may lag the Deployment's status a moment.)
+for i in $(seq 60); do
+  k patch sidecarsets.v1beta1.apps.kruise.io "$DEMO" --type=json \
+    -p '[{"op": "replace", "path": "/spec/containers/0/image", "value": "localhost/sso-e2e/busybox:v2"}]' \
+    >/dev/null 2>"$WORK/patch.err" && break
+  [ "$i" != 60 ] || die "the image change of $DEMO was refused for 30 s: $(cat "$WORK/patch.err")"
+  sleep 0.5
+done
 for i in $(seq 180); do
   line=$(k -n "$DEMO" logs hello-3 -c hello-sidecar 2>/dev/null | tail -n 1)
   [ "$line" = "hello-sidecar running image v2" ] && break
