@@ -482,15 +482,15 @@ for i in $(seq 120); do
   sleep 0.5
 done
 pass "every replica stopped (Deployment scaled to 0)"
-check_injected_pod hello-3
-node_pod plain-3 "$DEMO" other | k apply -f - >/dev/null || die "a pod no SidecarSet selects was refused"
-[ "$(k -n "$DEMO" get pod plain-3 -o jsonpath='{.spec.containers[*].name}')" = app ] || die "plain-3 was changed"
+check_injected_pod policy-1
+node_pod policy-plain "$DEMO" other | k apply -f - >/dev/null || die "a pod no SidecarSet selects was refused"
+[ "$(k -n "$DEMO" get pod policy-plain -o jsonpath='{.spec.containers[*].name}')" = app ] || die "policy-plain was changed"
 pass "a pod no SidecarSet selects created as it was, with every replica stopped"
 k -n "$NS" scale deploy "$RELEASE" --replicas=3 >/dev/null
 k -n "$NS" rollout status deploy "$RELEASE" --timeout=120s >/dev/null || die "the operator did not come back"
 # In place on the kubelet: the SidecarSet's image changed, the policy-injected pod's sidecar
 # restarts on the new image (the pod and its app container stay).
-uid=$(k -n "$DEMO" get pod hello-3 -o jsonpath='{.metadata.uid}')
+uid=$(k -n "$DEMO" get pod policy-1 -o jsonpath='{.metadata.uid}')
 # (The replicas just came back: their EndpointSlice may lag the Deployment's status a moment.)
 for i in $(seq 60); do
   k patch sidecarsets.v1beta1.apps.kruise.io "$DEMO" --type=json \
@@ -500,13 +500,13 @@ for i in $(seq 60); do
   sleep 0.5
 done
 for i in $(seq 180); do
-  line=$(k -n "$DEMO" logs hello-3 -c hello-sidecar 2>/dev/null | tail -n 1)
+  line=$(k -n "$DEMO" logs policy-1 -c hello-sidecar 2>/dev/null | tail -n 1)
   [ "$line" = "hello-sidecar running image v2" ] && break
-  [ "$i" != 180 ] || die "hello-3's sidecar still logs '$line' 90 s after the image change"
+  [ "$i" != 180 ] || die "policy-1's sidecar still logs '$line' 90 s after the image change"
   sleep 0.5
 done
-[ "$(k -n "$DEMO" get pod hello-3 -o jsonpath='{.metadata.uid}')" = "$uid" ] || die "hello-3 was recreated"
-pass "hello-3 (injected by the policy) upgraded in place on the kubelet: its sidecar logs '$line', same pod"
+[ "$(k -n "$DEMO" get pod policy-1 -o jsonpath='{.metadata.uid}')" = "$uid" ] || die "policy-1 was recreated"
+pass "policy-1 (injected by the policy) upgraded in place on the kubelet: its sidecar logs '$line', same pod"
 helm upgrade "$RELEASE" charts/sidecarset-operator -n "$NS" -f "$VALUES" --set replicaCount=3 --wait --timeout 3m >/dev/null \
   || die "helm upgrade back to webhook mode failed"
 for i in $(seq 120); do
