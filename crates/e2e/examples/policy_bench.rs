@@ -146,14 +146,7 @@ async fn wait_policy(c: &kube::Client) -> anyhow::Result<()> {
         async move {
             let api = kube::api::Api::<kube::api::DynamicObject>::all_with(
                 c.clone(),
-                &kube::api::ApiResource::from_gvk_with_plural(
-                    &kube::api::GroupVersionKind::gvk(
-                        "admissionregistration.k8s.io",
-                        "v1",
-                        "MutatingAdmissionPolicy",
-                    ),
-                    "mutatingadmissionpolicies",
-                ),
+                &sidecarset_core::policy::policy_resource(),
             );
             let Some(p) = api.get_opt(NAME).await? else {
                 return Ok(None);
@@ -254,20 +247,11 @@ async fn remove_injectors(c: &kube::Client) {
     let _ = Api::<ValidatingWebhookConfiguration>::all(c.clone())
         .delete(NAME, &DeleteParams::default())
         .await;
-    for (kind, plural) in [
-        (
-            "MutatingAdmissionPolicyBinding",
-            "mutatingadmissionpolicybindings",
-        ),
-        ("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+    for resource in [
+        sidecarset_core::policy::binding_resource(),
+        sidecarset_core::policy::policy_resource(),
     ] {
-        let api = kube::api::Api::<kube::api::DynamicObject>::all_with(
-            c.clone(),
-            &kube::api::ApiResource::from_gvk_with_plural(
-                &kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
-                plural,
-            ),
-        );
+        let api = kube::api::Api::<kube::api::DynamicObject>::all_with(c.clone(), &resource);
         let _ = api.delete(NAME, &DeleteParams::default()).await;
     }
 }

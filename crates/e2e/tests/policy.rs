@@ -11,9 +11,7 @@
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use sidecarset_core::api::{self, SidecarSet, convert, default_sidecarset};
 use sidecarset_core::index::{Index, namespace_labels};
@@ -123,21 +121,9 @@ fn case_labels(case: &Value) -> BTreeMap<String, String> {
 }
 
 fn policies(c: &kube::Client) -> (Api<DynamicObject>, Api<DynamicObject>) {
-    let api = |kind: &str, plural: &str| {
-        Api::all_with(
-            c.clone(),
-            &ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
-                plural,
-            ),
-        )
-    };
     (
-        api("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
-        api(
-            "MutatingAdmissionPolicyBinding",
-            "mutatingadmissionpolicybindings",
-        ),
+        Api::all_with(c.clone(), &policy::policy_resource()),
+        Api::all_with(c.clone(), &policy::binding_resource()),
     )
 }
 

@@ -9,25 +9,13 @@
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sidecarset_core::policy::{PROBE_ANNOTATION, PROBE_LABEL};
 use sidecarset_e2e::*;
 
 fn policies(c: &kube::Client) -> Api<DynamicObject> {
-    Api::all_with(
-        c.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(
-                "admissionregistration.k8s.io",
-                "v1",
-                "MutatingAdmissionPolicy",
-            ),
-            "mutatingadmissionpolicies",
-        ),
-    )
+    Api::all_with(c.clone(), &sidecarset_core::policy::policy_resource())
 }
 
 fn args(ns: &str, name: &str, port: u16, mode: &str) -> Vec<String> {

@@ -159,17 +159,9 @@ impl Cluster {
     /// How each SidecarSet injects, from the operator's MutatingAdmissionPolicy (None: there is
     /// none, the API server does not serve the kind, or it cannot be read).
     pub async fn injection_modes(&self) -> Option<sidecarset_core::policy::Modes> {
-        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-        let api: Api<DynamicObject> = Api::all_with(
+        let api: Api<kube::api::DynamicObject> = Api::all_with(
             self.client.clone(),
-            &ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk(
-                    "admissionregistration.k8s.io",
-                    "v1",
-                    "MutatingAdmissionPolicy",
-                ),
-                "mutatingadmissionpolicies",
-            ),
+            &sidecarset_core::policy::policy_resource(),
         );
         let list = api
             .list(&ListParams::default().labels("app.kubernetes.io/managed-by=sidecarset-operator"))

@@ -40,6 +40,26 @@ pub use literal::{string as cel_string, value as cel_value};
 
 /// The API version of the policy objects the compiler writes.
 pub const API_VERSION: &str = "admissionregistration.k8s.io/v1";
+
+/// The policy's resource, for a dynamic API client (k8s-openapi has no v1 type yet).
+pub fn policy_resource() -> kube_core::ApiResource {
+    resource("MutatingAdmissionPolicy", "mutatingadmissionpolicies")
+}
+
+/// The binding's resource, for a dynamic API client.
+pub fn binding_resource() -> kube_core::ApiResource {
+    resource(
+        "MutatingAdmissionPolicyBinding",
+        "mutatingadmissionpolicybindings",
+    )
+}
+
+fn resource(kind: &str, plural: &str) -> kube_core::ApiResource {
+    kube_core::ApiResource::from_gvk_with_plural(
+        &kube_core::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+        plural,
+    )
+}
 /// A pod label that makes the policy answer with [`PROBE_ANNOTATION`] set to its token.
 pub const PROBE_LABEL: &str = "sidecarset-operator.io/policy-probe";
 /// The annotation the policy sets on a probe pod: the token of the policy version applied.

@@ -18,10 +18,7 @@ use crate::controller::leader::Leadership;
 use crate::names::{POD_CREATE_WEBHOOK, WebhookConfigs};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sidecarset_core::policy::{
@@ -185,31 +182,13 @@ struct Keeper {
     cap: std::sync::Mutex<Option<usize>>,
 }
 
-fn api(client: &Client, kind: &str, plural: &str) -> Api<DynamicObject> {
-    Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
-            plural,
-        ),
-    )
-}
-
 impl Keeper {
     fn policies(&self) -> Api<DynamicObject> {
-        api(
-            &self.client,
-            "MutatingAdmissionPolicy",
-            "mutatingadmissionpolicies",
-        )
+        Api::all_with(self.client.clone(), &policy::policy_resource())
     }
 
     fn bindings(&self) -> Api<DynamicObject> {
-        api(
-            &self.client,
-            "MutatingAdmissionPolicyBinding",
-            "mutatingadmissionpolicybindings",
-        )
+        Api::all_with(self.client.clone(), &policy::binding_resource())
     }
 
     async fn pass(
