@@ -47,6 +47,8 @@ START=$SECONDS
 
 log() { printf '[e2e-node] %s\n' "$*" >&2; }
 die() { printf '\n[e2e-node] FAILED: %s\n\n' "$*" >&2; exit 1; }
+# A command that ends the script through set -e says where (never a silent stop).
+trap 'printf "\n[e2e-node] FAILED: line %s exited %s: %s\n\n" "$LINENO" "$?" "$BASH_COMMAND" >&2' ERR
 pass() { printf '[e2e-node]   ok  %s\n' "$*" >&2; }
 section() { printf '\n[e2e-node] ==== %s (%d s)\n' "$*" "$((SECONDS - START))" >&2; }
 
@@ -462,13 +464,14 @@ probe_token() { # the policy token a dry-run probe pod in the operator's namespa
 for i in $(seq 240); do
   token=$(k get mutatingadmissionpolicy "$RELEASE" -o jsonpath='{.metadata.annotations.sidecarset-operator\.io/policy-token}' 2>/dev/null || true)
   here=$(k get mutatingadmissionpolicy "$RELEASE" -o jsonpath='{.metadata.annotations.sidecarset-operator\.io/injected-here}' 2>/dev/null || true)
-  cond=$(k get mutatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[?(@.name=="mpod.sidecarset-operator.io")].matchConditions[*].expression}')
+  cond=$(k get mutatingwebhookconfiguration "$RELEASE" -o jsonpath='{.webhooks[?(@.name=="mpod.sidecarset-operator.io")].matchConditions[*].expression}' 2>/dev/null || true)
   # Narrowed: every term of the condition that selects the SidecarSet's pods also leaves out
   # those that record it (a replica of the previous release may have widened it meanwhile; the
   # leader narrows it again within a minute).
   # (Each such term names it twice: its selector and the injected list; a plain selector once.)
-  named=$(grep -o "'$DEMO'" <<<"$cond" | wc -l)
-  leaving=$(grep -o "'$DEMO' in object.metadata.annotations" <<<"$cond" | wc -l)
+  # (grep exits 1 when it finds none: counted apart from the pipeline, which pipefail would end.)
+  named=$({ grep -o "'$DEMO'" <<<"$cond" || true; } | wc -l)
+  leaving=$({ grep -o "'$DEMO' in object.metadata.annotations" <<<"$cond" || true; } | wc -l)
   if [ -n "$token" ] && [ "$(probe_token)" = "$token" ] && [[ ",$here," == *",$DEMO,"* ]] \
     && [ "$leaving" -gt 0 ] && [ "$named" = $((2 * leaving)) ]; then break; fi
   [ "$i" != 240 ] || die "the policy is not in effect or the condition not narrowed 120 s after the upgrade (token '$token', SidecarSets '$here', condition: $cond)"
