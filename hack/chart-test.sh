@@ -77,6 +77,8 @@ MATCH_CONDITIONS_MANAGER=sidecarset-operator-match-conditions
 
 log() { printf '[chart-test] %s\n' "$*" >&2; }
 die() { printf '\n[chart-test] FAILED: %s\n\n' "$*" >&2; exit 1; }
+# A command that ends the script through set -e says where (never a silent stop).
+trap 'printf "\n[chart-test] FAILED: line %s exited %s: %s\n\n" "$LINENO" "$?" "$BASH_COMMAND" >&2' ERR
 SECTIONS=()
 declare -A SECTION_CHECKS=()
 CURRENT=

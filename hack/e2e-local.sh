@@ -15,6 +15,8 @@ export SSO_E2E_METRICS_URL=http://127.0.0.1:$SSO_METRICS_PORT/metrics
 export SSO_AUDIT_POLICY=${SSO_AUDIT_POLICY:-$REPO/hack/audit-policy.yaml}
 
 log() { printf '[e2e-local] %s\n' "$*" >&2; }
+# A command that ends the script through set -e says where (never a silent stop).
+trap 'printf "\n[e2e-local] FAILED: line %s exited %s: %s\n\n" "$LINENO" "$?" "$BASH_COMMAND" >&2' ERR
 
 cleanup() {
   rc=$?
