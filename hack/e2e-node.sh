@@ -354,8 +354,9 @@ filter=()
 if [ "${SSO_E2E_SKIP_ROLLOUT:-0}" = 1 ]; then
   log "SSO_E2E_SKIP_ROLLOUT=1: the rollout tests are left out"
 else
+  # (The policy's HotUpgrade test runs in the policy section, with the operator in auto mode.)
   hack/node.sh exec cargo test --offline -p sidecarset-e2e --test real_node -- --ignored --nocapture \
-    --test-threads="${SSO_E2E_NODE_THREADS:-3}" "${filter[@]}"
+    --test-threads="${SSO_E2E_NODE_THREADS:-3}" --skip hot_upgrade_of_pods_the_policy_injected "${filter[@]}"
 fi
 
 hack/node.sh status 2>&1 | grep 'RSS:' | sed 's/^\[node\]   /[e2e-node] memory after the rollout tests: /' >&2 || true
@@ -510,6 +511,12 @@ for i in $(seq 180); do
 done
 [ "$(k -n "$DEMO" get pod policy-1 -o jsonpath='{.metadata.uid}')" = "$uid" ] || die "policy-1 was recreated"
 pass "policy-1 (injected by the policy) upgraded in place on the kubelet: its sidecar logs '$line', same pod"
+# HotUpgrade on the kubelet for pods the policy injected (crates/e2e/tests/real_node.rs): the test
+# stops every replica, creates the pods, brings the replicas back and hands v1 over to v2.
+SSO_E2E_POLICY_OPERATOR="$NS/$RELEASE" hack/node.sh exec cargo test --offline -p sidecarset-e2e --test real_node -- \
+  --ignored --nocapture --exact hot_upgrade_of_pods_the_policy_injected >"$WORK/policy-hot.log" 2>&1 \
+  || { tail -n 40 "$WORK/policy-hot.log" >&2; die "HotUpgrade of pods the policy injected failed"; }
+pass "HotUpgrade of pods the policy injected: $(grep -o 'hot upgrade v1 -> v2 of .*' "$WORK/policy-hot.log")"
 helm upgrade "$RELEASE" charts/sidecarset-operator -n "$NS" -f "$VALUES" --set replicaCount=3 --wait --timeout 3m >/dev/null \
   || die "helm upgrade back to webhook mode failed"
 for i in $(seq 120); do

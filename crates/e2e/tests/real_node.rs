@@ -896,18 +896,17 @@ fn hot_describe(pods: &[Pod]) -> String {
 /// has a ready sidecar instance, the app containers never restart, and the pods end with
 /// OpenKruise's annotations: `proxy-1` working on v3 with the version of that upgrade, `proxy-2`
 /// on the empty image with version "0".
-#[tokio::test]
-#[ignore]
-async fn hot_upgrade_hands_over_without_losing_the_sidecar() -> anyhow::Result<()> {
+/// A namespace and a HotUpgrade SidecarSet `proxy` (hot v1; the pair hands over through the
+/// shared volume `hand`), named `e2e-rn-{tag}-…`; waits until the API server would inject it.
+async fn hot_fixture(tag: &str) -> anyhow::Result<Fixture> {
     let c = client().await;
     let s = suffix();
     let (ns, ss, label) = (
-        format!("e2e-rn-hot-{s}"),
-        format!("e2e-rn-hot-{s}"),
-        format!("rn-hot-{s}"),
+        format!("e2e-rn-{tag}-{s}"),
+        format!("e2e-rn-{tag}-{s}"),
+        format!("rn-{tag}-{s}"),
     );
     create_namespace(&c, &ns, json!({})).await?;
-    let n = 3;
     create_sidecarset(&c, json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
         "metadata": {"name": ss},
         "spec": {"selector": {"matchLabels": {"e2e-app": label}},
@@ -925,6 +924,18 @@ async fn hot_upgrade_hands_over_without_losing_the_sidecar() -> anyhow::Result<(
         true,
     )
     .await?;
+    Ok(Fixture {
+        c,
+        ns,
+        ss,
+        label,
+        kind: Kind::Container,
+    })
+}
+
+/// The Deployment `app` of `n` pods the hot fixture's SidecarSet selects, on the real node.
+async fn hot_deployment(f: &Fixture, n: i32) -> anyhow::Result<()> {
+    let label = &f.label;
     let deploy: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "app"},
         "spec": {"replicas": n, "selector": {"matchLabels": {"e2e-app": label}},
@@ -934,16 +945,18 @@ async fn hot_upgrade_hands_over_without_losing_the_sidecar() -> anyhow::Result<(
                                        "terminationGracePeriodSeconds": 5,
                                        "containers": [busybox("app", "v1")]}}}
     }))?;
-    Api::<Deployment>::namespaced(c.clone(), &ns)
+    Api::<Deployment>::namespaced(f.c.clone(), &f.ns)
         .create(&PostParams::default(), &deploy)
         .await?;
-    let f = Fixture {
-        c,
-        ns,
-        ss,
-        label,
-        kind: Kind::Container,
-    };
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore]
+async fn hot_upgrade_hands_over_without_losing_the_sidecar() -> anyhow::Result<()> {
+    let f = hot_fixture("hot").await?;
+    let n = 3;
+    hot_deployment(&f, n).await?;
     f.wait_status(120, |s| s["matchedPods"] == n && s["updatedReadyPods"] == n)
         .await?;
     let uids: Vec<_> = f
@@ -1011,6 +1024,188 @@ async fn hot_upgrade_hands_over_without_losing_the_sidecar() -> anyhow::Result<(
         assert!(*m >= 1, "pod {pod}: a poll saw {m} ready sidecar instances");
     }
     anyhow::ensure!(seen.polls >= 10, "too few polls to tell: {}", seen.polls);
+    f.cleanup().await;
+    Ok(())
+}
+
+/// The operator's Deployment (`SSO_E2E_POLICY_OPERATOR`, `<namespace>/<name>`, set by the policy
+/// section of hack/e2e-node.sh); its MutatingAdmissionPolicy has the same name.
+fn policy_operator() -> (String, String) {
+    let v = std::env::var("SSO_E2E_POLICY_OPERATOR")
+        .expect("SSO_E2E_POLICY_OPERATOR: <namespace>/<name> of the operator's Deployment");
+    let (ns, name) = v
+        .split_once('/')
+        .expect("SSO_E2E_POLICY_OPERATOR: <namespace>/<name>");
+    (ns.to_string(), name.to_string())
+}
+
+/// Waits until the policy in effect (its token on a dry-run probe) holds SidecarSet `ss`.
+async fn wait_policy_holds(c: &kube::Client, ss: &str, label: &str) -> anyhow::Result<()> {
+    use sidecarset_core::policy::{INCLUDED_ANNOTATION, PROBE_ANNOTATION, PROBE_LABEL};
+    let (ns, name) = policy_operator();
+    let api = Api::<kube::api::DynamicObject>::all_with(
+        c.clone(),
+        &sidecarset_core::policy::policy_resource(),
+    );
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let waited = eventually(
+        120,
+        &format!("the policy {name} in effect, holding {ss}"),
+        || {
+            let (api, c, ns, name) = (api.clone(), c.clone(), ns.clone(), name.clone());
+            let seen = seen.clone();
+            async move {
+                let Some(p) = api.get_opt(&name).await? else {
+                    return Ok(None);
+                };
+                let a = p.metadata.annotations.unwrap_or_default();
+                let holds = a
+                    .get(INCLUDED_ANNOTATION)
+                    .is_some_and(|v| v.split(',').any(|x| x == ss));
+                let mut probe = pod("probe", json!({PROBE_LABEL: "1"}));
+                probe.metadata.name = None;
+                probe.metadata.generate_name = Some("probe-".into());
+                let Ok(got) = dry_run(&c, &ns, &probe).await else {
+                    return Ok(None);
+                };
+                let token = got.metadata.annotations.unwrap_or_default();
+                let in_effect = a.contains_key(PROBE_ANNOTATION)
+                    && a.get(PROBE_ANNOTATION) == token.get(PROBE_ANNOTATION);
+                let narrow = narrowed(&c, &name, ss, label).await?;
+                if let Ok(mut s) = seen.lock() {
+                    *s = format!(
+                        "held {holds}, in effect {in_effect}, condition narrowed {narrow}; the policy's annotations: {a:?}"
+                    );
+                }
+                Ok((holds && in_effect && narrow).then_some(()))
+            }
+        },
+    )
+    .await;
+    let last = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    anyhow::Context::with_context(waited, || format!("last seen: {last}"))
+}
+
+/// Whether the pod webhook's condition leaves the pods the policy injects with `ss` out (with the
+/// operator stopped, the webhook must not be asked for them under `Fail`): every term with the
+/// SidecarSet's selector (its label value `label`) also asks the injected list for `ss`.
+async fn narrowed(c: &kube::Client, name: &str, ss: &str, label: &str) -> anyhow::Result<bool> {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    let Some(w) = Api::<MutatingWebhookConfiguration>::all(c.clone())
+        .get_opt(name)
+        .await?
+    else {
+        return Ok(false);
+    };
+    let cond: String = w
+        .webhooks
+        .iter()
+        .flatten()
+        .filter(|h| h.name == "mpod.sidecarset-operator.io")
+        .flat_map(|h| h.match_conditions.iter().flatten())
+        .map(|m| m.expression.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let selecting = cond.matches(&format!("'{label}'")).count();
+    let leaving = cond
+        .matches(&format!("'{ss}' in object.metadata.annotations"))
+        .count();
+    Ok(leaving > 0 && selecting == leaving)
+}
+
+/// Scales the operator's Deployment to `n` replicas and waits until exactly `n` of its pods run
+/// and are ready (0: none left at all).
+async fn scale_operator(c: &kube::Client, n: i32) -> anyhow::Result<()> {
+    let (ns, name) = policy_operator();
+    let deploys = Api::<Deployment>::namespaced(c.clone(), &ns);
+    deploys
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": n}})),
+        )
+        .await?;
+    let pods = Api::<Pod>::namespaced(c.clone(), &ns);
+    eventually(120, &format!("{n} operator replicas"), || {
+        let (pods, deploys, name) = (pods.clone(), deploys.clone(), name.clone());
+        async move {
+            let listed = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/name=sidecarset-operator"))
+                .await?;
+            let d = deploys.get(&name).await?;
+            let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
+            Ok((listed.items.len() == n as usize && available == n).then_some(()))
+        }
+    })
+    .await
+}
+
+/// HotUpgrade of pods the MutatingAdmissionPolicy injected (the policy section of
+/// hack/e2e-node.sh, the operator in `auto` mode): the SidecarSet compiled into the policy, every
+/// operator replica stopped, the Deployment's pods created and injected by the API server alone
+/// (nothing refused, both hot containers present), the replicas back, then a hand-over v1 -> v2
+/// on the kubelet as for the webhook's pods: a ready sidecar instance at every poll, the same
+/// pods, proxy-2 working on v2 and proxy-1 back on the empty image.
+#[tokio::test]
+#[ignore]
+async fn hot_upgrade_of_pods_the_policy_injected() -> anyhow::Result<()> {
+    let f = hot_fixture("policy-hot").await?;
+    wait_policy_holds(&f.c, &f.ss, &f.label).await?;
+    let (ns, name) = policy_operator();
+    let replicas = Api::<Deployment>::namespaced(f.c.clone(), &ns)
+        .get(&name)
+        .await?
+        .spec
+        .replicas
+        .unwrap_or(1);
+    scale_operator(&f.c, 0).await?;
+    let n = 2;
+    let created = hot_deployment(&f, n).await;
+    let injected = eventually(120, "the pods created, injected and ready", || async {
+        let pods = f.pods().await?;
+        let done = pods.len() == n as usize
+            && pods.iter().all(|p| {
+                ready(p) && cstatus(p, "proxy-1").is_some() && cstatus(p, "proxy-2").is_some()
+            });
+        Ok(done.then_some(pods.len()))
+    })
+    .await;
+    // The replicas come back whatever happened, for the sections after this one.
+    scale_operator(&f.c, replicas).await?;
+    created?;
+    injected?;
+    println!("{n} pods created and injected by the policy with every operator replica stopped");
+    f.wait_status(120, |s| s["matchedPods"] == n && s["updatedReadyPods"] == n)
+        .await?;
+    let uids: Vec<_> = f
+        .pods()
+        .await?
+        .iter()
+        .map(|p| p.metadata.uid.clone())
+        .collect();
+    let mut seen = HotPolls::default();
+    hot_rollout(&f, "v2", n as usize, &mut seen).await?;
+    let pods = f.pods().await?;
+    assert_eq!(
+        pods.iter()
+            .map(|p| p.metadata.uid.clone())
+            .collect::<Vec<_>>(),
+        uids,
+        "pods were recreated"
+    );
+    for p in &pods {
+        let pn = name_of(p);
+        assert_eq!(hot_pair(p).0, "proxy-2", "pod {pn}: the working container");
+        assert_eq!(container_image(p, "proxy-2"), hot_img("v2"), "pod {pn}");
+        assert_eq!(container_image(p, "proxy-1"), hot_img("empty"), "pod {pn}");
+    }
+    for (pod, m) in &seen.min_ready {
+        assert!(*m >= 1, "pod {pod}: a poll saw {m} ready sidecar instances");
+    }
+    println!(
+        "hot upgrade v1 -> v2 of {n} pods the policy injected: {} polls",
+        seen.polls
+    );
     f.cleanup().await;
     Ok(())
 }
