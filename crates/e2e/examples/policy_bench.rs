@@ -4,7 +4,10 @@
 //! interleaved (every mode once per round, `SSO_BENCH_ROUNDS`, default 2); each measure is
 //! `SSO_BENCH_SEQUENTIAL` (default 200) creations one after another (latency p50/p99 as the
 //! client sees it) and `SSO_BENCH_PARALLEL` (default 400) over 8 concurrent clients
-//! (creations/s). Creations are server-side dry runs: every admission step runs, nothing is
+//! (creations/s). The policy is measured with the operator stopped once the pod webhook's
+//! condition leaves its pods out (so no webhook call hides in its figures), beside a
+//! hand-written policy that adds one annotation (the floor of any policy). Creations are
+//! server-side dry runs: every admission step runs, nothing is
 //! stored, so the figures are the admission path's and not etcd's or the scheduler's.
 //!
 //! Needs a cluster (KUBECONFIG) without the chart installed (the CRD is applied here), and the operator
@@ -36,6 +39,8 @@ fn env(key: &str, default: usize) -> usize {
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Mode {
     None,
+    /// The least any MutatingAdmissionPolicy costs: one, hand-written, that adds one annotation.
+    Floor,
     Policy,
     Webhook,
 }
@@ -44,6 +49,7 @@ impl Mode {
     fn label(self) -> &'static str {
         match self {
             Mode::None => "no injector",
+            Mode::Floor => "one-annotation policy (floor)",
             Mode::Policy => "policy",
             Mode::Webhook => "webhook",
         }
@@ -198,6 +204,59 @@ async fn wait_no_policy(c: &kube::Client) -> anyhow::Result<()> {
     .await
 }
 
+const FLOOR: &str = "bench-policy-floor";
+const FLOOR_ANNOTATION: &str = "bench-policy/floor";
+
+/// A policy that only adds one annotation to the pods here: what the API server spends on any
+/// mutating policy (matching, CEL, the apply, the re-validation), whatever it injects.
+async fn apply_floor(c: &kube::Client) -> anyhow::Result<()> {
+    let version = "admissionregistration.k8s.io/v1";
+    let policy = json!({
+        "apiVersion": version, "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": FLOOR},
+        "spec": {
+            "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"]}]},
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                format!("Object{{metadata: Object.metadata{{annotations: {{'{FLOOR_ANNOTATION}': '1'}}}}}}")}}]
+        }
+    });
+    let binding = json!({
+        "apiVersion": version, "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": FLOOR},
+        "spec": {"policyName": FLOOR, "matchResources": {"namespaceSelector": {"matchLabels":
+            {"kubernetes.io/metadata.name": NS}}}}
+    });
+    for (resource, v) in [
+        (sidecarset_core::policy::policy_resource(), policy),
+        (sidecarset_core::policy::binding_resource(), binding),
+    ] {
+        let api = kube::api::Api::<kube::api::DynamicObject>::all_with(c.clone(), &resource);
+        api.create(&Default::default(), &serde_json::from_value(v)?)
+            .await?;
+    }
+    eventually(60, "the floor policy in effect", || {
+        let c = c.clone();
+        async move {
+            let got = dry_run(&c, NS, &bench_pod()).await?;
+            let annotations = got.metadata.annotations.unwrap_or_default();
+            Ok(annotations.contains_key(FLOOR_ANNOTATION).then_some(()))
+        }
+    })
+    .await
+}
+
+async fn remove_floor(c: &kube::Client) {
+    for resource in [
+        sidecarset_core::policy::binding_resource(),
+        sidecarset_core::policy::policy_resource(),
+    ] {
+        let api = kube::api::Api::<kube::api::DynamicObject>::all_with(c.clone(), &resource);
+        let _ = api.delete(FLOOR, &DeleteParams::default()).await;
+    }
+}
+
 struct Figures {
     p50: Duration,
     p99: Duration,
@@ -241,6 +300,7 @@ async fn measure(c: &kube::Client) -> anyhow::Result<Figures> {
 }
 
 async fn remove_injectors(c: &kube::Client) {
+    remove_floor(c).await;
     let _ = Api::<MutatingWebhookConfiguration>::all(c.clone())
         .delete(NAME, &DeleteParams::default())
         .await;
@@ -256,6 +316,52 @@ async fn remove_injectors(c: &kube::Client) {
     }
 }
 
+/// Waits until the pod webhook's condition leaves out the pods the policy injects: every term
+/// selecting the pods here (label value `yes`) also asks the injected list for its SidecarSet.
+async fn wait_narrowed(c: &kube::Client) -> anyhow::Result<()> {
+    eventually(120, "the pod webhook's condition narrowed", || {
+        let c = c.clone();
+        async move {
+            let Some(w) = Api::<MutatingWebhookConfiguration>::all(c)
+                .get_opt(NAME)
+                .await?
+            else {
+                return Ok(None);
+            };
+            let cond: String = w
+                .webhooks
+                .iter()
+                .flatten()
+                .flat_map(|h| h.match_conditions.iter().flatten())
+                .map(|m| m.expression.as_str())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let selecting = cond.matches("'yes'").count();
+            let leaving: usize = (0..3)
+                .map(|i| {
+                    cond.matches(&format!("'bench-{i:03}' in object.metadata.annotations"))
+                        .count()
+                })
+                .sum();
+            Ok((leaving > 0 && selecting == leaving).then_some(()))
+        }
+    })
+    .await
+}
+
+/// Waits until the API server no longer applies the floor policy (its policies are cached).
+async fn wait_no_floor(c: &kube::Client) -> anyhow::Result<()> {
+    eventually(60, "the floor policy gone", || {
+        let c = c.clone();
+        async move {
+            let got = dry_run(&c, NS, &bench_pod()).await?;
+            let annotations = got.metadata.annotations.unwrap_or_default();
+            Ok((!annotations.contains_key(FLOOR_ANNOTATION)).then_some(()))
+        }
+    })
+    .await
+}
+
 /// Measures one mode with `n` SidecarSets in place.
 async fn one(c: &kube::Client, mode: Mode, port: u16) -> anyhow::Result<Figures> {
     let log = std::env::temp_dir().join("bench-policy-operator.log");
@@ -266,6 +372,14 @@ async fn one(c: &kube::Client, mode: Mode, port: u16) -> anyhow::Result<Figures>
         Mode::None => {
             wait_injected(c, 0).await?;
             anyhow::Context::context(measure(c).await, "measuring with no injector")
+        }
+        Mode::Floor => {
+            wait_injected(c, 0).await?;
+            apply_floor(c).await?;
+            let f = measure(c).await;
+            remove_floor(c).await;
+            wait_no_floor(c).await?;
+            anyhow::Context::context(f, "measuring the one-annotation policy")
         }
         Mode::Policy | Mode::Webhook => {
             let injection = if mode == Mode::Policy {
@@ -283,10 +397,19 @@ async fn one(c: &kube::Client, mode: Mode, port: u16) -> anyhow::Result<Figures>
             )?;
             if mode == Mode::Policy {
                 wait_policy(c).await?;
+                wait_narrowed(c).await?;
             } else {
                 wait_no_policy(c).await?;
             }
             wait_injected(c, 3).await?;
+            // The policy is measured alone: with the operator stopped, a pod the webhook were
+            // still asked about would be refused (failurePolicy Fail), and the run would fail.
+            let op = if mode == Mode::Policy {
+                drop(op);
+                None
+            } else {
+                Some(op)
+            };
             let f = measure(c).await;
             drop(op);
             anyhow::Context::with_context(f, || format!("measuring {mode:?}"))
@@ -341,6 +464,7 @@ async fn main() -> anyhow::Result<()> {
         drop(op);
         let mut per_mode: Vec<(Mode, Vec<Figures>)> = vec![
             (Mode::None, vec![]),
+            (Mode::Floor, vec![]),
             (Mode::Policy, vec![]),
             (Mode::Webhook, vec![]),
         ];
