@@ -133,7 +133,7 @@ bench-tracing: ## Webhook load runs, 3 rounds of: telemetry off, logs only, logs
 	  SSO_BENCH_TRACING=$$mode cargo bench -q --bench webhook_load 2>/dev/null; done; done
 
 .PHONY: bench-policy
-bench-policy: ## Pod creation through the API server (own local cluster): no injector, the MutatingAdmissionPolicy (--injection=auto), the webhook; 1, 10, 100 SidecarSets; p50/p99 and creations/s
+bench-policy: ## Pod creation through the API server (own local cluster): no injector, a one-annotation policy (the floor), the MutatingAdmissionPolicy (--injection=auto, operator stopped), the webhook; 1, 10, 100 SidecarSets; p50/p99 and creations/s
 	hack/bench-policy.sh
 
 .PHONY: bench-sim
