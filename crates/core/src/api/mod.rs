@@ -34,14 +34,14 @@ pub const LABEL_SIDECARSET_NAME: &str = "kruise.io/sidecarset-name";
 pub const LABEL_REVISION_CUSTOM_VERSION: &str = convert::LABEL_CUSTOM_VERSION;
 /// Label of a ControllerRevision with the hash its name ends with (Kubernetes' own label).
 pub const LABEL_HASH: &str = "controller.kubernetes.io/hash";
-pub use opt_out::{
-    ANNOTATION_OPT_OUT, INJECT_DISABLED, LABEL_INJECT, LABEL_INJECT_ONE_PREFIX, OPT_OUT_ALLOWED, OptOut,
-    opt_out_allowed, opt_out_label, opt_out_label_of,
-};
 pub use defaults::{default_container, default_pod_requests, default_sidecarset};
 pub use hash::{
     hash_input, revision_data, safe_encode, sidecarset_hash, sidecarset_hash_without_image,
     sidecarset_hashes_as_submitted,
+};
+pub use opt_out::{
+    ANNOTATION_OPT_OUT, INJECT_DISABLED, LABEL_INJECT, LABEL_INJECT_ONE_PREFIX, OPT_OUT_ALLOWED,
+    OptOut, opt_out_allowed, opt_out_label, opt_out_label_of,
 };
 pub use resources_policy::{
     DEFAULT_TARGET_CONTAINERS_NAME_REGEX, ResourceExprs, ResourcesExpr, ResourcesPolicy,

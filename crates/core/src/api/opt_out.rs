@@ -76,8 +76,7 @@ pub fn opt_out_label_of(
     declines(&|k| pod_labels.get_str(k).map(|v| v == INJECT_DISABLED))
         .map(OptOut::Pod)
         .or_else(|| {
-            declines(&|k| ns_labels.get_str(k).map(|v| v == INJECT_DISABLED))
-                .map(OptOut::Namespace)
+            declines(&|k| ns_labels.get_str(k).map(|v| v == INJECT_DISABLED)).map(OptOut::Namespace)
         })
 }
 

@@ -378,7 +378,12 @@ mod tests {
             .collect();
         assert_eq!(matched, ["good"]);
         // Any other pod: nothing at all.
-        assert!(index.matching_split(&BTreeMap::new(), &ns).inject.is_empty());
+        assert!(
+            index
+                .matching_split(&BTreeMap::new(), &ns)
+                .inject
+                .is_empty()
+        );
     }
 
     use proptest::prelude::*;

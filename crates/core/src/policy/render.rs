@@ -218,16 +218,19 @@ fn scope(e: &Entry) -> String {
 /// CEL: the labels at `labels` (a field path whose last field may be absent) decline the
 /// SidecarSet `name` ([`crate::api::opt_out_label_of`]).
 fn opted_out(labels: &str, name: &str) -> String {
-    let terms: Vec<String> = [crate::api::opt_out_label(name), crate::api::LABEL_INJECT.into()]
-        .iter()
-        .map(|k| {
-            let k = string(k);
-            format!(
-                "({k} in {labels} && {labels}[{k}] == {})",
-                string(crate::api::INJECT_DISABLED)
-            )
-        })
-        .collect();
+    let terms: Vec<String> = [
+        crate::api::opt_out_label(name),
+        crate::api::LABEL_INJECT.into(),
+    ]
+    .iter()
+    .map(|k| {
+        let k = string(k);
+        format!(
+            "({k} in {labels} && {labels}[{k}] == {})",
+            string(crate::api::INJECT_DISABLED)
+        )
+    })
+    .collect();
     format!("(has({labels}) && ({}))", terms.join(" || "))
 }
 

@@ -228,7 +228,11 @@ fn a_sidecarset_that_allows_opting_out_is_compiled_with_its_opt_out_labels() {
             .to_string()
     };
     // logs (s0) is mandatory: no opt-out label in its test.
-    assert!(!scope(0).contains("sidecarset-operator.io/inject"), "{}", scope(0));
+    assert!(
+        !scope(0).contains("sidecarset-operator.io/inject"),
+        "{}",
+        scope(0)
+    );
     // mesh (s1): declined by its own label or the general one, on the pod or its namespace.
     let s1 = scope(1);
     for want in [
