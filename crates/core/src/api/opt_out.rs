@@ -113,8 +113,9 @@ mod tests {
         let all = LABEL_INJECT;
         let pod = |k: &str| OptOut::Pod(k.to_string());
         let ns = |k: &str| OptOut::Namespace(k.to_string());
+        type Labels<'a> = &'a [(&'a str, &'a str)];
         #[rustfmt::skip]
-        let cases: &[(&str, &[(&str, &str)], &[(&str, &str)], Option<OptOut>)] = &[
+        let cases: &[(&str, Labels, Labels, Option<OptOut>)] = &[
             ("no labels", &[], &[], None),
             ("pod, this SidecarSet", &[(one, "disabled")], &[], Some(pod(one))),
             ("pod, every SidecarSet", &[(all, "disabled")], &[], Some(pod(all))),
@@ -150,6 +151,24 @@ mod tests {
         }
         let err = check_annotation(Some(&labels(&[(ANNOTATION_OPT_OUT, "yes")]))).unwrap_err();
         assert!(err.contains("\"allowed\"") && err.contains("yes"), "{err}");
+    }
+
+    #[test]
+    fn validation_names_the_annotation() {
+        let ss = |value: &str| -> super::super::SidecarSet {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+                "metadata": {"name": "mesh", "annotations": {ANNOTATION_OPT_OUT: value}},
+                "spec": {"selector": {"matchLabels": {"app": "web"}},
+                         "containers": [{"name": "proxy", "image": "proxy:1"}]}}))
+            .unwrap()
+        };
+        assert!(super::super::validate(&ss("allowed")).is_ok());
+        let errs = super::super::validate(&ss("true")).unwrap_err();
+        assert_eq!(
+            errs.0[0].field,
+            "metadata.annotations[sidecarset-operator.io/opt-out]"
+        );
     }
 
     #[test]
