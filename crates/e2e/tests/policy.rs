@@ -3,6 +3,8 @@
 //! pod the API server makes under the compiled policy is byte for byte the pod our webhook makes
 //! (its patch computed in process by the same core, then created), and a case with a SidecarSet
 //! the policy cannot express is left untouched by the policy (the webhook's, whole).
+//! Opt-outs (a pod and a namespace declining a SidecarSet that allows it, next to a mandatory one)
+//! are among the project's own cases.
 //!
 //! The policy is bound to the operator's namespace only, which the operator's webhook never
 //! sees: nothing else in the cluster, and no SidecarSet of the other tests, is involved. No
@@ -55,6 +57,50 @@ fn own_cases() -> Vec<Value> {
                        "metadata": {"name": "claims-0", "labels": labels},
                        "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}},
                    "kruise": {"sidecarsets": stored}})
+    })
+    .chain(opt_out_cases())
+    .collect()
+}
+
+/// Opt-outs: `cc-mesh` allows them, `dd-logs` is mandatory; declined by the pod's label, by
+/// nothing, then by the namespace's label (last: the namespace keeps it for the cases after).
+fn opt_out_cases() -> Vec<Value> {
+    let ss = |name: &str, container: &str, annotations: Value| {
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+               "metadata": {"name": name, "annotations": annotations},
+               "spec": {"selector": {"matchLabels": {"c": "yes"}},
+                        "containers": [{"name": container, "image": format!("{container}:1")}]}})
+    };
+    let sets = json!([
+        ss(
+            "cc-mesh",
+            "proxy",
+            json!({"sidecarset-operator.io/opt-out": "allowed"})
+        ),
+        ss("dd-logs", "logs", json!({}))
+    ]);
+    let stored = json!([{"metadata": {"name": "cc-mesh"}}, {"metadata": {"name": "dd-logs"}}]);
+    [
+        (
+            "own-opt-out-by-pod",
+            json!({"c": "yes", "inject.sidecarset-operator.io/cc-mesh": "disabled"}),
+            "",
+        ),
+        ("own-opt-out-none", json!({"c": "yes"}), ""),
+        (
+            "own-opt-out-by-namespace",
+            json!({"c": "yes"}),
+            "sidecarset-operator.io/inject=disabled",
+        ),
+    ]
+    .into_iter()
+    .map(|(name, labels, ns_labels)| {
+        json!({"case": name,
+               "input": {"sidecarsets": sets, "namespaceLabels": ns_labels,
+                   "pod": {"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "opt-out-0", "labels": labels},
+                       "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}},
+               "kruise": {"sidecarsets": stored}})
     })
     .collect()
 }

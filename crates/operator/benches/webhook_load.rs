@@ -290,7 +290,7 @@ fn phases(state: &sidecarset_operator::webhook::State, body: &[u8]) {
     let index = state.cluster.index();
     let ns = state.cluster.namespace_labels("shop");
     let labels = pod.metadata.labels.clone().unwrap_or_default();
-    let (matched, _) = index.matching_split(&labels, &ns);
+    let matched = index.matching_split(&labels, &ns).inject;
     assert_eq!(
         matched.len(),
         3,

@@ -465,7 +465,11 @@ mod tests {
             Regex::new(r#"EventType::(?:Normal|Warning),\s*"([A-Z][A-Za-z]+)""#).unwrap(),
         ];
         let mut reasons = BTreeSet::new();
-        let mut dirs = vec![repo.join("crates/operator/src")];
+        // The Events about pods take their reasons from the core (`SkipReason::event`).
+        let mut dirs = vec![
+            repo.join("crates/operator/src"),
+            repo.join("crates/core/src/inject"),
+        ];
         while let Some(dir) = dirs.pop() {
             for entry in std::fs::read_dir(&dir).unwrap().flatten() {
                 let path = entry.path();

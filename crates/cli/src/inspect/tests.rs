@@ -37,6 +37,12 @@ fn ns_labels(ns: &str) -> BTreeMap<String, String> {
     if ns == "shop" {
         l.insert("team".to_string(), "shop".to_string());
     }
+    if ns == "quiet" {
+        l.insert(
+            "sidecarset-operator.io/inject".to_string(),
+            "disabled".to_string(),
+        );
+    }
     namespace_labels(ns, &l)
 }
 
@@ -143,7 +149,49 @@ fn explain_injection_decisions() {
             "resourcesPolicy": {"targetContainersMode": "sum", "targetContainersNameRegex": "^db$",
                                 "resourcesExpr": {"limits": {"cpu": "cpu*50%"}}}}]}),
     );
+    let optional = {
+        let mut s = mesh.clone();
+        s.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("sidecarset-operator.io/opt-out".into(), "allowed".into());
+        s
+    };
+    let declines = json!({"app": "web", "inject.sidecarset-operator.io/mesh": "disabled"});
     let cases: Vec<Case> = vec![
+        (
+            "opted out by the pod",
+            vec![optional.clone()],
+            pod("p", "shop", declines.clone(), Some(60), &[]),
+            "mesh",
+            InjectionState::Skipped,
+            Some(Why::OptedOut),
+            "declined by the pod's label inject.sidecarset-operator.io/mesh=disabled",
+        ),
+        (
+            "opted out by its namespace",
+            vec![optional.clone()],
+            pod("p", "quiet", web.clone(), Some(60), &[]),
+            "mesh",
+            InjectionState::Skipped,
+            Some(Why::OptedOut),
+            "declined by its namespace's label sidecarset-operator.io/inject=disabled",
+        ),
+        (
+            "a mandatory SidecarSet ignores the opt-out",
+            vec![mesh.clone()],
+            pod(
+                "p",
+                "shop",
+                declines.clone(),
+                Some(60),
+                std::slice::from_ref(&mesh),
+            ),
+            "mesh",
+            InjectionState::Injected,
+            None,
+            "the pod's label inject.sidecarset-operator.io/mesh=disabled is ignored: this SidecarSet does not allow opting out",
+        ),
         (
             "injected",
             vec![mesh.clone()],
@@ -294,6 +342,16 @@ fn explain_injection_decisions() {
         let v = world(sets).verdict(&p, name);
         assert_eq!((v.injection, v.reason), (state, why), "{what}: {v:?}");
         assert!(v.detail.contains(detail), "{what}: {:?}", v.detail);
+        // The Event the operator records for the same skip, from the core's one list.
+        let event = match why {
+            Some(Why::OptedOut) => Some("SidecarSetOptedOut"),
+            Some(Why::Paused) => Some("SidecarSetPaused"),
+            Some(Why::Conflict) => Some("SidecarSetConflict"),
+            Some(Why::NamespaceExcluded) => Some("SidecarSetNamespaceExcluded"),
+            Some(Why::NotInjectedAtCreation | Why::CreatedBefore) => Some("SidecarSetMissing"),
+            _ => None,
+        };
+        assert_eq!(v.event.as_deref(), event, "{what}: {v:?}");
     }
 }
 

@@ -11,6 +11,7 @@ mod field_path;
 mod gojson;
 mod hash;
 mod hot_upgrade;
+mod opt_out;
 pub mod quantity;
 pub mod resources_policy;
 mod selector;
@@ -37,6 +38,10 @@ pub use defaults::{default_container, default_pod_requests, default_sidecarset};
 pub use hash::{
     hash_input, revision_data, safe_encode, sidecarset_hash, sidecarset_hash_without_image,
     sidecarset_hashes_as_submitted,
+};
+pub use opt_out::{
+    ANNOTATION_OPT_OUT, INJECT_DISABLED, LABEL_INJECT, LABEL_INJECT_ONE_PREFIX, OPT_OUT_ALLOWED,
+    OptOut, opt_out_allowed, opt_out_label, opt_out_label_of,
 };
 pub use resources_policy::{
     DEFAULT_TARGET_CONTAINERS_NAME_REGEX, ResourceExprs, ResourcesExpr, ResourcesPolicy,

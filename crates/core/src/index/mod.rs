@@ -4,7 +4,8 @@
 pub mod cel;
 
 use crate::api::{
-    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, Scope, SelectorError, SidecarSet, StrMap,
+    ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, OptOut, Scope, SelectorError, SidecarSet,
+    StrMap,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +17,8 @@ pub struct Entry {
     scope: Scope,
     pub hash: Arc<str>,
     pub hash_without_image: Arc<str>,
+    /// Pods and namespaces may decline it ([`crate::api::ANNOTATION_OPT_OUT`]).
+    opt_out_allowed: bool,
 }
 
 impl Entry {
@@ -49,6 +52,7 @@ impl Entry {
         let hash_without_image = stored(ANNOTATION_HASH_WITHOUT_IMAGE)
             .unwrap_or_else(|| crate::api::sidecarset_hash_without_image(&ss).into());
         Ok(Entry {
+            opt_out_allowed: crate::api::opt_out_allowed(ss.metadata.annotations.as_ref()),
             hash,
             hash_without_image,
             ss,
@@ -71,6 +75,69 @@ impl Entry {
         ns_labels: &(impl StrMap + ?Sized),
     ) -> bool {
         self.scope.matches(pod_labels, ns_labels)
+    }
+
+    /// Whether the SidecarSet allows pods and namespaces to decline it.
+    pub fn opt_out_allowed(&self) -> bool {
+        self.opt_out_allowed
+    }
+
+    /// The label by which a pod with these labels, in a namespace with these labels, declines
+    /// this SidecarSet; `None` when it does not, or when the SidecarSet is mandatory (it does
+    /// not allow opting out).
+    pub fn opted_out(
+        &self,
+        pod_labels: &(impl StrMap + ?Sized),
+        ns_labels: &(impl StrMap + ?Sized),
+    ) -> Option<OptOut> {
+        if !self.opt_out_allowed {
+            return None;
+        }
+        crate::api::opt_out_label_of(self.ss.name(), pod_labels, ns_labels)
+    }
+
+    /// True when the SidecarSet is to be injected into such a pod: it selects it, its injection
+    /// is not paused and the pod has not declined it. The one test the webhook, the controller's
+    /// missing-sidecar check and `explain` share.
+    pub fn injects(
+        &self,
+        pod_labels: &(impl StrMap + ?Sized),
+        ns_labels: &(impl StrMap + ?Sized),
+    ) -> bool {
+        !self.ss.spec.injection_strategy.paused
+            && self.matches(pod_labels, ns_labels)
+            && self.opted_out(pod_labels, ns_labels).is_none()
+    }
+}
+
+/// The SidecarSets whose scope covers a pod, by what becomes of them (each in name order).
+#[derive(Debug, Default)]
+pub struct Matching<'a> {
+    /// To inject: not paused, not declined.
+    pub inject: Vec<&'a Entry>,
+    /// Injection paused (`injectionStrategy.paused`).
+    pub paused: Vec<&'a Entry>,
+    /// Declined by the pod or its namespace, as the SidecarSet allows, with the label.
+    pub opted_out: Vec<(&'a Entry, OptOut)>,
+}
+
+impl<'a> Matching<'a> {
+    fn of(
+        entries: impl Iterator<Item = &'a Entry>,
+        pod_labels: &(impl StrMap + ?Sized),
+        ns_labels: &(impl StrMap + ?Sized),
+    ) -> Self {
+        let mut m = Matching::default();
+        for e in entries.filter(|e| e.scope.matches(pod_labels, ns_labels)) {
+            if e.ss.spec.injection_strategy.paused {
+                m.paused.push(e);
+            } else if let Some(o) = e.opted_out(pod_labels, ns_labels) {
+                m.opted_out.push((e, o));
+            } else {
+                m.inject.push(e);
+            }
+        }
+        m
     }
 }
 
@@ -231,29 +298,29 @@ impl Index {
             .map(|e| &e.ss)
     }
 
-    /// SidecarSets to inject into such a pod: matching, with injection not paused, in name order.
+    /// SidecarSets to inject into such a pod ([`Entry::injects`]), in name order.
     pub fn matching_for_injection<'a>(
         &'a self,
         pod_labels: &(impl StrMap + ?Sized),
         ns_labels: &(impl StrMap + ?Sized),
     ) -> Vec<&'a Entry> {
         self.named(self.candidate_names(pod_labels))
-            .filter(|e| {
-                !e.ss.spec.injection_strategy.paused && e.scope.matches(pod_labels, ns_labels)
-            })
+            .filter(|e| e.injects(pod_labels, ns_labels))
             .collect()
     }
 
-    /// [`Index::matching_for_injection`] and, apart, the matching SidecarSets whose injection is
-    /// paused; one pass over the candidates.
+    /// The SidecarSets whose scope covers such a pod, split by what becomes of them
+    /// ([`Matching`]); one pass over the candidates.
     pub fn matching_split<'a>(
         &'a self,
         pod_labels: &(impl StrMap + ?Sized),
         ns_labels: &(impl StrMap + ?Sized),
-    ) -> (Vec<&'a Entry>, Vec<&'a Entry>) {
-        self.named(self.candidate_names(pod_labels))
-            .filter(|e| e.scope.matches(pod_labels, ns_labels))
-            .partition(|e| !e.ss.spec.injection_strategy.paused)
+    ) -> Matching<'a> {
+        Matching::of(
+            self.named(self.candidate_names(pod_labels)),
+            pod_labels,
+            ns_labels,
+        )
     }
 
     /// [`Index::matching_split`] by scanning every SidecarSet: the reference the inverted index
@@ -262,12 +329,12 @@ impl Index {
         &'a self,
         pod_labels: &(impl StrMap + ?Sized),
         ns_labels: &(impl StrMap + ?Sized),
-    ) -> (Vec<&'a Entry>, Vec<&'a Entry>) {
-        self.entries
-            .values()
-            .map(|e| e.as_ref())
-            .filter(|e| e.scope.matches(pod_labels, ns_labels))
-            .partition(|e| !e.ss.spec.injection_strategy.paused)
+    ) -> Matching<'a> {
+        Matching::of(
+            self.entries.values().map(|e| e.as_ref()),
+            pod_labels,
+            ns_labels,
+        )
     }
 }
 
@@ -305,13 +372,18 @@ mod tests {
         let ns = namespace_labels("default", &BTreeMap::new());
         let matched: Vec<&str> = index
             .matching_split(&labels, &ns)
-            .0
+            .inject
             .iter()
             .map(|e| e.ss.name())
             .collect();
         assert_eq!(matched, ["good"]);
         // Any other pod: nothing at all.
-        assert!(index.matching_split(&BTreeMap::new(), &ns).0.is_empty());
+        assert!(
+            index
+                .matching_split(&BTreeMap::new(), &ns)
+                .inject
+                .is_empty()
+        );
     }
 
     use proptest::prelude::*;
@@ -333,11 +405,21 @@ mod tests {
             .prop_map(|(l, e)| serde_json::json!({"matchLabels": l, "matchExpressions": e}))
     }
 
+    /// Pod labels, some of them opt-out labels (of `ss-0`, `ss-1` and of every SidecarSet).
     fn pod_labels() -> impl Strategy<Value = BTreeMap<String, String>> {
         prop::collection::btree_map(
-            prop::sample::select(vec!["app", "tier", "mesh", "other"]).prop_map(String::from),
-            prop::sample::select(vec!["a", "b", "c"]).prop_map(String::from),
-            0..4,
+            prop::sample::select(vec![
+                "app",
+                "tier",
+                "mesh",
+                "other",
+                "inject.sidecarset-operator.io/ss-0",
+                "inject.sidecarset-operator.io/ss-1",
+                "sidecarset-operator.io/inject",
+            ])
+            .prop_map(String::from),
+            prop::sample::select(vec!["a", "b", "c", "disabled"]).prop_map(String::from),
+            0..5,
         )
     }
 
@@ -350,14 +432,20 @@ mod tests {
         /// order, through additions, replacements and removals.
         #[test]
         fn the_inverted_index_agrees_with_a_scan(
-            selectors in prop::collection::vec((0..12usize, selector(), any::<bool>()), 1..30),
+            selectors in prop::collection::vec((0..12usize, selector(), any::<bool>(), any::<bool>()), 1..30),
             removals in prop::collection::vec(0..12usize, 0..6),
             pods in prop::collection::vec(pod_labels(), 1..20),
         ) {
             let mut index = Index::new();
-            for (n, sel, paused) in &selectors {
+            for (n, sel, paused, allows) in &selectors {
                 let mut s = ss(&format!("ss-{n}"), sel.clone());
                 s.spec.injection_strategy.paused = *paused;
+                if *allows {
+                    s.metadata.annotations = Some(BTreeMap::from([(
+                        crate::api::ANNOTATION_OPT_OUT.to_string(),
+                        "allowed".to_string(),
+                    )]));
+                }
                 let _ = index.upsert(Arc::new(s));
             }
             for n in &removals {
@@ -365,15 +453,25 @@ mod tests {
             }
             let ns = namespace_labels("default", &BTreeMap::new());
             for labels in &pods {
-                let (fast, fast_paused) = index.matching_split(labels, &ns);
-                let (scan, scan_paused) = index.matching_split_by_scan(labels, &ns);
-                prop_assert_eq!(names(&fast), names(&scan));
-                prop_assert_eq!(names(&fast_paused), names(&scan_paused));
+                let fast = index.matching_split(labels, &ns);
+                let scan = index.matching_split_by_scan(labels, &ns);
+                prop_assert_eq!(names(&fast.inject), names(&scan.inject));
+                prop_assert_eq!(names(&fast.paused), names(&scan.paused));
+                let declined = |m: &Matching| m.opted_out.iter().map(|(e, o)| (e.ss.name().to_string(), o.clone())).collect::<Vec<_>>();
+                prop_assert_eq!(declined(&fast), declined(&scan));
+                // Declined: only SidecarSets that allow it, by a label the pod carries.
+                for (e, o) in &scan.opted_out {
+                    prop_assert!(e.opt_out_allowed());
+                    let OptOut::Pod(k) = o else { unreachable!("no namespace labels here") };
+                    prop_assert_eq!(labels.get(k).map(String::as_str), Some("disabled"));
+                }
                 let all: Vec<String> = index.matching_all(labels, &ns).map(|s| s.name().to_string()).collect();
-                let mut both = names(&scan);
-                both.extend(names(&scan_paused));
-                both.sort();
-                prop_assert_eq!(all, both);
+                let mut every = names(&scan.inject);
+                every.extend(names(&scan.paused));
+                every.extend(scan.opted_out.iter().map(|(e, _)| e.ss.name().to_string()));
+                every.sort();
+                prop_assert_eq!(all, every);
+                let scan = scan.inject;
                 prop_assert_eq!(names(&index.matching_for_injection(labels, &ns)), names(&scan));
             }
         }

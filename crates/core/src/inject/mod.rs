@@ -72,6 +72,9 @@ pub enum SkipReason {
     /// A pod evicted for missing the SidecarSet's sidecars was recreated still without them: its
     /// owner is not evicted again until the SidecarSet changes (seen by the controller).
     EvictionStopped,
+    /// The pod, or its namespace, declines the SidecarSet by a label, as the SidecarSet allows
+    /// ([`crate::api::ANNOTATION_OPT_OUT`]).
+    OptedOut,
 }
 
 impl SkipReason {
@@ -83,6 +86,20 @@ impl SkipReason {
             SkipReason::NamespaceExcluded => "namespace_excluded",
             SkipReason::NotInjected => "not_injected",
             SkipReason::EvictionStopped => "eviction_stopped",
+            SkipReason::OptedOut => "opted_out",
+        }
+    }
+
+    /// The reason and type of the Event that reports it: the one list the webhook's and the
+    /// controller's Events and `explain` read.
+    pub fn event(self) -> (&'static str, &'static str) {
+        match self {
+            SkipReason::Paused => ("SidecarSetPaused", "Normal"),
+            SkipReason::Conflict => ("SidecarSetConflict", "Warning"),
+            SkipReason::NamespaceExcluded => ("SidecarSetNamespaceExcluded", "Normal"),
+            SkipReason::NotInjected => ("SidecarSetMissing", "Warning"),
+            SkipReason::EvictionStopped => ("SidecarSetEvictionStopped", "Warning"),
+            SkipReason::OptedOut => ("SidecarSetOptedOut", "Normal"),
         }
     }
 }
@@ -122,6 +139,35 @@ pub fn eviction_stopped_skip(sidecarset: &str, owner: &str) -> Skipped {
              (the webhook was not called, or skipped it); no more evictions of {owner}'s pods for this SidecarSet \
              until it changes: `sidecarset-operator explain pod` on a new pod says why it was not injected"
         ),
+    }
+}
+
+/// The skip of a SidecarSet that selects a pod and allows it to decline, which it does.
+pub fn opted_out_skip(sidecarset: &str, by: &crate::api::OptOut) -> Skipped {
+    let undo = match by {
+        crate::api::OptOut::Pod(_) => "remove the label from the pod's template",
+        crate::api::OptOut::Namespace(_) => "remove the label from the namespace",
+    };
+    Skipped {
+        sidecarset: sidecarset.to_string(),
+        reason: SkipReason::OptedOut,
+        detail: format!(
+            "declined by {} (the SidecarSet allows it: annotation {}={}); {undo} and recreate the pod to inject it",
+            by.describe(),
+            crate::api::ANNOTATION_OPT_OUT,
+            crate::api::OPT_OUT_ALLOWED,
+        ),
+    }
+}
+
+/// The skip of a paused SidecarSet that selects a pod.
+pub fn paused_skip(sidecarset: &str) -> Skipped {
+    Skipped {
+        sidecarset: sidecarset.to_string(),
+        reason: SkipReason::Paused,
+        detail: "its injectionStrategy.paused is true; set it to false to inject new pods \
+                 (pods that exist are not changed)"
+            .into(),
     }
 }
 
@@ -789,7 +835,11 @@ pub fn for_pod_pinned(
 ) -> Injection {
     let empty = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    let (matched, paused) = index.matching_split(labels, ns_labels);
+    let crate::index::Matching {
+        inject: matched,
+        paused,
+        opted_out,
+    } = index.matching_split(labels, ns_labels);
     let mut injection = if matched
         .iter()
         .all(|e| e.ss.spec.injection_strategy.revision.is_none())
@@ -802,21 +852,21 @@ pub fn for_pod_pinned(
             .collect();
         inject(pod, &owned.iter().collect::<Vec<_>>(), now)
     };
-    if !paused.is_empty() && pod_is_active(pod) {
+    if (!paused.is_empty() || !opted_out.is_empty()) && pod_is_active(pod) {
         let recorded =
             crate::api::injected_list(pod.metadata.annotations.as_ref().unwrap_or(&empty));
+        let new = |name: &str| !recorded.contains(name);
         injection.skipped.extend(
             paused
                 .iter()
-                .filter(|e| !recorded.contains(e.ss.name()))
-                .map(|e| Skipped {
-                    sidecarset: e.ss.name().to_string(),
-                    reason: SkipReason::Paused,
-                    detail:
-                        "its injectionStrategy.paused is true; set it to false to inject new pods \
-                             (pods that exist are not changed)"
-                            .into(),
-                }),
+                .filter(|e| new(e.ss.name()))
+                .map(|e| paused_skip(e.ss.name())),
+        );
+        injection.skipped.extend(
+            opted_out
+                .iter()
+                .filter(|(e, _)| new(e.ss.name()))
+                .map(|(e, by)| opted_out_skip(e.ss.name(), by)),
         );
         injection
             .skipped

@@ -192,17 +192,46 @@ fn webhook_variables(fallbacks: &[&Entry], variables: &mut Vec<Value>) -> Vec<St
     names
 }
 
-/// The SidecarSet's scope: its pod selector and its namespace selector.
+/// The SidecarSet's scope: its pod selector and its namespace selector; for a SidecarSet that
+/// allows opting out, less the pods whose labels, or whose namespace's labels, decline it (the
+/// webhook's [`Entry::injects`]).
 fn scope(e: &Entry) -> String {
     let scope = e.scope();
     let pods = selector_expression(&scope.pods);
-    match &scope.namespaces {
+    let mut s = match &scope.namespaces {
         Some(ns) => format!(
             "({pods}) && ({})",
             selector_expression_over(ns, NAMESPACE_LABELS)
         ),
         None => format!("({pods})"),
+    };
+    if e.opt_out_allowed() {
+        s.push_str(&format!(
+            " && !{} && !{}",
+            opted_out(LABELS, e.ss.name()),
+            opted_out(NAMESPACE_LABELS, e.ss.name())
+        ));
     }
+    s
+}
+
+/// CEL: the labels at `labels` (a field path whose last field may be absent) decline the
+/// SidecarSet `name` ([`crate::api::opt_out_label_of`]).
+fn opted_out(labels: &str, name: &str) -> String {
+    let terms: Vec<String> = [
+        crate::api::opt_out_label(name),
+        crate::api::LABEL_INJECT.into(),
+    ]
+    .iter()
+    .map(|k| {
+        let k = string(k);
+        format!(
+            "({k} in {labels} && {labels}[{k}] == {})",
+            string(crate::api::INJECT_DISABLED)
+        )
+    })
+    .collect();
+    format!("(has({labels}) && ({}))", terms.join(" || "))
 }
 
 /// The sidecars of `field` on one side that the pod does not have by name, in the webhook's

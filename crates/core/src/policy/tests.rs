@@ -203,3 +203,42 @@ fn sidecarsets_past_the_api_servers_expression_limit_stay_on_the_webhook() {
     assert_eq!(capped.included, ["a", "b"]);
     assert!(capped.fallbacks[0].reason.contains("at most 2"));
 }
+
+#[test]
+fn a_sidecarset_that_allows_opting_out_is_compiled_with_its_opt_out_labels() {
+    let mut optional = basic("mesh", "proxy", "web");
+    optional.metadata.annotations = Some(BTreeMap::from([(
+        crate::api::ANNOTATION_OPT_OUT.to_string(),
+        "allowed".to_string(),
+    )]));
+    let compiled = compile(
+        &index(vec![optional, basic("logs", "agent", "web")]),
+        &opts(),
+    );
+    assert_eq!(compiled.included, ["logs", "mesh"]);
+    let scope = |n: usize| -> String {
+        compiled.policy["spec"]["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == format!("s{n}"))
+            .unwrap()["expression"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // logs (s0) is mandatory: no opt-out label in its test.
+    assert!(
+        !scope(0).contains("sidecarset-operator.io/inject"),
+        "{}",
+        scope(0)
+    );
+    // mesh (s1): declined by its own label or the general one, on the pod or its namespace.
+    let s1 = scope(1);
+    for want in [
+        "!(has(object.metadata.labels) && (('inject.sidecarset-operator.io/mesh' in object.metadata.labels && object.metadata.labels['inject.sidecarset-operator.io/mesh'] == 'disabled') || ('sidecarset-operator.io/inject' in object.metadata.labels && object.metadata.labels['sidecarset-operator.io/inject'] == 'disabled')))",
+        "!(has(namespaceObject.metadata.labels) && (('inject.sidecarset-operator.io/mesh' in namespaceObject.metadata.labels && namespaceObject.metadata.labels['inject.sidecarset-operator.io/mesh'] == 'disabled') || ('sidecarset-operator.io/inject' in namespaceObject.metadata.labels && namespaceObject.metadata.labels['sidecarset-operator.io/inject'] == 'disabled')))",
+    ] {
+        assert!(s1.contains(want), "{s1}\nshould contain\n{want}");
+    }
+}

@@ -128,7 +128,9 @@ pub(super) async fn observe_missing(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod
     listed_missing(&ctx.pod_index, &ctx.pods, entry, &selected)
 }
 
-/// Whether `entry` selects `p` for injection (its namespace's labels cached in `ns_labels`).
+/// Whether `entry` selects `p` for injection (its namespace's labels cached in `ns_labels`):
+/// not paused, and not declined by the pod or its namespace as the SidecarSet allows (such a pod
+/// does not miss the sidecars: it is never counted, reported or evicted for them).
 fn selects(cluster: &ClusterView, entry: &Entry, ns_labels: &Mutex<NsLabels>, p: &SlimPod) -> bool {
     let ns = p.metadata.namespace.as_deref().unwrap_or("");
     let Ok(mut cache) = ns_labels.lock() else {
@@ -137,7 +139,7 @@ fn selects(cluster: &ClusterView, entry: &Entry, ns_labels: &Mutex<NsLabels>, p:
     let labels = cache
         .entry(ns.to_string())
         .or_insert_with(|| cluster.namespace_labels(ns));
-    !entry.ss.spec.injection_strategy.paused && entry.matches(p.labels(), labels)
+    entry.injects(p.labels(), labels)
 }
 
 /// `observe_missing` from the parts of the context it reads, at once (the simulation calls it
@@ -229,7 +231,11 @@ pub fn excluded_but_selected<'a>(
                     (Some(since), Some(created)) => created.0 >= since,
                     _ => false,
                 }
-                && entry.matches(p.labels(), &ns_labels(ns))
+                && {
+                    let ns_labels = ns_labels(ns);
+                    entry.matches(p.labels(), &ns_labels)
+                        && entry.opted_out(p.labels(), &ns_labels).is_none()
+                }
         })
         .collect()
 }

@@ -60,14 +60,9 @@ pub fn regarding(pod: &Pod, namespace: &str) -> Option<ObjectReference> {
     })
 }
 
+/// The Event's reason and type: the core's ([`SkipReason::event`]).
 fn reason(r: SkipReason) -> (&'static str, &'static str) {
-    match r {
-        SkipReason::Paused => ("SidecarSetPaused", "Normal"),
-        SkipReason::Conflict => ("SidecarSetConflict", "Warning"),
-        SkipReason::NamespaceExcluded => ("SidecarSetNamespaceExcluded", "Normal"),
-        SkipReason::NotInjected => ("SidecarSetMissing", "Warning"),
-        SkipReason::EvictionStopped => ("SidecarSetEvictionStopped", "Warning"),
-    }
+    r.event()
 }
 
 /// FNV-1a, 64 bits: stable across processes and releases (unlike std's hasher), so that every
@@ -372,6 +367,7 @@ mod tests {
                 "SidecarSetNamespaceExcluded",
                 "Normal",
             ),
+            (SkipReason::OptedOut, "SidecarSetOptedOut", "Normal"),
         ] {
             let e = event(&notice, &skipped("mesh", r), "op-1", now);
             assert_eq!(e.reason.as_deref(), Some(reason));

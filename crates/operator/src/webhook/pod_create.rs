@@ -147,7 +147,9 @@ impl Admitted<'_> {
         let index = state.cluster.index();
         let empty = BTreeMap::new();
         let labels = self.pod.metadata.labels.as_ref().unwrap_or(&empty);
-        let (wanted, _) = index.matching_split(labels, &state.cluster.namespace_labels(namespace));
+        let wanted = index
+            .matching_split(labels, &state.cluster.namespace_labels(namespace))
+            .inject;
         let skipped: Vec<inject::Skipped> = wanted
             .iter()
             .map(|e| sidecarset_core::inject::excluded_namespace_skip(e.ss.name(), namespace))

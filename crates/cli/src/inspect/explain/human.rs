@@ -41,6 +41,9 @@ pub fn human(e: &PodExplanation) -> String {
         if !v.detail.is_empty() {
             s.push_str(&format!("  {}\n", v.detail));
         }
+        if let Some(reason) = &v.event {
+            s.push_str(&format!("  Event: {reason}\n"));
+        }
         if let Some(r) = &v.revision {
             let rev = |name: &Option<String>, hash: &str| {
                 let short: String = hash.chars().take(12).collect();
@@ -109,5 +112,6 @@ fn why_label(w: Why) -> &'static str {
         Why::NotInjectedAtCreation => "not injected at creation",
         Why::WillBeInjected => "will be injected at creation",
         Why::PodFinished => "pod finished",
+        Why::OptedOut => "opted out",
     }
 }

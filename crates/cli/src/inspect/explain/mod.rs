@@ -78,6 +78,10 @@ pub struct Verdict {
     /// Why not injected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Why>,
+    /// The reason of the Event the operator records for it on the pod's controller (or the
+    /// pod), when it records one (`SidecarSetOptedOut`, `SidecarSetConflict`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
     pub detail: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<Revision>,
@@ -123,6 +127,8 @@ pub enum Why {
     WillBeInjected,
     /// The pod has finished.
     PodFinished,
+    /// The pod or its namespace declines it by a label, as the SidecarSet allows.
+    OptedOut,
 }
 
 /// A selector term the pod misses.
@@ -323,6 +329,7 @@ impl Verdict {
             missed: vec![],
             injection,
             reason: None,
+            event: None,
             detail,
             revision: None,
             sidecars: vec![],
@@ -368,10 +375,18 @@ fn verdict(
     };
     if is_injected {
         injected::injected_verdict(input, ss, &mut v);
+        if let Some(label) = ignored_opt_out(ss, labels, &input.namespace_labels) {
+            v.detail.push_str(&format!(
+                "; {label} is ignored: this SidecarSet does not allow opting out (no annotation {}={})",
+                sidecarset_core::api::ANNOTATION_OPT_OUT,
+                sidecarset_core::api::OPT_OUT_ALLOWED
+            ));
+        }
     } else if selects {
         v.injection = InjectionState::Skipped;
-        let (why, detail) = skip_reason(input, ss, injection, created);
+        let (why, event, detail) = skip_reason(input, ss, injection, created);
         v.reason = Some(why);
+        v.event = event.map(str::to_string);
         v.detail = detail;
     } else {
         v.detail = v
@@ -384,8 +399,42 @@ fn verdict(
     Some(v)
 }
 
-/// Why a SidecarSet that selects the pod did not inject it: the reason and a sentence.
+/// The opt-out label of the pod or its namespace that a mandatory SidecarSet ignores, in words.
+fn ignored_opt_out(
+    ss: &SidecarSet,
+    labels: &BTreeMap<String, String>,
+    ns_labels: &BTreeMap<String, String>,
+) -> Option<String> {
+    if sidecarset_core::api::opt_out_allowed(ss.metadata.annotations.as_ref()) {
+        return None;
+    }
+    sidecarset_core::api::opt_out_label_of(ss.name(), labels, ns_labels).map(|o| o.describe())
+}
+
+/// Why a SidecarSet that selects the pod did not inject it: the reason, the Event's reason when
+/// the operator records one, and a sentence.
 fn skip_reason(
+    input: &PodInput,
+    ss: &SidecarSet,
+    injection: &sidecarset_core::inject::Injection,
+    created: Option<jiff::Timestamp>,
+) -> (Why, Option<&'static str>, String) {
+    let (why, detail) = skip_reason_why(input, ss, injection, created);
+    let event = injection
+        .skipped
+        .iter()
+        .find(|s| s.sidecarset == ss.name())
+        .map(|s| s.reason)
+        .or(match why {
+            Why::NamespaceExcluded => Some(SkipReason::NamespaceExcluded),
+            Why::NotInjectedAtCreation | Why::CreatedBefore => Some(SkipReason::NotInjected),
+            _ => None,
+        })
+        .map(|r| r.event().0);
+    (why, event, detail)
+}
+
+fn skip_reason_why(
     input: &PodInput,
     ss: &SidecarSet,
     injection: &sidecarset_core::inject::Injection,
@@ -427,6 +476,7 @@ fn skip_reason(
             SkipReason::Conflict => Why::Conflict,
             SkipReason::NamespaceExcluded => Why::NamespaceExcluded,
             SkipReason::NotInjected | SkipReason::EvictionStopped => Why::NotInjectedAtCreation,
+            SkipReason::OptedOut => Why::OptedOut,
         };
         return (why, s.detail.clone());
     }

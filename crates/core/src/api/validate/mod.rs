@@ -112,6 +112,12 @@ pub fn validate(ss: &SidecarSet) -> Result<(), ValidationErrors> {
             format!("{name:?} is invalid: use at most 63 letters, digits and '-' (no dots)"),
         );
     }
+    if let Err(message) = super::opt_out::check_annotation(ss.metadata.annotations.as_ref()) {
+        errs.push(
+            format!("metadata.annotations[{}]", super::ANNOTATION_OPT_OUT),
+            message,
+        );
+    }
     validate_spec(&ss.spec, &mut errs);
     errs.into_result()
 }
