@@ -30,13 +30,13 @@ pub const EXIT_CODES: &[ExitCodeDoc] = &[
     },
     ExitCodeDoc {
         code: EXIT_ACCESS,
-        commands: "`explain`, `diff`, `check`, `migrate`, `run`",
+        commands: "`explain`, `diff`, `check`, `migrate`, `version`, `run`",
         meaning: "no access to the cluster: no kubeconfig, unreachable, credentials refused, forbidden by RBAC (the message gives the `kubectl auth can-i` to check); `run`: its telemetry could not start",
     },
     ExitCodeDoc {
         code: EXIT_NOT_FOUND,
-        commands: "`explain`, `diff`",
-        meaning: "not found: the pod, its namespace, or the SidecarSet API",
+        commands: "`explain`, `diff`, `version`",
+        meaning: "not found: the pod, its namespace, or the SidecarSet API; `version`: no operator Deployment (the client's version is printed)",
     },
     ExitCodeDoc {
         code: EXIT_WARN,
