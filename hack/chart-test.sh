@@ -323,6 +323,22 @@ print(" ".join(bad))')
   [ -z "$bad" ] || die "default values render $bad"
   pass "deployment knobs (registry override, hostNetwork/dnsPolicy/port, strategy, history, extraVolumes/extraObjects, webhook labels, ServiceMonitor relabelings) rendered as set; defaults: a Linux nodeSelector, no hostNetwork"
 
+  # Every alert links its section of the docs site's runbooks, and that section exists.
+  bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" -f "$CHART/ci/monitoring-values.yaml" \
+    --set metrics.prometheusRule.runbookBaseURL=https://docs.example.internal/sso/ | python3 -c '
+import re, sys, yaml
+heads = {m.lower() for m in re.findall(r"^## (\w+)$", open(sys.argv[1]).read(), re.M)}
+bad = []
+for d in yaml.safe_load_all(sys.stdin):
+    if d and d["kind"] == "PrometheusRule":
+        for r in d["spec"]["groups"][0]["rules"]:
+            a = r["alert"].lower()
+            if r["annotations"].get("runbook_url") != "https://docs.example.internal/sso/operate/alerts.html#" + a: bad.append(r["alert"] + " runbook_url")
+            if a not in heads: bad.append(r["alert"] + " has no section in docs/src/operate/alerts.md")
+print(" ".join(bad))' "$REPO/docs/src/operate/alerts.md")
+  [ -z "$bad" ] || die "alert runbooks: $bad"
+  pass "every alert links its section of docs/src/operate/alerts.md (metrics.prometheusRule.runbookBaseURL)"
+
   # NOTES.txt, rendered through a copy of the chart where it is a named template.
   local tmp notes
   tmp=$(mktemp -d)
