@@ -158,7 +158,10 @@ fn args_table<'a>(out: &mut String, args: impl Iterator<Item = &'a Arg>) {
         }
         rows.push((flag(a), env, default, cell(help.trim())));
     }
-    if rows.iter().all(|(_, env, default, _)| env.is_empty() && default.is_empty()) {
+    if rows
+        .iter()
+        .all(|(_, env, default, _)| env.is_empty() && default.is_empty())
+    {
         let _ = writeln!(out, "| flag | description |\n| --- | --- |");
         for (flag, _, _, help) in rows {
             let _ = writeln!(out, "| `{flag}` | {help} |");
