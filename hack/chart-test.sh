@@ -323,6 +323,21 @@ print(" ".join(bad))')
   [ -z "$bad" ] || die "default values render $bad"
   pass "deployment knobs (registry override, hostNetwork/dnsPolicy/port, strategy, history, extraVolumes/extraObjects, webhook labels, ServiceMonitor relabelings) rendered as set; defaults: a Linux nodeSelector, no hostNetwork"
 
+  # `helm test`: a hook pod running check against this release, with its own RBAC; none with
+  # tests.enabled=false.
+  bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" | python3 -c '
+import sys, yaml
+hooks = [d for d in yaml.safe_load_all(sys.stdin) if d and (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
+kinds = sorted(d["kind"] for d in hooks)
+bad = [] if kinds == ["ClusterRole", "ClusterRoleBinding", "Pod", "Role", "RoleBinding", "ServiceAccount"] else ["kinds " + str(kinds)]
+pod = [d for d in hooks if d["kind"] == "Pod"]
+if pod and pod[0]["spec"]["containers"][0]["args"][:2] != ["check", "--operator-namespace='"$NS"'"]: bad.append("args")
+print(" ".join(bad))')
+  [ -z "$bad" ] || die "helm test hook: $bad"
+  [ "$("$HELM" template "$RELEASE" "$CHART" -n "$NS" --set tests.enabled=false | grep -c 'helm.sh/hook": test\|helm.sh/hook: test')" = 0 ] \
+    || die "tests.enabled=false still renders the helm test hook"
+  pass "helm test hook: a pod running check with its own RBAC (none with tests.enabled=false)"
+
   # Every alert links its section of the docs site's runbooks, and that section exists.
   bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" -f "$CHART/ci/monitoring-values.yaml" \
     --set metrics.prometheusRule.runbookBaseURL=https://docs.example.internal/sso/ | python3 -c '
