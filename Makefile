@@ -93,6 +93,10 @@ check-manifests: ## Fail when the generated manifests differ from the code (run 
 docs: ## Build the documentation site (docs/, mdBook at a pinned version, installed into ~/.cache/sidecarset-operator) into target/docs
 	hack/docs.sh build
 
+.PHONY: pictures
+pictures: ## Draw the docs site's pictures (docs/src/pictures/*.svg) with hack/pictures.py; hack/record-rollout.py records the rollout's figures
+	python3 hack/pictures.py write
+
 .PHONY: docs-check
 docs-check: ## Build the site and check its links and anchors, and the README's size and install block (a phase of make check)
 	hack/docs.sh check

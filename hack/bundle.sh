@@ -86,8 +86,9 @@ run_generator() {
   [ -s "$CRD" ] || die "$CRD is missing: run 'make manifests' first"
   rendered=$(mktemp)
   mapfile -t img_args < <(image_values)
-  # The release name and namespace only shape names; OLM installs into its own namespace.
-  if ! "$HELM" template sidecarset-operator "$CHART" --namespace sidecarset-system \
+  # The release name and namespace only shape names; OLM installs into its own namespace. The
+  # chart's `helm test` pod and its RBAC are Helm's alone (--skip-tests).
+  if ! "$HELM" template sidecarset-operator "$CHART" --namespace sidecarset-system --skip-tests \
       --set externalCerts.enabled=true --set webhook.failurePolicy=Ignore "${img_args[@]}" >"$rendered"; then
     rm -f "$rendered"
     die "helm template of $CHART failed"

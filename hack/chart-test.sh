@@ -285,6 +285,97 @@ else:
 }
 
 # Step 1, offline: lint, the schema, and no caBundle in any rendering.
+# The chart's deployment knobs (ci/extras-values.yaml, webhook.hostNetwork) reach the objects, the
+# defaults keep the Linux node selector and the Deployment's strategy, and NOTES.txt warns about a
+# bare default image and --reuse-values.
+extras_phase() {
+  local bad
+  bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" -f "$CHART/ci/extras-values.yaml" \
+    --set webhook.hostNetwork=true --set webhook.port=10250 | python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+by = {}
+for d in docs: by.setdefault(d["kind"], []).append(d)
+bad = []
+dep = by["Deployment"][0]; spec = dep["spec"]; pod = spec["template"]["spec"]; c = pod["containers"][0]
+if c["image"] != "mirror.example.internal:5000/sidecarset-operator:" + dep["metadata"]["labels"]["app.kubernetes.io/version"]: bad.append("image " + c["image"])
+if (pod.get("hostNetwork"), pod.get("dnsPolicy")) != (True, "ClusterFirstWithHostNet"): bad.append("hostNetwork/dnsPolicy")
+if c["ports"][0]["containerPort"] != 10250 or "--listen=0.0.0.0:10250" not in c["args"]: bad.append("webhook.port")
+if spec["revisionHistoryLimit"] != 2 or spec["strategy"] != {"type": "Recreate"}: bad.append("strategy/revisionHistoryLimit")
+if pod.get("nodeSelector", {}).get("kubernetes.io/os") != "linux": bad.append("nodeSelector")
+if {"name": "extra-ca", "configMap": {"name": "extra-ca"}} not in pod["volumes"]: bad.append("extraVolumes")
+if not any(m["name"] == "extra-ca" and m["mountPath"] == "/etc/extra-ca" for m in c["volumeMounts"]): bad.append("extraVolumeMounts")
+cms = {d["metadata"]["name"]: d["metadata"] for d in by.get("ConfigMap", [])}
+if cms.get("extra-ca", {}).get("namespace") != "'"$NS"'" or "'"$RELEASE"'-extra-string" not in cms: bad.append("extraObjects " + str(sorted(cms)))
+for k in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+    if by[k][0]["metadata"]["labels"].get("team") != "platform": bad.append(k + " labels")
+ep = by["ServiceMonitor"][0]["spec"]["endpoints"][0]
+if ep.get("relabelings", [{}])[0].get("targetLabel") != "cluster" or ep.get("metricRelabelings", [{}])[0].get("action") != "drop": bad.append("ServiceMonitor relabelings")
+print(" ".join(bad))')
+  [ -z "$bad" ] || die "ci/extras-values.yaml (+ webhook.hostNetwork): not rendered as set: $bad"
+  bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" | python3 -c '
+import sys, yaml
+dep = [d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "Deployment"][0]
+spec = dep["spec"]; pod = spec["template"]["spec"]
+bad = []
+if pod.get("nodeSelector") != {"kubernetes.io/os": "linux"}: bad.append("nodeSelector")
+if "hostNetwork" in pod or "dnsPolicy" in pod: bad.append("hostNetwork/dnsPolicy set")
+if spec["revisionHistoryLimit"] != 5 or spec["strategy"]["rollingUpdate"] != {"maxUnavailable": 0, "maxSurge": 1}: bad.append("strategy")
+print(" ".join(bad))')
+  [ -z "$bad" ] || die "default values render $bad"
+  pass "deployment knobs (registry override, hostNetwork/dnsPolicy/port, strategy, history, extraVolumes/extraObjects, webhook labels, ServiceMonitor relabelings) rendered as set; defaults: a Linux nodeSelector, no hostNetwork"
+
+  # `helm test`: a hook pod running check against this release, with its own RBAC; none with
+  # tests.enabled=false.
+  bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" | python3 -c '
+import sys, yaml
+hooks = [d for d in yaml.safe_load_all(sys.stdin) if d and (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"]
+kinds = sorted(d["kind"] for d in hooks)
+bad = [] if kinds == ["ClusterRole", "ClusterRoleBinding", "Pod", "Role", "RoleBinding", "ServiceAccount"] else ["kinds " + str(kinds)]
+pod = [d for d in hooks if d["kind"] == "Pod"]
+if pod and pod[0]["spec"]["containers"][0]["args"][:2] != ["check", "--operator-namespace='"$NS"'"]: bad.append("args")
+print(" ".join(bad))')
+  [ -z "$bad" ] || die "helm test hook: $bad"
+  [ "$("$HELM" template "$RELEASE" "$CHART" -n "$NS" --set tests.enabled=false | grep -c 'helm.sh/hook": test\|helm.sh/hook: test')" = 0 ] \
+    || die "tests.enabled=false still renders the helm test hook"
+  pass "helm test hook: a pod running check with its own RBAC (none with tests.enabled=false)"
+
+  # Every alert links its section of the docs site's runbooks, and that section exists.
+  bad=$("$HELM" template "$RELEASE" "$CHART" -n "$NS" -f "$CHART/ci/monitoring-values.yaml" \
+    --set metrics.prometheusRule.runbookBaseURL=https://docs.example.internal/sso/ | python3 -c '
+import re, sys, yaml
+heads = {m.lower() for m in re.findall(r"^## (\w+)$", open(sys.argv[1]).read(), re.M)}
+bad = []
+for d in yaml.safe_load_all(sys.stdin):
+    if d and d["kind"] == "PrometheusRule":
+        for r in d["spec"]["groups"][0]["rules"]:
+            a = r["alert"].lower()
+            if r["annotations"].get("runbook_url") != "https://docs.example.internal/sso/operate/alerts.html#" + a: bad.append(r["alert"] + " runbook_url")
+            if a not in heads: bad.append(r["alert"] + " has no section in docs/src/operate/alerts.md")
+print(" ".join(bad))' "$REPO/docs/src/operate/alerts.md")
+  [ -z "$bad" ] || die "alert runbooks: $bad"
+  pass "every alert links its section of docs/src/operate/alerts.md (metrics.prometheusRule.runbookBaseURL)"
+
+  # NOTES.txt, rendered through a copy of the chart where it is a named template.
+  local tmp notes
+  tmp=$(mktemp -d)
+  cp -r "$CHART" "$tmp/chart"
+  { echo '{{- define "test.notes" }}'; cat "$tmp/chart/templates/NOTES.txt"; echo '{{- end }}'; } >"$tmp/chart/templates/_notes.tpl"
+  rm "$tmp/chart/templates/NOTES.txt"
+  printf 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "test.notes" . | toJson }}\n' >"$tmp/chart/templates/zz-notes.yaml"
+  notes() { "$HELM" template "$RELEASE" "$tmp/chart" -n "$NS" --show-only templates/zz-notes.yaml "$@" \
+    | python3 -c 'import sys, yaml; print(yaml.safe_load(sys.stdin)["data"]["notes"])'; }
+  notes=$(notes)
+  grep -q 'WARNING: image.repository is still the bare default' <<<"$notes" || { rm -rf "$tmp"; die "NOTES.txt does not warn about the bare default image"; }
+  grep -q 'not --reuse-values' <<<"$notes" || { rm -rf "$tmp"; die "NOTES.txt says nothing about --reuse-values"; }
+  grep -q 'sidecarset-operator crd | kubectl apply' <<<"$notes" || { rm -rf "$tmp"; die "NOTES.txt gives no CRD command that works without a checkout"; }
+  for set in image.repository=registry.example.internal/sso global.imageRegistry=registry.example.internal; do
+    if notes --set "$set" | grep -q WARNING; then rm -rf "$tmp"; die "NOTES.txt warns about the image with $set"; fi
+  done
+  rm -rf "$tmp"
+  pass "NOTES.txt: warns about the bare default image (not with a repository or registry set), --reuse-values, the CRD from the binary"
+}
+
 lint_phase() {
   local f i=0 lint_args lint_out bad
   section "1. helm lint --strict (default values + $((${#VALUES_FILES[@]} - 1)) ci files)"
@@ -368,6 +459,8 @@ for d in docs:
 print(" ".join(bad))')
   [ -z "$knobs" ] || die "default values render $knobs"
   pass "knobs (log level, lease duration, feature switches, replacing webhook selectors, NetworkPolicy, PodMonitor): rendered as set; by default a NetworkPolicy and no PodMonitor"
+
+  extras_phase
 
   for f in "${VALUES_FILES[@]}"; do
     i=$((i + 1))

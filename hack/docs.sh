@@ -7,7 +7,8 @@
 #                          MERMAID_BIN=DIR (for eval)
 #   hack/docs.sh build     build the site into target/docs (`make docs`); open target/docs/index.html
 #   hack/docs.sh check     build it into a temporary directory (mdBook fails on a SUMMARY.md entry
-#                          whose file is missing), then `cargo xtask docs-check` on the built
+#                          whose file is missing) after `hack/pictures.py check` (the pictures
+#                          are what it draws), then `cargo xtask docs-check` on the built
 #                          HTML and README.md: relative links and their anchors, the README's
 #                          size and install block, the chart README's links (`make check`)
 #
@@ -75,6 +76,8 @@ case ${1:-build} in
   check)
     w=$(mktemp -d)
     trap 'rm -rf "$w"' EXIT
+    # The pictures are what hack/pictures.py draws (from its steps and the recorded rollout).
+    python3 "$REPO/hack/pictures.py" check
     build "$w/site"
     (cd "$REPO" && cargo run -q --locked -p xtask -- docs-check --site "$w/site")
     log "the site builds and its links resolve" ;;

@@ -282,6 +282,18 @@ pass "the install page's verify command: sidecarset-operator check, all 11 check
 pods=$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.spec.serviceAccountName} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].imageID}{"\n"}{end}')
 [ "$(echo "$pods" | grep -c " $SSO_E2E_REAL_NODE $RELEASE true sha256:")" = 2 ] || die "expected 2 ready operator pods on $SSO_E2E_REAL_NODE as ServiceAccount $RELEASE: $pods"
 pass "2 replicas ready on $SSO_E2E_REAL_NODE, running as ServiceAccount $RELEASE, image from the node's containerd"
+# `helm test`: the chart's test pod runs `sidecarset-operator check` in the cluster, as its own
+# ServiceAccount (the chart's test RBAC), and succeeds.
+t=$SECONDS
+hack/node.sh exec env PATH="$README_BIN:$PATH" helm test "$RELEASE" -n "$NS" --logs --timeout 2m >"$WORK/helm-test.log" 2>&1 \
+  || { cat "$WORK/helm-test.log" >&2; die "helm test failed"; }
+if ! { grep -q 'Phase: *Succeeded' "$WORK/helm-test.log" && grep -q '^all 11 checks ok' "$WORK/helm-test.log"; }; then
+  cat "$WORK/helm-test.log" >&2
+  die "helm test: no Succeeded phase or not all 11 checks ok"
+fi
+[ -z "$(k get clusterrole -l app.kubernetes.io/instance="$RELEASE" -o name | grep test-check || true)" ] \
+  || die "helm test left its ClusterRole behind after succeeding"
+pass "helm test: sidecarset-operator check in the chart's test pod, all 11 checks ok, its RBAC removed ($((SECONDS - t)) s)"
 probes=$(k -n "$NS" get deploy "$RELEASE" -o jsonpath='{.spec.template.spec.containers[0].startupProbe.httpGet.path} {.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.scheme}')
 [ "$probes" = "/healthz /healthz /readyz HTTPS" ] || die "probes: $probes"
 restarts=$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{.items[*].status.containerStatuses[0].restartCount}')

@@ -95,11 +95,16 @@ app.kubernetes.io/part-of: sidecarset-operator
 {{- toJson $out }}
 {{- end }}
 
+{{- define "sso.imageRepository" -}}
+{{- $registry := trimSuffix "/" (((.Values.global | default dict).imageRegistry) | default "") }}
+{{- if $registry }}{{ printf "%s/%s" $registry .Values.image.repository }}{{ else }}{{ .Values.image.repository }}{{ end }}
+{{- end }}
+
 {{- define "sso.image" -}}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" (include "sso.imageRepository" .) .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" (include "sso.imageRepository" .) (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
 

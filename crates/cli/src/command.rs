@@ -1,4 +1,6 @@
-//! The tool subcommands (`crd`, `inject`, `policy`, `explain`, `diff`, `check`, `migrate`) and what they print and exit with.
+//! The tool subcommands (`crd`, `inject`, `policy`, `explain`, `diff`, `check`, `migrate`,
+//! `version`) and what they print and exit with. What they print names this binary as the user
+//! invoked it ([`crate::target::as_invoked`]).
 
 use crate::{inspect, offline};
 use clap::Subcommand;
@@ -62,6 +64,10 @@ pub enum ToolCommand {
         #[command(subcommand)]
         from: crate::migrate::MigrateCommand,
     },
+    /// Print the client's version and the operator's, read from its Deployment in the cluster
+    /// (`--client`: the client's only). Exit code: 0; 2 the cluster cannot be read, 3 no operator
+    /// Deployment found (the client's version is printed either way).
+    Version(crate::version::VersionArgs),
 }
 
 /// The name kubectl runs a plugin `kubectl sidecarset` by.
@@ -87,6 +93,7 @@ pub fn run_tool(command: ToolCommand) -> ExitCode {
         } => on_cluster(inspect::explain_pod(&args)),
         ToolCommand::Diff(args) => on_cluster(inspect::diff(&args)),
         ToolCommand::Check(args) => on_cluster(crate::check::check(&args)),
+        ToolCommand::Version(args) => on_cluster(crate::version::version(&args)),
         ToolCommand::Migrate {
             from: crate::migrate::MigrateCommand::FromOpenkruise(args),
         } => migrate(&args),
@@ -166,16 +173,18 @@ fn on_cluster(
             return ExitCode::from(inspect::EXIT_INPUT);
         }
     };
+    let plugin = invoked_as_plugin();
+    let said = |s: &str| crate::target::as_invoked(s, plugin);
     match rt.block_on(f) {
         Ok(out) => {
-            print!("{}", out.stdout);
+            print!("{}", said(&out.stdout));
             for line in &out.stderr {
-                eprintln!("{line}");
+                eprintln!("{}", said(line));
             }
             ExitCode::from(out.code)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", said(&e.to_string()));
             ExitCode::from(e.exit_code())
         }
     }
@@ -194,13 +203,15 @@ fn migrate(args: &crate::migrate::FromOpenKruiseArgs) -> ExitCode {
             return ExitCode::from(migrate::EXIT_INPUT);
         }
     };
+    let plugin = invoked_as_plugin();
+    let said = |s: &str| crate::target::as_invoked(s, plugin);
     match rt.block_on(migrate::from_openkruise(args)) {
         Ok(out) => {
-            print!("{}", out.stdout);
+            print!("{}", said(&out.stdout));
             ExitCode::from(out.code)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", said(&e.to_string()));
             ExitCode::from(e.exit_code())
         }
     }

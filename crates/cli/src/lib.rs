@@ -11,6 +11,8 @@ pub mod inspect;
 pub mod migrate;
 pub mod offline;
 pub mod reference;
+pub mod target;
+pub mod version;
 
 pub use command::{PLUGIN_NAME, ToolCommand, invoked_as_plugin, run_tool};
 

@@ -30,13 +30,13 @@ pub const EXIT_CODES: &[ExitCodeDoc] = &[
     },
     ExitCodeDoc {
         code: EXIT_ACCESS,
-        commands: "`explain`, `diff`, `check`, `migrate`, `run`",
+        commands: "`explain`, `diff`, `check`, `migrate`, `version`, `run`",
         meaning: "no access to the cluster: no kubeconfig, unreachable, credentials refused, forbidden by RBAC (the message gives the `kubectl auth can-i` to check); `run`: its telemetry could not start",
     },
     ExitCodeDoc {
         code: EXIT_NOT_FOUND,
-        commands: "`explain`, `diff`",
-        meaning: "not found: the pod, its namespace, or the SidecarSet API",
+        commands: "`explain`, `diff`, `version`",
+        meaning: "not found: the pod, its namespace, or the SidecarSet API; `version`: no operator Deployment (the client's version is printed)",
     },
     ExitCodeDoc {
         code: EXIT_WARN,
@@ -122,11 +122,10 @@ fn is_builtin(a: &Arg) -> bool {
     )
 }
 
+/// The flags of one command as a table: flag, environment variable, default, description; a
+/// table whose flags have no environment variable and no default leaves those two columns out.
 fn args_table<'a>(out: &mut String, args: impl Iterator<Item = &'a Arg>) {
-    let _ = writeln!(
-        out,
-        "| flag | environment | default | description |\n| --- | --- | --- | --- |"
-    );
+    let mut rows = Vec::new();
     for a in args {
         let env = a
             .get_env()
@@ -157,12 +156,24 @@ fn args_table<'a>(out: &mut String, args: impl Iterator<Item = &'a Arg>) {
         if !values.is_empty() && !is_flag(a) {
             let _ = write!(help, " One of: {}.", values.join(", "));
         }
+        rows.push((flag(a), env, default, cell(help.trim())));
+    }
+    if rows
+        .iter()
+        .all(|(_, env, default, _)| env.is_empty() && default.is_empty())
+    {
+        let _ = writeln!(out, "| flag | description |\n| --- | --- |");
+        for (flag, _, _, help) in rows {
+            let _ = writeln!(out, "| `{flag}` | {help} |");
+        }
+    } else {
         let _ = writeln!(
             out,
-            "| `{}` | {env} | {default} | {} |",
-            flag(a),
-            cell(help.trim())
+            "| flag | environment | default | description |\n| --- | --- | --- | --- |"
         );
+        for (flag, env, default, help) in rows {
+            let _ = writeln!(out, "| `{flag}` | {env} | {default} | {help} |");
+        }
     }
     let _ = writeln!(out);
 }
@@ -298,12 +309,16 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("## tool explain pod\n"), "{md}");
-        assert!(md.contains("| `<NAME>` |  |  | NAMESPACE/NAME. |"), "{md}");
+        assert!(md.contains("| `<NAME>` | NAMESPACE/NAME. |"), "{md}");
         assert!(
-            md.contains("| `-f, --filename <FILE>` |  |  | The pod's file (default: &lt;name&gt;.yaml, or `<name>` as is). |"),
+            md.contains("| `-f, --filename <FILE>` | The pod's file (default: &lt;name&gt;.yaml, or `<name>` as is). |"),
             "{md}"
         );
-        assert!(md.contains("| `--apply` |  |  | Do it. |"), "{md}");
+        assert!(md.contains("| `--apply` | Do it. |"), "{md}");
+        assert!(
+            md.contains("| flag | description |\n| --- | --- |"),
+            "without environment variables or defaults, two columns: {md}"
+        );
         assert!(!md.contains("secret"), "hidden commands are left out: {md}");
         assert!(
             !md.contains("| `-h, --help"),

@@ -516,3 +516,84 @@ async fn bad_input_names_what_failed_with_its_exit_code() -> anyhow::Result<()> 
     let _ = std::fs::remove_file(&nobody);
     result
 }
+
+/// `version`: the operator's version read from its Deployment, in the namespace the webhook
+/// configuration's Service names (no `--operator-namespace`), or the one given; an empty
+/// namespace is exit code 3 with the client's version still printed.
+#[tokio::test]
+async fn version_reads_the_operator_deployment_in_the_namespace_found() -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use k8s_openapi::api::apps::v1::Deployment;
+    let c = client().await;
+    let s = suffix();
+    let ns = format!("e2e-version-{s}");
+    create_namespace(&c, &ns, json!({})).await?;
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "sso", "labels": {
+            "app.kubernetes.io/name": "sidecarset-operator",
+            "app.kubernetes.io/version": "9.8.7"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "sso-version"}},
+            "template": {"metadata": {"labels": {"app": "sso-version"}}, "spec": {"containers": [
+                {"name": "manager", "image": "mirror.local/sso/sidecarset-operator:9.8.7", "args": ["run"]}]}}}
+    }))?;
+    // The same Deployment in a second namespace: found by its labels alone, the operator's
+    // namespace would be ambiguous; the webhook configuration's Service settles it.
+    let other = format!("e2e-version-other-{s}");
+    create_namespace(&c, &other, json!({})).await?;
+    for n in [&ns, &other] {
+        Api::<Deployment>::namespaced(c.clone(), n)
+            .create(&PostParams::default(), &d)
+            .await?;
+    }
+    // A webhook configuration whose Service is in that namespace, and that matches nothing.
+    let cfg_name = format!("e2e-version-{s}");
+    let cfg: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": cfg_name},
+        "webhooks": [{
+            "name": "never.e2e.sidecarset.dev",
+            "clientConfig": {"service": {"namespace": ns, "name": "none", "port": 443}},
+            "rules": [{"apiGroups": ["e2e.invalid"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["nothing"]}],
+            "failurePolicy": "Ignore", "sideEffects": "None", "admissionReviewVersions": ["v1"]
+        }]
+    }))?;
+    let cfgs = Api::<MutatingWebhookConfiguration>::all(c.clone());
+    cfgs.create(&PostParams::default(), &cfg).await?;
+    let result = async {
+        let out = tool(
+            &["version", "--webhook-config-name", &cfg_name, "-o", "json"],
+            &[],
+        )
+        .await?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        anyhow::ensure!(out.status.code() == Some(0), "version: {err}");
+        let v: Value = serde_json::from_slice(&out.stdout)?;
+        anyhow::ensure!(v["clientVersion"] == env!("CARGO_PKG_VERSION"), "{v}");
+        let op = &v["operator"][0];
+        anyhow::ensure!(
+            op["namespace"] == ns.as_str() && op["version"] == "9.8.7",
+            "{v}"
+        );
+        anyhow::ensure!(
+            op["image"] == "mirror.local/sso/sidecarset-operator:9.8.7",
+            "{v}"
+        );
+        // Given explicitly, an empty namespace: not found, the client's version still printed.
+        let out = tool(&["version", "--operator-namespace", "default"], &[]).await?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        anyhow::ensure!(out.status.code() == Some(3), "version: {err}");
+        anyhow::ensure!(String::from_utf8_lossy(&out.stdout).starts_with("Client Version: "));
+        anyhow::ensure!(
+            err.contains("no Deployment labelled") && err.contains("default"),
+            "{err}"
+        );
+        Ok(())
+    }
+    .await;
+    let _ = cfgs.delete(&cfg_name, &DeleteParams::default()).await;
+    for n in [&ns, &other] {
+        let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(c.clone())
+            .delete(n, &DeleteParams::default())
+            .await;
+    }
+    result
+}

@@ -34,25 +34,35 @@ pub static MALLOC_CONF: MallocConf =
 #[derive(Parser)]
 #[command(name = "sidecarset-operator", version)]
 struct Cli {
-    /// Log format: text (for people) or json (for log collectors).
-    #[arg(long, global = true, env = "SSO_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    log_format: String,
-    /// Export traces over OTLP to this collector URL (e.g. http://otel-collector:4318). Without it,
-    /// traces go where OTEL_EXPORTER_OTLP_ENDPOINT says, or nowhere when that is unset.
-    #[arg(long, global = true, value_name = "URL")]
-    otlp_endpoint: Option<String>,
     /// The kubeconfig file to use, as kubectl's --kubeconfig (default: KUBECONFIG, else
     /// ~/.kube/config, else the pod's service account).
     #[arg(long, global = true, value_name = "FILE")]
     kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context to use, as kubectl's --context (default: the current context).
+    #[arg(long, global = true, value_name = "CONTEXT")]
+    context: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// `run`'s flags: the operator's own, and those of its logs and traces (shown under `run` only).
+#[derive(clap::Args)]
+struct RunCommand {
+    /// Log format: text (for people) or json (for log collectors).
+    #[arg(long, env = "SSO_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    /// Export traces over OTLP to this collector URL (e.g. http://otel-collector:4318). Without it,
+    /// traces go where OTEL_EXPORTER_OTLP_ENDPOINT says, or nowhere when that is unset.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    #[command(flatten)]
+    args: run::RunArgs,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Run the operator.
-    Run(Box<run::RunArgs>),
+    Run(Box<RunCommand>),
     #[command(flatten)]
     Tool(Box<ToolCommand>),
     /// Print the shell completion script: `source <(sidecarset-operator completion bash)`, or
@@ -135,6 +145,8 @@ fn main() -> ExitCode {
         // KUBECONFIG when it loads its configuration.
         unsafe { std::env::set_var("KUBECONFIG", path) };
     }
+    // Every client of the process (the tools' and the operator's) uses this context.
+    sidecarset_cli::target::set_context(cli.context.clone());
     let command = match cli.command {
         Some(c) => c,
         // The binary alone (`sidecarset-operator`, `kubectl sidecarset`): the help, never an
@@ -166,7 +178,7 @@ fn main() -> ExitCode {
             end_quietly_on_a_closed_pipe();
             run_tool(*tool)
         }
-        Command::Run(args) => run_operator(&cli.log_format, cli.otlp_endpoint.as_deref(), *args),
+        Command::Run(r) => run_operator(&r.log_format, r.otlp_endpoint.as_deref(), r.args),
     }
 }
 

@@ -329,9 +329,7 @@ pub fn controller(
                 // (controller::fence); its Events have a queue of their own on this runtime, so
                 // none of them is sent by the main runtime after leadership ended.
                 let clients = async {
-                    let config = kube::Config::infer()
-                        .await
-                        .map_err(kube::Error::InferConfig)?;
+                    let config = sidecarset_cli::target::kube_config().await?;
                     let watches = kube::Client::try_from(config.clone())?;
                     let calls =
                         crate::controller::fence::fenced_client(config, leadership.clone())?;

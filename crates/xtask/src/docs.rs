@@ -1,6 +1,7 @@
 //! `cargo xtask docs-check --site DIR`: the documentation's links, checked on what readers get.
 //!
-//! - The built site (mdBook's HTML in DIR): every relative `href` names a file of the site, and
+//! - The built site (mdBook's HTML in DIR): every relative `href` (and `src`: the pictures)
+//!   names a file of the site, and
 //!   its `#fragment` an `id` of that page. Checking the HTML rather than the Markdown sees what
 //!   mdBook made of includes, heading ids and `.md` links.
 //! - README.md as a repository host renders it: every relative link names a file or folder of
@@ -95,7 +96,8 @@ fn read_site(site: &Path) -> Result<BTreeMap<String, Page>, String> {
 
 pub fn parse_html(html: &str) -> Page {
     let id = Regex::new(r#"\sid="([^"]*)""#).expect("regex");
-    let href = Regex::new(r#"\shref="([^"]*)""#).expect("regex");
+    // An image's `src` is a link too: a picture that is not there is a dead link.
+    let href = Regex::new(r#"\s(?:href|src)="([^"]*)""#).expect("regex");
     Page {
         ids: id.captures_iter(html).map(|c| unescape(&c[1])).collect(),
         hrefs: href.captures_iter(html).map(|c| unescape(&c[1])).collect(),
@@ -375,13 +377,14 @@ mod tests {
             ),
             (
                 "install/helm.html",
-                r##"<h2 id="verify">v</h2><a href="../index.html">home</a><a href="../migrate.html">m</a><a href="olm.html#nope">o</a>"##,
+                r##"<h2 id="verify">v</h2><a href="../index.html">home</a><a href="../migrate.html">m</a><a href="olm.html#nope">o</a><img src="../pictures/a.svg"><img src="../pictures/gone.svg">"##,
             ),
             (
                 "install/olm.html",
                 r##"<h2 id="yes">y</h2><a href="../../outside.html">out</a><link href="../css/x.css">"##,
             ),
             ("css/x.css", ""),
+            ("pictures/a.svg", ""),
         ]);
         let problems = site_links(&pages);
         assert_eq!(
@@ -389,6 +392,7 @@ mod tests {
             vec![
                 "install/helm.html: link ../migrate.html: no page migrate.html in the site",
                 "install/helm.html: link olm.html#nope: install/olm.html has no #nope",
+                "install/helm.html: link ../pictures/gone.svg: no page pictures/gone.svg in the site",
                 "install/olm.html: link ../../outside.html leaves the site",
             ]
         );

@@ -53,7 +53,12 @@ pub(super) async fn served_from_secret(
     let s = Api::<Secret>::namespaced(c.client.clone(), ns)
         .get(name)
         .await
-        .map_err(|e| format!("get secret {ns}/{name}: {e}"))?;
+        .map_err(|e| match e {
+            // The API server's own words, not the whole Status structure.
+            kube::Error::Api(s) if s.code == 404 => format!("Secret {ns}/{name} not found"),
+            kube::Error::Api(s) => format!("get secret {ns}/{name}: {} ({})", s.message, s.code),
+            e => format!("get secret {ns}/{name}: {e}"),
+        })?;
     let crt = s
         .data
         .as_ref()

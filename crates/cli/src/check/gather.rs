@@ -84,7 +84,7 @@ where
 pub(super) async fn gather(c: &Cluster, args: &CheckArgs) -> Result<Observed, ToolError> {
     let mut o = Observed {
         now: now(),
-        operator_namespace: args.namespace.clone(),
+        operator_namespace: args.operator_ns().to_string(),
         webhook_config_name: args.webhook_config_name.clone(),
         ..Default::default()
     };
@@ -263,7 +263,7 @@ async fn read_leadership(c: &Cluster, args: &CheckArgs, deployed: &Deployed, o: 
         .clone()
         .or_else(|| deployed.args.get("leader-lease-name").cloned())
         .unwrap_or_else(|| "sidecarset-operator".into());
-    o.lease = Api::<Lease>::namespaced(c.client.clone(), &args.namespace)
+    o.lease = Api::<Lease>::namespaced(c.client.clone(), args.operator_ns())
         .get_opt(&o.lease_name)
         .await
         .ok()
@@ -359,7 +359,7 @@ async fn served_cert(
 
 /// RBAC of the operator's ServiceAccount: one review per permission it needs.
 async fn review_permissions(c: &Cluster, args: &CheckArgs, deployed: &Deployed, o: &mut Observed) {
-    let ns = &args.namespace;
+    let ns = args.operator_ns();
     let sa = args
         .service_account
         .clone()
@@ -367,7 +367,7 @@ async fn review_permissions(c: &Cluster, args: &CheckArgs, deployed: &Deployed, 
         .unwrap_or_else(|| "sidecarset-operator".into());
     let (sa_ns, sa_name) = match sa.split_once('/') {
         Some((a, b)) => (a.to_string(), b.to_string()),
-        None => (ns.clone(), sa),
+        None => (ns.to_string(), sa),
     };
     o.service_account = format!("system:serviceaccount:{sa_ns}:{sa_name}");
     let self_certs = deployed.args.get("cert-mode").is_none_or(|m| m != "files");

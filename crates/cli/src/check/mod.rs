@@ -35,12 +35,11 @@ pub struct CheckArgs {
     /// Output format (json: one object per check with check, status, message, remedy).
     #[arg(short = 'o', long = "output", value_enum, default_value = "human")]
     pub output: OutputFormat,
-    /// The kube context to use (default: the current one).
-    #[arg(long)]
-    pub context: Option<String>,
-    /// The operator's namespace (the chart's release namespace).
-    #[arg(short = 'n', long = "namespace", default_value = "sidecarset-system")]
-    pub namespace: String,
+    /// The operator's namespace, the chart's release namespace (default: found from the webhook
+    /// configuration's Service or the operator's Deployment, else sidecarset-system). `-n` and
+    /// `--namespace` are accepted for it too: `check` names no object of its own.
+    #[arg(long, short_alias = 'n', alias = "namespace")]
+    pub operator_namespace: Option<String>,
     /// The webhook configurations' name (the chart's webhook.configurationName, default the
     /// release's full name).
     #[arg(long, default_value = "sidecarset-operator")]
@@ -62,6 +61,15 @@ pub struct CheckArgs {
     pub metrics_url: Option<String>,
 }
 
+impl CheckArgs {
+    /// The operator's namespace (resolved by [`check`] before the checks run).
+    pub fn operator_ns(&self) -> &str {
+        self.operator_namespace
+            .as_deref()
+            .unwrap_or(crate::target::DEFAULT_OPERATOR_NAMESPACE)
+    }
+}
+
 /// The exit code of the worst line: a warning is 0, or 4 with `--strict`; a failure 5.
 pub fn exit_code(worst: CheckStatus, strict: bool) -> u8 {
     match worst {
@@ -74,7 +82,16 @@ pub fn exit_code(worst: CheckStatus, strict: bool) -> u8 {
 
 /// `check` (`--pre`: before installing): the lines, printed as asked, and the exit code of the worst.
 pub async fn check(args: &CheckArgs) -> Result<ToolOutput, ToolError> {
-    let c = Cluster::connect(args.context.as_deref()).await?;
+    let c = Cluster::connect().await?;
+    let found = crate::target::operator_namespace(
+        &c.client,
+        args.operator_namespace.as_deref(),
+        &args.webhook_config_name,
+    )
+    .await;
+    let mut args = args.clone();
+    args.operator_namespace = Some(found.name);
+    let args = &args;
     let lines = if args.pre {
         eval::evaluate_pre(&gather::gather_pre(&c).await?)
     } else {

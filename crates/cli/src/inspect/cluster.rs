@@ -38,28 +38,19 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 impl Cluster {
     /// Connects with the kubeconfig kubectl would use (`KUBECONFIG`, `~/.kube/config`, or the
-    /// in-cluster service account), in `context` when given.
-    pub async fn connect(context: Option<&str>) -> Result<Cluster, ToolError> {
+    /// in-cluster service account), in the context of `--context` when given.
+    pub async fn connect() -> Result<Cluster, ToolError> {
         crate::install_crypto_provider();
-        let config = match context {
-            Some(c) => kube::Config::from_kubeconfig(&kube::config::KubeConfigOptions {
-                context: Some(c.to_string()),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| {
-                ToolError::Access(format!(
-                    "cannot use kube context {c:?}: {}; list the contexts with `kubectl config get-contexts`",
-                    chain(&e)
-                ))
-            })?,
-            None => kube::Config::infer().await.map_err(|e| {
-                ToolError::Access(format!(
-                    "no cluster configuration: {}; set KUBECONFIG or write ~/.kube/config (as for kubectl), or use -f with --sidecarsets to work offline",
-                    chain(&e)
-                ))
-            })?,
-        };
+        let config = crate::target::kube_config().await.map_err(|e| match crate::target::context() {
+            Some(c) => ToolError::Access(format!(
+                "cannot use kube context {c:?}: {}; list the contexts with `kubectl config get-contexts`",
+                chain(&e)
+            )),
+            None => ToolError::Access(format!(
+                "no cluster configuration: {}; set KUBECONFIG or write ~/.kube/config (as for kubectl), or use -f with --sidecarsets to work offline",
+                chain(&e)
+            )),
+        })?;
         let mut config = config;
         config.connect_timeout = Some(Duration::from_secs(10));
         config.read_timeout = Some(Duration::from_secs(60));

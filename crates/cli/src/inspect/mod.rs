@@ -92,13 +92,11 @@ pub struct CommonArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "human")]
     pub output: OutputFormat,
-    /// The kube context to use (default: the current one).
-    #[arg(long)]
-    pub context: Option<String>,
     /// The operator's namespace: its pods are never injected; its ControllerRevisions name the
-    /// revisions pods run.
-    #[arg(long, default_value = "sidecarset-system")]
-    pub operator_namespace: String,
+    /// revisions pods run (default: found from the webhook configuration's Service or the
+    /// operator's Deployment, else sidecarset-system).
+    #[arg(long)]
+    pub operator_namespace: Option<String>,
     /// More namespaces whose pods are never injected (as the operator's --skip-namespaces). In a
     /// cluster they are read from the pod webhook's namespaceSelector when it can be read.
     #[arg(long, value_delimiter = ',', default_value = "kube-system")]
@@ -110,20 +108,43 @@ pub struct CommonArgs {
 
 impl CommonArgs {
     fn skip_set(&self) -> BTreeSet<String> {
+        self.skip_set_with(
+            self.operator_namespace
+                .as_deref()
+                .unwrap_or(crate::target::DEFAULT_OPERATOR_NAMESPACE),
+        )
+    }
+
+    fn skip_set_with(&self, operator_namespace: &str) -> BTreeSet<String> {
         let mut s: BTreeSet<String> = self
             .skip_namespaces
             .iter()
             .filter(|n| !n.is_empty())
             .cloned()
             .collect();
-        s.insert(self.operator_namespace.clone());
+        s.insert(operator_namespace.to_string());
         s
     }
 
-    async fn skip_set_of(&self, c: &cluster::Cluster) -> BTreeSet<String> {
+    /// The operator's namespace: `--operator-namespace`, else found in the cluster.
+    async fn operator_namespace_of(&self, c: &cluster::Cluster) -> String {
+        crate::target::operator_namespace(
+            &c.client,
+            self.operator_namespace.as_deref(),
+            &self.webhook_config_name,
+        )
+        .await
+        .name
+    }
+
+    async fn skip_set_of(
+        &self,
+        c: &cluster::Cluster,
+        operator_namespace: &str,
+    ) -> BTreeSet<String> {
         match c.excluded_namespaces(&self.webhook_config_name).await {
             Some(found) if !found.is_empty() => found,
-            _ => self.skip_set(),
+            _ => self.skip_set_with(operator_namespace),
         }
     }
 }
@@ -249,7 +270,7 @@ async fn context_from_cluster(
     stderr: &mut Vec<String>,
 ) -> Result<PodContext, ToolError> {
     let (ns, name) = pod_name(args)?;
-    let c = cluster::Cluster::connect(args.common.context.as_deref()).await?;
+    let c = cluster::Cluster::connect().await?;
     let ns = ns.unwrap_or_else(|| c.default_namespace.clone());
     let pod = c.pod(&ns, &name).await?;
     let ns_labels = c.namespace_labels(&ns).await?;
@@ -258,7 +279,8 @@ async fn context_from_cluster(
     for (n, e) in bad {
         stderr.push(format!("note: SidecarSet {n:?} left out: {e}"));
     }
-    let skip = args.common.skip_set_of(&c).await;
+    let operator_ns = args.common.operator_namespace_of(&c).await;
+    let skip = args.common.skip_set_of(&c, &operator_ns).await;
     let injected: BTreeSet<String> = sidecarset_core::api::injected_list(
         pod.metadata
             .annotations
@@ -278,12 +300,12 @@ async fn context_from_cluster(
                 ss.name()
             )),
         }
-        match c.revisions(&args.common.operator_namespace, ss.name()).await {
+        match c.revisions(&operator_ns, ss.name()).await {
             Some(r) => revisions.extend(r),
             None => stderr.push(format!(
                 "note: cannot list the ControllerRevisions of {:?} in {}: revisions are named as recorded at injection",
                 ss.name(),
-                args.common.operator_namespace
+                operator_ns
             )),
         }
     }
@@ -355,10 +377,11 @@ pub fn sidecarsets_as_admitted(
 pub async fn diff(args: &DiffArgs) -> Result<ToolOutput, ToolError> {
     let now = now();
     let new_sets = sidecarsets_as_admitted(&args.file)?;
-    let c = cluster::Cluster::connect(args.common.context.as_deref()).await?;
+    let c = cluster::Cluster::connect().await?;
     let cluster_sets = c.sidecarsets().await?;
     let ns_labels = c.all_namespace_labels().await?;
-    let skip = args.common.skip_set_of(&c).await;
+    let operator_ns = args.common.operator_namespace_of(&c).await;
+    let skip = args.common.skip_set_of(&c, &operator_ns).await;
     let mut out = ToolOutput::default();
     let mut reports = Vec::new();
     for new in &new_sets {

@@ -55,7 +55,7 @@ pub enum MigrateCommand {
     FromOpenkruise(FromOpenKruiseArgs),
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct FromOpenKruiseArgs {
     /// Do the next step (without it: print the plan, change nothing).
     #[arg(long)]
@@ -77,17 +77,16 @@ pub struct FromOpenKruiseArgs {
     /// Our webhook configurations' name (the chart's webhook.configurationName).
     #[arg(long, default_value = "sidecarset-operator")]
     pub webhook_config_name: String,
-    /// Our operator's namespace and release (for its readiness and the commands printed).
-    #[arg(long, default_value = "sidecarset-system")]
-    pub operator_namespace: String,
+    /// Our operator's namespace, for its readiness and the commands printed (default: found from
+    /// the webhook configuration's Service or the operator's Deployment, else sidecarset-system).
+    #[arg(long)]
+    pub operator_namespace: Option<String>,
+    /// Our operator's Helm release (for the commands printed).
     #[arg(long, default_value = "sidecarset-operator")]
     pub operator_release: String,
     /// The chart reference printed in `helm install`.
     #[arg(long, default_value = "charts/sidecarset-operator")]
     pub chart: String,
-    /// The kube context (default: the current one).
-    #[arg(long)]
-    pub context: Option<String>,
 }
 
 /// What the command printed and its exit code.
@@ -120,33 +119,38 @@ fn access(what: &str, e: kube::Error) -> MigrateError {
     ))
 }
 
-/// A client for the kube context given (else the default one).
-async fn connect(context: Option<&str>) -> Result<Client, MigrateError> {
-    let config = match context {
-        Some(c) => kube::Config::from_kubeconfig(&kube::config::KubeConfigOptions {
-            context: Some(c.to_string()),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| MigrateError::Access(format!("cannot use kube context {c:?}: {e}")))?,
-        None => kube::Config::infer().await.map_err(|e| {
-            MigrateError::Access(format!(
-                "no cluster to talk to: {e}; set KUBECONFIG or pass --context"
-            ))
-        })?,
-    };
+/// A client for the kube context of `--context` (else the default one).
+async fn connect() -> Result<Client, MigrateError> {
+    let config =
+        crate::target::kube_config()
+            .await
+            .map_err(|e| match crate::target::context() {
+                Some(c) => MigrateError::Access(format!("cannot use kube context {c:?}: {e}")),
+                None => MigrateError::Access(format!(
+                    "no cluster to talk to: {e}; set KUBECONFIG or pass --context"
+                )),
+            })?;
     Client::try_from(config)
         .map_err(|e| MigrateError::Access(format!("cannot build a client for the cluster: {e}")))
 }
 
 /// `migrate from-openkruise`: the plan, and with `--apply` its next step (see the module).
 pub async fn from_openkruise(args: &FromOpenKruiseArgs) -> Result<MigrateOutput, MigrateError> {
-    let c = connect(args.context.as_deref()).await?;
+    let c = connect().await?;
+    let found = crate::target::operator_namespace(
+        &c,
+        args.operator_namespace.as_deref(),
+        &args.webhook_config_name,
+    )
+    .await;
+    let mut resolved = args.clone();
+    resolved.operator_namespace = Some(found.name.clone());
+    let args = &resolved;
     let options = Options {
         release: args.release.clone(),
         other_kinds: args.other_kinds,
         webhook_config_name: args.webhook_config_name.clone(),
-        operator_namespace: args.operator_namespace.clone(),
+        operator_namespace: found.name,
         operator_release: args.operator_release.clone(),
         chart: args.chart.clone(),
     };

@@ -292,9 +292,14 @@ async fn ours(c: &Client, o: &FromOpenKruiseArgs) -> Result<Ours, MigrateError> 
         .get_opt(&o.webhook_config_name)
         .await
         .map_err(|e| access("reading our webhook configuration", e))?;
-    let ready_replicas = match Api::<Deployment>::namespaced(c.clone(), &o.operator_namespace)
-        .list(&ListParams::default().labels("app.kubernetes.io/name=sidecarset-operator"))
-        .await
+    let ready_replicas = match Api::<Deployment>::namespaced(
+        c.clone(),
+        o.operator_namespace
+            .as_deref()
+            .unwrap_or(crate::target::DEFAULT_OPERATOR_NAMESPACE),
+    )
+    .list(&ListParams::default().labels("app.kubernetes.io/name=sidecarset-operator"))
+    .await
     {
         Ok(l) => {
             let wanted: i32 = l.items.iter().map(|d| d.spec.replicas.unwrap_or(1)).sum();

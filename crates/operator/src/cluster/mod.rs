@@ -325,9 +325,7 @@ pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30)
 /// read timeout, above the watches' own server-side timeout) and one for calls, whose every
 /// request is bounded by [`CALL_TIMEOUT`].
 pub async fn clients() -> Result<(kube::Client, kube::Client), kube::Error> {
-    let config = kube::Config::infer()
-        .await
-        .map_err(kube::Error::InferConfig)?;
+    let config = sidecarset_cli::target::kube_config().await?;
     let watches = kube::Client::try_from(config.clone())?;
     let mut bounded = config;
     bounded.connect_timeout = Some(std::time::Duration::from_secs(10));

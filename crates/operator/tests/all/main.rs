@@ -4,6 +4,7 @@
 
 mod arb;
 mod cli;
+mod cli_conventions;
 mod common;
 mod conversion;
 mod house;

@@ -246,7 +246,7 @@ fn why_probe_failed(message: &str) -> (&'static str, &'static str) {
     {
         (
             "the API server cannot reach the operator",
-            "check that its pods are Ready (`kubectl get pods -n NAMESPACE`) and that nothing (a NetworkPolicy) blocks the API server from their port",
+            "check that its pods are Ready and run (`kubectl get pods -A -l app.kubernetes.io/name=sidecarset-operator`) and that nothing (a NetworkPolicy) blocks the API server from their port",
         )
     } else if m.contains("conversion webhook") {
         (

@@ -104,7 +104,7 @@ pub(super) fn leader(o: &Observed) -> Line {
                 o.lease_name
             ),
             format!(
-                "kubectl logs -n {ns} deploy/... (leader election); the rbac check shows whether it may create leases"
+                "the operator's log says why no replica leads (`kubectl logs -n {ns} -l app.kubernetes.io/name=sidecarset-operator`); the rbac check shows whether it may create leases"
             ),
         );
     };
@@ -219,6 +219,13 @@ pub(super) fn certificate(o: &Observed) -> Line {
     };
     let cert = match found {
         Ok(c) => c,
+        Err(e) if e.ends_with("not found") => {
+            return warn(
+                C,
+                format!("cannot read the serving certificate: {e}"),
+                "the operator makes it when its first replica starts (self-managed certificates): check that its pods run and their log (`kubectl logs -A -l app.kubernetes.io/name=sidecarset-operator`), or name another Secret with --cert-secret-name",
+            );
+        }
         Err(e) => {
             return warn(
                 C,

@@ -795,3 +795,27 @@ fn published(o: &mut Observed, recorded: &[&str], current: &[&str]) {
         },
     ]);
 }
+
+/// A certificate Secret not found yet points at the operator's pods; one that may not be read,
+/// at the permission.
+#[test]
+fn an_unreadable_certificate_has_the_remedy_of_its_cause() {
+    let cases = [
+        (
+            "Secret sidecarset-system/certs not found",
+            "its first replica starts",
+        ),
+        (
+            "get secret sidecarset-system/certs: forbidden (403)",
+            "may read",
+        ),
+    ];
+    for (err, remedy) in cases {
+        let mut o = healthy();
+        o.served_cert = Some(Err(err.into()));
+        let lines = evaluate(&o);
+        let line = lines.iter().find(|l| l.check == "certificate").unwrap();
+        assert_eq!(line.status, CheckStatus::Warn, "{err}");
+        assert!(line.remedy.contains(remedy), "{err}: {}", line.remedy);
+    }
+}
