@@ -106,6 +106,9 @@ cmd_check() {
   date=$(snapshot_field date)
   age=$((($(date +%s) - $(date -d "$date" +%s)) / 86400))
   make_db
+  # The crates of Cargo.lock in Cargo's cache (cargo-deny reads their manifests and licenses, and
+  # the yanked flags from Cargo's index cache, offline); a no-op when they are there already.
+  cargo fetch --locked -q >/dev/null 2>&1 || log "warning: cargo fetch --locked failed: checking with what Cargo's cache has"
   log "cargo-deny $("$CARGO_DENY_BIN/cargo-deny" --version | awk '{print $2}'); advisories: RustSec snapshot $(snapshot_field commit | cut -c1-12) of ${date%%T*} ($age days old), $(find "$SNAP/crates" -name '*.md' | wc -l) advisories of $(find "$SNAP/crates" -mindepth 1 -maxdepth 1 -type d | wc -l) crates of Cargo.lock"
   [ "$age" -le "$max" ] || log "warning: the advisory snapshot is $age days old (over $max): hack/deps.sh refresh-advisories where a network allows"
   local out rc=0
