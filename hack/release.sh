@@ -172,13 +172,15 @@ cmd_release() {
   local key_url=${SIGN_KEY_URL:-${KREW_BASE_URL:-file://$out}/sidecarset-operator-release.asc}
   python3 - "$w/chart/sidecarset-operator/Chart.yaml" "$fingerprint" "$key_url" <<'PY'
 import sys
+import re
 path, fpr, url = sys.argv[1:]
 text = open(path).read()
 if "artifacthub.io/signKey" in text:
     sys.exit("Chart.yaml already has an artifacthub.io/signKey annotation: the release writes it")
-if "\nannotations:\n" not in text:
+# (helm package rewrote Chart.yaml with its keys sorted: annotations may be the first line.)
+text, n = re.subn(r"(?m)^annotations:\n", f"annotations:\n  artifacthub.io/signKey: |\n    fingerprint: {fpr}\n    url: {url}\n", text, count=1)
+if n != 1:
     sys.exit("Chart.yaml has no annotations block")
-text = text.replace("\nannotations:\n", f"\nannotations:\n  artifacthub.io/signKey: |\n    fingerprint: {fpr}\n    url: {url}\n", 1)
 open(path, "w").write(text)
 PY
   tar -C "$w/chart" --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -cf - sidecarset-operator \
@@ -422,8 +424,10 @@ cmd_reproduce() {
   base=${SSO_WORK:-$REPO/.local}/reproduce
   mkdir -p "$base"
   base=$(cd "$base" && pwd)
-  # Two checkouts of HEAD at paths of different lengths; one target directory (its dependencies
-  # are built once; the workspace's crates, whose paths differ, twice).
+  # Two checkouts of HEAD at paths of different lengths; one target directory: its dependencies
+  # are built once, the workspace's crates twice, once from each checkout. (Cargo names a
+  # workspace crate's artifacts by its path inside the workspace, so both checkouts share them:
+  # they are cleaned before each build, or the second would find the first's fresh and reuse it.)
   local a=$base/one/sidecarset-operator b=$base/second-checkout/src x bin digests=() sums=()
   for x in "$a" "$b"; do
     rm -rf "$x"
@@ -433,6 +437,8 @@ cmd_reproduce() {
   local i=0
   for x in "$a" "$b"; do
     i=$((i + 1))
+    (cd "$x" && CARGO_TARGET_DIR=$base/target cargo clean -q --release -p sidecarset-operator -p sidecarset-core -p sidecarset-cli) \
+      || die "cargo clean of the workspace's crates failed"
     bin=$(build_binary "$x" "$base/target")
     cp "$bin" "$base/bin-$i"
     sums+=("$(sha256sum "$base/bin-$i" | cut -d' ' -f1)")

@@ -250,6 +250,7 @@ cmd_test_keys() {
   local d=$1
   mkdir -p "$d"
   cosign_env
+  rm -f "$d/cosign.key" "$d/cosign.pub"
   openssl rand -hex 16 >"$d/cosign.password"
   ( cd "$d" && COSIGN_PASSWORD=$(cat cosign.password) "$COSIGN" generate-key-pair >/dev/null 2>&1 ) || die "cosign generate-key-pair failed"
   local g=$d/gnupg
