@@ -539,7 +539,7 @@ supply_chain_tamper() {
   chain_verify() { REGISTRY_INSECURE=1 SSO_WORK=$WORK "$REPO/hack/supply-chain.sh" verify "$tam" 2>&1; }
   # 1. Another public key.
   copy_release
-  (cd "$tam" && COSIGN_PASSWORD=x "$REPO/hack/supply-chain.sh" test-keys "$tam/other-keys" >/dev/null)
+  "$REPO/hack/supply-chain.sh" test-keys "$tam/other-keys" >/dev/null || die "hack/supply-chain.sh test-keys failed"
   if out=$(COSIGN_PUB=$tam/other-keys/cosign.pub chain_verify); then die "the release verified with another cosign public key"; fi
   { grep -q 'FAIL signature: the image' <<<"$out" && grep -q 'FAIL signature: the chart' <<<"$out"; } \
     || die "verify with another public key failed, but not on the signatures: $out"
@@ -583,6 +583,7 @@ PY
   if out=$(chain_verify); then die "the release verified with a changed SBOM"; fi
   grep -q "FAIL attestation: cyclonedx" <<<"$out" || die "verify of a changed SBOM failed, but not on the attestation: $out"
   pass "supply chain: an SBOM other than the attested one fails verification"
+  gpgconf --homedir "$tam/other-keys/gnupg" --kill gpg-agent 2>/dev/null || true
   rm -rf "$tam"
 }
 
@@ -641,7 +642,9 @@ print(docs["MutatingWebhookConfiguration"]["metadata"]["name"], docs["Deployment
   fi
   # A throwaway cosign key pair and PGP key; the release is signed with them and verified with the
   # public halves only.
-  eval "$("$REPO/hack/supply-chain.sh" test-keys "$OUT/release-keys")"
+  local keys
+  keys=$("$REPO/hack/supply-chain.sh" test-keys "$OUT/release-keys") || die "hack/supply-chain.sh test-keys failed"
+  eval "$keys"
   export COSIGN_KEY COSIGN_PASSWORD COSIGN_PUB HELM_SIGN_KEY HELM_KEYRING GNUPGHOME
   t=$SECONDS
   ALLOW_DIRTY=1 RELEASE_DIR=$rel BIN=$bin CHART_REPO=oci://$reg/charts IMAGE_REPO=$reg/sidecarset-operator PLAIN_HTTP=1 \
@@ -706,6 +709,7 @@ print(docs["MutatingWebhookConfiguration"]["metadata"]["name"], docs["Deployment
   fi
   pass "helm install by a digest the registry does not have: refused ($(tail -n1 <<<"$out" | cut -c1-100))"
   rm -rf "$OUT/release-bin"
+  gpgconf --homedir "$GNUPGHOME" --kill gpg-agent 2>/dev/null || true
   log "  release step: $((SECONDS - t0)) s; artifacts: $(find "$rel" -maxdepth 1 -type f -printf '%f %kK, ' | sort)"
 }
 

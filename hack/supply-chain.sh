@@ -254,11 +254,13 @@ cmd_test_keys() {
   openssl rand -hex 16 >"$d/cosign.password"
   ( cd "$d" && COSIGN_PASSWORD=$(cat cosign.password) "$COSIGN" generate-key-pair >/dev/null 2>&1 ) || die "cosign generate-key-pair failed"
   local g=$d/gnupg
+  # A gpg-agent of an earlier run may still serve that directory: stopped before it goes.
+  [ ! -d "$g" ] || gpgconf --homedir "$g" --kill gpg-agent 2>/dev/null || true
   rm -rf "$g"
   mkdir -p "$g"
   chmod 0700 "$g"
-  GNUPGHOME=$g gpg --batch --quiet --passphrase '' --quick-gen-key "sidecarset-operator release test <release-test@localhost>" ed25519 sign 1d 2>/dev/null \
-    || die "gpg --quick-gen-key failed"
+  GNUPGHOME=$g gpg --batch --quiet --passphrase '' --quick-gen-key "sidecarset-operator release test <release-test@localhost>" ed25519 sign 1d 2>"$d/gpg.log" \
+    || { cat "$d/gpg.log" >&2; die "gpg --quick-gen-key failed"; }
   GNUPGHOME=$g gpg --batch --quiet --export-secret-keys >"$d/secring.gpg"
   GNUPGHOME=$g gpg --batch --quiet --export >"$d/pubring.gpg"
   printf 'export COSIGN_KEY=%q COSIGN_PASSWORD=%q COSIGN_PUB=%q HELM_SIGN_KEY=%q HELM_SECRING=%q HELM_KEYRING=%q GNUPGHOME=%q\n' \
