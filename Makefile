@@ -193,12 +193,20 @@ bundle-build: ## Build the bundle image (needs Docker; BUNDLE_IMG)
 	docker build -f bundle.Dockerfile -t $${BUNDLE_IMG:-sidecarset-operator-bundle:v$$(sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' $(CHART)/Chart.yaml)} .
 
 .PHONY: release
-release: ## The release into dist/ (RELEASE_DIR): chart archive pushed as OCI (CHART_REPO, default the registry on this machine), image OCI archive + digest, Krew archive + manifest, release notes, SHA256SUMS; refuses a dirty tree unless ALLOW_DIRTY=1 (hack/release.sh)
+release: ## The signed release into dist/ (RELEASE_DIR; keys COSIGN_KEY + COSIGN_PASSWORD, HELM_SIGN_KEY): chart archive + Helm provenance pushed as OCI (CHART_REPO, default the registry on this machine), image OCI archive + digest, both signed by digest with cosign, SBOM and SLSA provenance attested, Krew archive + manifest, release notes, SHA256SUMS; refuses a dirty tree unless ALLOW_DIRTY=1 (hack/release.sh)
 	hack/release.sh
 
 .PHONY: release-verify
-release-verify: ## Check a release directory (RELEASE_DIR, default dist): checksums, Krew sha256, image digest (crane), chart digest
+release-verify: ## Check a release directory (RELEASE_DIR, default dist) with the public keys (COSIGN_PUB, HELM_KEYRING): checksums, Krew sha256, image and chart digests, signatures, attestations, Helm provenance, the binary's dependency list
 	hack/release.sh verify $${RELEASE_DIR:-dist}
+
+.PHONY: release-reproduce
+release-reproduce: ## Build the release binary of HEAD twice in two directories and its image from each: both must be identical (hack/release.sh reproduce)
+	hack/release.sh reproduce $${SSO_WORK:-.local}/reproduce/out
+
+.PHONY: deps
+deps: ## The dependency policy (deny.toml) with cargo-deny offline: licenses, duplicate versions, sources, RustSec advisories of the snapshot in hack/advisory-db (a phase of make check)
+	hack/deps.sh check
 
 .PHONY: deploy
 deploy: ## Install or upgrade the chart in the current kube context (IMG, HELM_NAMESPACE, HELM_ARGS)

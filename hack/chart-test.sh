@@ -26,15 +26,21 @@
 #                the new values; the documented CRD upgrade (kubectl apply --server-side
 #                --force-conflicts -f crds/) works
 #   6. uninstall removes everything but the CRD
-#   7. release   `hack/release.sh` (what `make release` runs) from the operator binary of the
-#                tests (BIN, default target/debug/sidecarset-operator) into $SSO_WORK/chart-test/release,
+#   7. release   `hack/release.sh reproduce`: the release binary of HEAD built twice in two
+#                directories, one binary and one image digest; then `hack/release.sh` (what
+#                `make release` runs) from that binary, signed with a throwaway cosign key and PGP
+#                key (hack/supply-chain.sh test-keys), into $SSO_WORK/chart-test/release,
 #                pushing to the registry on this machine (hack/registry.sh, crane): its own verify
 #                (SHA256SUMS, the Krew manifest's sha256 against its archive, the image archive's
-#                digest as crane computes it in the registry, the chart's digest there); then
-#                `helm install oci://…/sidecarset-operator --version VERSION` and by digest
-#                (oci://…@sha256:…) install the release and its objects appear; a wrong digest
-#                is refused; a tampered Krew manifest and a dirty working tree are refused
-#                (SSO_CHART_TEST_RELEASE=0 leaves this step out)
+#                digest as crane computes it in the registry, the chart's digest there, the cosign
+#                signatures of image and chart, the SBOM and provenance attestations, the Helm
+#                provenance file, the binary's embedded dependency list); another public key, an
+#                unsigned image, a changed chart archive and a changed SBOM fail verification; then
+#                `helm install oci://…/sidecarset-operator --version VERSION --verify` and by
+#                digest (oci://…@sha256:…) install the release and its objects appear; a wrong
+#                digest is refused; a tampered Krew manifest and a dirty working tree are refused
+#                (SSO_CHART_TEST_RELEASE=0 leaves this step out; BIN=<a cargo auditable release
+#                binary> leaves out the two builds)
 #
 # Pods do not really run on kwok (its fake kubelet marks them Running/Ready), so the operator
 # itself is not exercised here; e2e does that. Works with Helm 3 (three-way merge) and Helm 4
@@ -618,11 +624,74 @@ monitoring_checks() {
 # ---------------------------------------------------------------------------------------------
 # --with-cluster
 
+# supply_chain_tamper REL REG: what the signatures are for. An attacker who rewrites the release
+# directory (checksums included) or the registry is caught by the public keys: another public
+# key, an image the key never signed, a changed chart archive and a changed SBOM fail to verify.
+supply_chain_tamper() {
+  local rel=$1 reg=$2 tam=$OUT/release-tampered out f
+  copy_release() { rm -rf "$tam"; mkdir -p "$tam"; cp "$rel"/* "$tam/"; }
+  sums() { (cd "$tam" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | sort | xargs sha256sum -- >SHA256SUMS.new && mv SHA256SUMS.new SHA256SUMS); }
+  chain_verify() { REGISTRY_INSECURE=1 SSO_WORK=$WORK "$REPO/hack/supply-chain.sh" verify "$tam" 2>&1; }
+  # 1. Another public key.
+  copy_release
+  "$REPO/hack/supply-chain.sh" test-keys "$tam/other-keys" >/dev/null || die "hack/supply-chain.sh test-keys failed"
+  if out=$(COSIGN_PUB=$tam/other-keys/cosign.pub chain_verify); then die "the release verified with another cosign public key"; fi
+  { grep -q 'FAIL signature: the image' <<<"$out" && grep -q 'FAIL signature: the chart' <<<"$out"; } \
+    || die "verify with another public key failed, but not on the signatures: $out"
+  pass "supply chain: another cosign public key does not verify the image or the chart"
+  # 2. Another image in the registry, recorded in release.json as the release's.
+  local image other
+  image=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["image"]["pushed"])' "$rel/release.json")
+  eval "$("$REPO/hack/tools.sh" crane)"
+  "$CRANE_BIN/crane" mutate --insecure --label tampered=1 "$image" -t "$reg/sidecarset-operator:tampered" >/dev/null 2>&1 \
+    || die "crane mutate $image failed"
+  other=$reg/sidecarset-operator@$("$CRANE_BIN/crane" digest --insecure "$reg/sidecarset-operator:tampered")
+  copy_release
+  python3 - "$tam/release.json" "$other" <<'PY'
+import json, sys
+p, ref = sys.argv[1:]
+d = json.load(open(p)); d["image"]["pushed"] = ref; d["image"]["digest"] = ref.split("@")[1]
+json.dump(d, open(p, "w"), indent=2)
+PY
+  sums
+  if out=$(chain_verify); then die "the release verified with an image ($other) the key never signed"; fi
+  grep -q "FAIL signature: the image $other" <<<"$out" || die "verify of an unsigned image failed, but not on its signature: $out"
+  pass "supply chain: an image the key did not sign (${other#*@}) fails verification"
+  # 3. The chart archive changed (a file added), checksums rewritten.
+  copy_release
+  f=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chart"]["file"])' "$rel/release.json")
+  mkdir -p "$tam/x" && tar -xzf "$tam/$f" -C "$tam/x" && echo "tampered: true" >>"$tam/x/sidecarset-operator/values.yaml"
+  tar -C "$tam/x" -czf "$tam/$f" sidecarset-operator && rm -rf "$tam/x"
+  sums
+  if out=$(chain_verify); then die "the release verified with a changed chart archive"; fi
+  grep -q "FAIL helm provenance: $f" <<<"$out" || die "verify of a changed chart archive failed, but not on its provenance file: $out"
+  pass "supply chain: a changed chart archive fails helm verify against its .prov"
+  # 4. The SBOM changed: the signed attestation no longer matches the release's file.
+  copy_release
+  f=$(find "$tam" -maxdepth 1 -name '*.image.cdx.json' -printf '%f\n' | head -n1)
+  python3 - "$tam/$f" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["components"] = d["components"][1:]
+json.dump(d, open(sys.argv[1], "w"), indent=2, sort_keys=True)
+PY
+  sums
+  if out=$(chain_verify); then die "the release verified with a changed SBOM"; fi
+  grep -q "FAIL attestation: cyclonedx" <<<"$out" || die "verify of a changed SBOM failed, but not on the attestation: $out"
+  pass "supply chain: an SBOM other than the attested one fails verification"
+  gpgconf --homedir "$tam/other-keys/gnupg" --kill gpg-agent 2>/dev/null || true
+  rm -rf "$tam"
+}
+
 # Step 7 (also alone: hack/chart-test.sh release).
 release_phase() {
-  section "7. the release: chart from an OCI registry (by version, by digest), image digest, Krew sha256"
-  local t0=$SECONDS bin=${BIN:-$REPO/target/debug/sidecarset-operator} rel=$OUT/release version reg out
-  [ -x "$bin" ] || die "the release step needs the operator binary $bin (cargo build --bin sidecarset-operator, or BIN=...)"
+  section "7. the release: reproducible build, signatures, SBOM and provenance, chart from an OCI registry (by version, by digest), image digest, Krew sha256"
+  local t0=$SECONDS bin rel=$OUT/release version reg out
+  # Debian's gnupg signs the chart's provenance file (installed here when missing, as root).
+  if ! command -v gpg >/dev/null; then
+    { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } || die "the release step needs gpg (Debian package gnupg)"
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gnupg; } >"$OUT/apt-gnupg.log" 2>&1 \
+      || { tail -n 20 "$OUT/apt-gnupg.log" >&2; die "apt-get install gnupg failed"; }
+  fi
   # The image is packed with umoci and skopeo: installed here when missing (as root, with apt-get),
   # as the real node's suites do, since on a new machine this step runs before them.
   if ! { command -v umoci >/dev/null && command -v skopeo >/dev/null; }; then
@@ -652,17 +721,32 @@ print(docs["MutatingWebhookConfiguration"]["metadata"]["name"], docs["Deployment
   grep -q 'the working tree has changes' <<<"$out" || { rm -rf "$clone"; die "hack/release.sh on a dirty tree failed, but not for that: $out"; }
   rm -rf "$clone"
   pass "release: refused on a working tree with changes (ALLOW_DIRTY=1 overrides)"
-  # The release, from the tests' binary (the release profile is the same source: make release
-  # builds it) without its symbols (74 instead of 141 MB: a third of the time packing it), to the
-  # registry on this machine; it runs its own verify at the end.
+  # The release binary of HEAD, built twice in two directories (hack/release.sh reproduce): the
+  # same binary and image digest, or the step fails.
   local t=$SECONDS
-  mkdir -p "$OUT/release-bin"
-  strip -o "$OUT/release-bin/sidecarset-operator" "$bin" 2>/dev/null || cp "$bin" "$OUT/release-bin/sidecarset-operator"
-  bin=$OUT/release-bin/sidecarset-operator
+  if [ -n "${BIN:-}" ]; then
+    # A release binary given (built with cargo auditable): the reproducibility check is left out.
+    bin=$BIN
+    log "  BIN=$bin given: the two reproducible builds are left out"
+  else
+    SSO_WORK=$WORK "$REPO/hack/release.sh" reproduce "$OUT/release-bin" >"$OUT/reproduce.log" 2>&1 \
+      || { cat "$OUT/reproduce.log" >&2; die "hack/release.sh reproduce failed"; }
+    grep '^\[release\] \(build\|reproducible\)' "$OUT/reproduce.log" | sed 's/^/      /' >&2
+    pass "reproducible: two builds of HEAD in two directories give one binary and one image digest ($((SECONDS - t)) s)"
+    bin=$OUT/release-bin/sidecarset-operator
+  fi
+  # A throwaway cosign key pair and PGP key; the release is signed with them and verified with the
+  # public halves only.
+  local keys
+  keys=$("$REPO/hack/supply-chain.sh" test-keys "$OUT/release-keys") || die "hack/supply-chain.sh test-keys failed"
+  eval "$keys"
+  export COSIGN_KEY COSIGN_PASSWORD COSIGN_PUB HELM_SIGN_KEY HELM_KEYRING GNUPGHOME
+  t=$SECONDS
   ALLOW_DIRTY=1 RELEASE_DIR=$rel BIN=$bin CHART_REPO=oci://$reg/charts IMAGE_REPO=$reg/sidecarset-operator PLAIN_HTTP=1 \
     SSO_WORK=$WORK "$REPO/hack/release.sh" >"$OUT/release.log" 2>&1 || { cat "$OUT/release.log" >&2; die "hack/release.sh failed"; }
-  grep '^\[release\] \(ok\|release\|chart\|image\|krew\)' "$OUT/release.log" | sed 's/^/      /' >&2
-  pass "release: made and verified in $((SECONDS - t)) s (SHA256SUMS, Krew sha256, image digest by crane, chart digest in the registry)"
+  grep '^\[release\] \(ok\|release\|chart\|image\|krew\|sbom\|signed\)' "$OUT/release.log" | sed 's/^/      /' >&2
+  pass "release: made and verified in $((SECONDS - t)) s (SHA256SUMS, Krew sha256, image digest by crane, chart digest in the registry, cosign signatures of image and chart, SBOM and provenance attestations, Helm provenance, the binary's dependency list)"
+  supply_chain_tamper "$rel" "$reg"
   local chart_digest image_digest
   chart_digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chart"]["digest"])' "$rel/release.json")
   image_digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["image"]["digest"])' "$rel/release.json")
@@ -706,7 +790,12 @@ print(docs["MutatingWebhookConfiguration"]["metadata"]["name"], docs["Deployment
     "$HELM" uninstall "$RELEASE" -n "$NS" --wait --timeout "${TIMEOUT}s" >/dev/null || die "helm uninstall failed"
     INSTALLED=0
   }
-  install_from "oci://$reg/charts/sidecarset-operator" "oci://$reg/charts/sidecarset-operator --version $version" --version "$version"
+  # By version with helm's own check of the provenance file pushed with the chart (the PGP public
+  # key only); by digest after the release's verify checked the cosign signatures of both
+  # digests (helm 3.22 cannot --verify a pull by digest: it names the archive after the digest,
+  # which the provenance file does not list).
+  install_from "oci://$reg/charts/sidecarset-operator" "oci://$reg/charts/sidecarset-operator --version $version --verify" \
+    --version "$version" --verify --keyring "$HELM_KEYRING"
   install_from "oci://$reg/charts/sidecarset-operator@$chart_digest" "oci://$reg/charts/sidecarset-operator@${chart_digest:0:19}…"
   local wrong
   wrong=sha256:$(printf '%064d' 0)
@@ -715,6 +804,7 @@ print(docs["MutatingWebhookConfiguration"]["metadata"]["name"], docs["Deployment
   fi
   pass "helm install by a digest the registry does not have: refused ($(tail -n1 <<<"$out" | cut -c1-100))"
   rm -rf "$OUT/release-bin"
+  gpgconf --homedir "$GNUPGHOME" --kill gpg-agent 2>/dev/null || true
   log "  release step: $((SECONDS - t0)) s; artifacts: $(find "$rel" -maxdepth 1 -type f -printf '%f %kK, ' | sort)"
 }
 

@@ -14,14 +14,36 @@
 #   RELEASE-NOTES.md                                the CHANGELOG.md entry of VERSION
 #   release.json                                    version, commit, every file's sha256, the
 #                                                   chart's OCI reference and digest, the image's
+#   sidecarset-operator-VERSION.tgz.prov            the chart's Helm provenance file (PGP
+#                                                   clear signature of its Chart.yaml and sha256)
+#   sidecarset-operator_vVERSION.cdx.json           CycloneDX SBOM of the binary (Cargo graph)
+#   sidecarset-operator_vVERSION.image.cdx.json     CycloneDX SBOM of the image
+#   provenance.json                                 the SLSA v1 provenance predicate of the image
+#   sidecarset-operator_vVERSION.intoto.jsonl       the image's signed attestations (SBOM and
+#                                                   provenance, DSSE envelopes by cosign)
+#   cosign.pub, sidecarset-operator-release.asc     the public keys of the signatures
 #   SHA256SUMS                                      sha256sum of every file above
 #
+# The image and the OCI chart are signed by digest with cosign in the registry they were pushed
+# to, the image SBOM and provenance attached as attestations (hack/supply-chain.sh); the chart
+# carries the PGP key's fingerprint and SIGN_KEY_URL in its artifacthub.io/signKey annotation.
+# The binary is `cargo auditable build --release --locked` (its dependency list embedded in the
+# section .dep-v0) with the build's paths remapped (hack/rustc-remap.sh): the same commit gives
+# the same binary and image digest wherever it is built (`hack/release.sh reproduce` checks).
+#
 #   hack/release.sh              make the release (what `make release` runs)
+#   hack/release.sh reproduce OUT  build the release binary of HEAD twice, in two checkouts in
+#                                different directories (sharing one target directory's
+#                                dependencies), and its image from each: the binaries and the
+#                                image digests must be equal; OUT gets the binary
 #   hack/release.sh verify DIR   check a release directory: SHA256SUMS, the Krew manifest's
 #                                sha256 against its archive, the image archive's digest (pushed
 #                                with crane to a registry: REGISTRY, else the one of
 #                                hack/registry.sh, started for it), the chart's digest in the
-#                                registry it was pushed to
+#                                registry it was pushed to; the signatures, attestations and
+#                                Helm provenance with the public keys COSIGN_PUB and
+#                                HELM_KEYRING (hack/supply-chain.sh verify); the binary's
+#                                embedded dependency list against Cargo.lock
 #
 # VERSION is the chart's (charts/sidecarset-operator/Chart.yaml): version and appVersion must be
 # equal, and equal to Cargo.toml's version; CHANGELOG.md's newest entry must be `## [VERSION]`.
@@ -29,8 +51,13 @@
 #
 # Env:
 #   RELEASE_DIR     the output directory (default dist; emptied first)
-#   BIN             the operator binary (default: cargo build --release --locked, then
-#                   target/release/sidecarset-operator)
+#   BIN             the operator binary (default: cargo auditable build --release --locked,
+#                   paths remapped, then target/release/sidecarset-operator)
+#   COSIGN_KEY, COSIGN_PASSWORD   the cosign private key file and its password (required)
+#   HELM_SIGN_KEY   the PGP key (a name or fingerprint in gpg's keyring, GNUPGHOME) that signs
+#                   the chart's provenance file (required)
+#   SIGN_KEY_URL    where users fetch that PGP public key (the chart's artifacthub.io/signKey
+#                   url; default KREW_BASE_URL/sidecarset-operator-release.asc)
 #   CHART_REPO      where the chart is pushed: oci://HOST[:PORT]/PATH (the chart lands at
 #                   CHART_REPO/sidecarset-operator:VERSION). Default: the registry on this machine
 #                   (hack/registry.sh up), oci://HOST:PORT/charts, plain HTTP
@@ -92,6 +119,12 @@ cmd_release() {
   case $out in /*) ;; *) out=$REPO/$out ;; esac
   { [ "$out" != "$REPO" ] && [ "$out" != / ]; } || die "RELEASE_DIR must not be the repository or /"
   log "release $VERSION (commit ${commit:0:12}$([ "$dirty" = true ] && echo ", dirty"), $OS/$ARCH) into ${out#"$REPO"/}"
+  # The keys, before anything is built: a release is signed.
+  [ -s "${COSIGN_KEY:-}" ] || die "COSIGN_KEY: the cosign private key file (and COSIGN_PASSWORD) is needed: a release is signed (docs/src/releasing.md)"
+  [ -n "${HELM_SIGN_KEY:-}" ] || die "HELM_SIGN_KEY: the PGP key (in gpg's keyring) that signs the chart's provenance file is needed (docs/src/releasing.md)"
+  local fingerprint
+  fingerprint=$(gpg --batch --with-colons --fingerprint "$HELM_SIGN_KEY" 2>/dev/null | awk -F: '$1 == "fpr" {print $10; exit}')
+  [ -n "$fingerprint" ] || die "HELM_SIGN_KEY=$HELM_SIGN_KEY: no such key in gpg's keyring${GNUPGHOME:+ ($GNUPGHOME)}"
 
   # The registry.
   local chart_repo=${CHART_REPO:-} image_repo=${IMAGE_REPO:-} plain=${PLAIN_HTTP:-0}
@@ -112,9 +145,7 @@ cmd_release() {
   # The binary.
   local bin=${BIN:-}
   if [ -z "$bin" ]; then
-    log "cargo build --release --locked --bin sidecarset-operator"
-    cargo build --release --locked --bin sidecarset-operator
-    bin=target/release/sidecarset-operator
+    bin=$(build_binary "$REPO" "${CARGO_TARGET_DIR:-$REPO/target}")
   fi
   [ -x "$bin" ] || die "BIN=$bin is not an executable"
   local binver
@@ -137,9 +168,28 @@ cmd_release() {
   # order, with SOURCE_DATE_EPOCH and no gzip time stamp, so the same chart gives the same archive.
   mkdir -p "$w/chart"
   tar -xzf "$out/$chart_tgz" -C "$w/chart"
+  # Where Artifact Hub users find the key of the provenance file.
+  local key_url=${SIGN_KEY_URL:-${KREW_BASE_URL:-file://$out}/sidecarset-operator-release.asc}
+  python3 - "$w/chart/sidecarset-operator/Chart.yaml" "$fingerprint" "$key_url" <<'PY'
+import sys
+import re
+path, fpr, url = sys.argv[1:]
+text = open(path).read()
+if "artifacthub.io/signKey" in text:
+    sys.exit("Chart.yaml already has an artifacthub.io/signKey annotation: the release writes it")
+# (helm package rewrote Chart.yaml with its keys sorted: annotations may be the first line.)
+text, n = re.subn(r"(?m)^annotations:\n", f"annotations:\n  artifacthub.io/signKey: |\n    fingerprint: {fpr}\n    url: {url}\n", text, count=1)
+if n != 1:
+    sys.exit("Chart.yaml has no annotations block")
+open(path, "w").write(text)
+PY
   tar -C "$w/chart" --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -cf - sidecarset-operator \
     | gzip -n -9 >"$out/$chart_tgz"
   "$helm" show chart "$out/$chart_tgz" >/dev/null || die "the repacked chart archive does not load"
+  helm_provenance "$helm" "$out/$chart_tgz"
+  gpg --batch --armor --export "$HELM_SIGN_KEY" >"$out/sidecarset-operator-release.asc"
+  eval "$(hack/tools.sh cosign)"
+  "$COSIGN_BIN/cosign" public-key --key "$COSIGN_KEY" >"$out/cosign.pub" 2>/dev/null || die "cosign public-key --key $COSIGN_KEY failed (COSIGN_PASSWORD?)"
   push_out=$("$helm" push "$out/$chart_tgz" "$chart_repo" "${plain_flag[@]}" 2>&1) \
     || { printf '%s\n' "$push_out" >&2; die "helm push $chart_tgz $chart_repo failed"; }
   chart_digest=$(sed -n 's/^Digest: *\(sha256:[0-9a-f]\{64\}\)$/\1/p' <<<"$push_out")
@@ -169,19 +219,58 @@ cmd_release() {
   mv "$w/krew/$krew_tgz" "$w/krew/sidecarset.yaml" "$out/"
   log "krew $krew_tgz ($(du -h "$out/$krew_tgz" | cut -f1)) and sidecarset.yaml ($((SECONDS - t)) s)"
 
-  # 4. Release notes, the record, the checksums.
+  # 4. The SBOMs (binary and image) and the provenance predicate.
+  t=$SECONDS
+  hack/supply-chain.sh sbom "$bin" "$out/$image_tar" "$out" "$VERSION"
+  hack/supply-chain.sh provenance "$out/provenance.json" "$VERSION" "$commit" "$dirty"
+  log "sbom and provenance ($((SECONDS - t)) s)"
+
+  # 5. Release notes, the record, the signatures and attestations, the checksums.
   printf '%s\n' "$notes" >"$out/RELEASE-NOTES.md"
   local dirty_flag=()
   [ "$dirty" = false ] || dirty_flag=(--dirty)
   xtask release-record --dir "$out" --version "$VERSION" --commit "$commit" "${dirty_flag[@]}" --epoch "$epoch" \
     --chart "$chart_tgz" --chart-repo "$chart_repo" --chart-digest "$chart_digest" \
     --image "$image_tar" --image-digest "$image_digest" --image-ref "$image_ref" --krew "$krew_tgz"
+  [ -n "$image_ref" ] || die "the image must be pushed to be signed: set IMAGE_REPO"
+  t=$SECONDS
+  REGISTRY_INSECURE=$plain hack/supply-chain.sh sign "$out"
+  log "signatures and attestations ($((SECONDS - t)) s)"
   (cd "$out" && sha256sum -- * >"$w/SHA256SUMS") && mv "$w/SHA256SUMS" "$out/SHA256SUMS"
   cmd_verify "$out"
   log "release $VERSION in ${out#"$REPO"/}:"
   find "$out" -mindepth 1 -maxdepth 1 -printf '[release]   %10s  %f\n' | sort -k2 >&2
   log "install: helm install sidecarset-operator $chart_repo/sidecarset-operator --version $VERSION ${plain_flag[*]}"
   log "     or: helm install sidecarset-operator $chart_repo/sidecarset-operator@$chart_digest ${plain_flag[*]}"
+}
+
+# build_binary SRC TARGET: the release binary of the checkout SRC, built into the Cargo target
+# directory TARGET (`cargo auditable build --release --locked`, the paths remapped by
+# hack/rustc-remap.sh, SOURCE_DATE_EPOCH set); prints its path.
+build_binary() {
+  local src=$1 target=$2
+  eval "$(hack/tools.sh cargo-auditable)"
+  log "cargo auditable build --release --locked --bin sidecarset-operator (in ${src}, target ${target})"
+  ( cd "$src" && PATH=$CARGO_AUDITABLE_BIN:$PATH CARGO_TARGET_DIR=$target RUSTC_WRAPPER=$REPO/hack/rustc-remap.sh \
+      SSO_REMAP_SRC=$src SSO_REMAP_TARGET=$target SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:?} \
+      cargo auditable build --release --locked --bin sidecarset-operator ) >&2 || die "the release build failed"
+  echo "$target/release/sidecarset-operator"
+}
+
+# helm_provenance HELM TGZ: TGZ.prov, the Helm provenance file of the archive as `helm package
+# --sign` writes it (the chart's metadata as helm prints it, `...`, the archive's sha256, in a
+# PGP clear signature by HELM_SIGN_KEY with SHA-512), made here because the archive is repacked
+# after helm packaged it; `helm verify` checks it.
+helm_provenance() {
+  local helm=$1 tgz=$2 msg
+  msg=$(mktemp)
+  { "$helm" show chart "$tgz" | sed -e :a -e '/^\n*$/{$d;N;ba' -e '}'
+    printf '\n...\nfiles:\n  %s: sha256:%s\n' "$(basename "$tgz")" "$(sha256sum "$tgz" | cut -d' ' -f1)"; } >"$msg"
+  gpg --batch --yes --quiet --local-user "$HELM_SIGN_KEY" --digest-algo SHA512 --clearsign -o "$tgz.prov" "$msg" \
+    || { rm -f "$msg"; die "gpg --clearsign with HELM_SIGN_KEY=$HELM_SIGN_KEY failed"; }
+  rm -f "$msg"
+  "$helm" verify --keyring <(gpg --batch --export "$HELM_SIGN_KEY") "$tgz" >/dev/null 2>&1 \
+    || die "helm verify does not accept the provenance file just written ($tgz.prov)"
 }
 
 # push_layout CRANE ARCHIVE REF [FLAGS]: push the OCI layout in ARCHIVE (a tar) to REF; prints
@@ -278,13 +367,97 @@ print([l["digest"] for l in json.load(sys.stdin)["layers"] if l["mediaType"] == 
   else
     log "skip chart: $chart_ref does not answer from here (its digest is $chart_digest)"
   fi
+  # The binary's embedded dependency list (cargo auditable) is Cargo.lock's.
+  verify_audit_data "$dir" || rc=1
+  # Signatures, attestations, the Helm provenance file (with the public keys only).
+  local image_ref
+  image_ref=$(xtask json-field "$dir/release.json" image.pushed)
+  if [ -z "$image_ref" ]; then
+    log "FAIL signatures: the release records no pushed image"; rc=1
+  elif "$crane" digest --insecure "$image_ref" >/dev/null 2>&1; then
+    REGISTRY_INSECURE=1 hack/supply-chain.sh verify "$dir" || rc=1
+  else
+    log "skip signatures: $image_ref does not answer from here"
+  fi
   if [ "$started" = 1 ]; then hack/registry.sh down; fi
   [ "$rc" = 0 ] || die "the release in $dir does not verify (see above)"
   log "the release in $dir verifies"
 }
 
+# verify_audit_data DIR: the binary of the Krew archive carries its dependency list (section
+# .dep-v0, zlib-compressed JSON, written by cargo auditable): the operator at the release's
+# version is its root, and every package in it is in Cargo.lock at that version.
+verify_audit_data() {
+  local dir=$1 krew w
+  krew=$(xtask json-field "$dir/release.json" krew.file)
+  w=$(mktemp -d)
+  tar -xzf "$dir/$krew" -C "$w" kubectl-sidecarset
+  if ! objcopy --dump-section ".dep-v0=$w/dep" "$w/kubectl-sidecarset" "$w/stripped" 2>/dev/null; then
+    log "FAIL audit data: the binary in $krew has no .dep-v0 section (not built with cargo auditable)"; rm -rf "$w"; return 1
+  fi
+  local rc=0
+  python3 - "$w/dep" "$REPO/Cargo.lock" "$(xtask json-field "$dir/release.json" version)" <<'PY' || rc=1
+import json, sys, tomllib, zlib
+dep, lock, version = sys.argv[1:]
+pk = json.loads(zlib.decompress(open(dep, "rb").read()))["packages"]
+locked = {(p["name"], p["version"]) for p in tomllib.load(open(lock, "rb"))["package"]}
+roots = [p for p in pk if p.get("root")]
+bad = [f"{p['name']} {p['version']}" for p in pk if (p["name"], p["version"]) not in locked]
+if [(r["name"], r["version"]) for r in roots] != [("sidecarset-operator", version)]:
+    bad.append(f"root {roots}, expected sidecarset-operator {version}")
+if bad:
+    sys.exit(f"[release] FAIL audit data: not in Cargo.lock: {', '.join(bad)}")
+print(f"[release] ok   audit data: the binary lists {len(pk)} packages (cargo auditable), all at Cargo.lock's versions", file=sys.stderr)
+PY
+  rm -rf "$w"
+  return "$rc"
+}
+
+# The same commit, built twice in different directories: the same binary and image digest.
+cmd_reproduce() {
+  local dest=${1:?usage: hack/release.sh reproduce OUT_DIR}
+  command -v git >/dev/null || die "git is needed"
+  release_version
+  local commit base t=$SECONDS
+  commit=$(git rev-parse HEAD)
+  export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
+  base=${SSO_WORK:-$REPO/.local}/reproduce
+  mkdir -p "$base"
+  base=$(cd "$base" && pwd)
+  # Two checkouts of HEAD at paths of different lengths; one target directory: its dependencies
+  # are built once, the workspace's crates twice, once from each checkout. (Cargo names a
+  # workspace crate's artifacts by its path inside the workspace, so both checkouts share them:
+  # they are cleaned before each build, or the second would find the first's fresh and reuse it.)
+  local a=$base/one/sidecarset-operator b=$base/second-checkout/src x bin digests=() sums=()
+  for x in "$a" "$b"; do
+    rm -rf "$x"
+    git clone -q --shared --no-checkout "$REPO" "$x"
+    git -C "$x" checkout -q --detach "$commit"
+  done
+  local i=0
+  for x in "$a" "$b"; do
+    i=$((i + 1))
+    (cd "$x" && CARGO_TARGET_DIR=$base/target cargo clean -q --release -p sidecarset-operator -p sidecarset-core -p sidecarset-cli) \
+      || die "cargo clean of the workspace's crates failed"
+    bin=$(build_binary "$x" "$base/target")
+    cp "$bin" "$base/bin-$i"
+    sums+=("$(sha256sum "$base/bin-$i" | cut -d' ' -f1)")
+    SSO_IMAGE_VERSION=$VERSION SSO_IMAGE_OCI_ARCHIVE=$base/image-$i.oci.tar SSO_IMAGE_OCI_TAG=$VERSION \
+      hack/images.sh operator "$base/bin-$i" "$base/images-$i" >/dev/null 2>&1 || die "hack/images.sh operator failed for build $i"
+    digests+=("$(cat "$base/image-$i.oci.tar.digest")")
+    log "build $i in $x: binary sha256 ${sums[-1]}, image $(basename "$base/image-$i.oci.tar") ${digests[-1]}"
+  done
+  [ "${sums[0]}" = "${sums[1]}" ] || die "the two builds of $commit differ: binaries ${sums[0]} and ${sums[1]} ($base/bin-1, $base/bin-2)"
+  [ "${digests[0]}" = "${digests[1]}" ] || die "the two images of $commit differ: ${digests[0]} and ${digests[1]}"
+  mkdir -p "$dest"
+  cp "$base/bin-1" "$dest/sidecarset-operator"
+  rm -rf "$a" "$b" "$base/images-1" "$base/images-2" "$base/image-1.oci.tar" "$base/image-2.oci.tar"
+  log "reproducible: commit ${commit:0:12} built in two directories: binary sha256 ${sums[0]}, image ${digests[0]} ($((SECONDS - t)) s)"
+}
+
 case ${1:-release} in
   release) cmd_release ;;
+  reproduce) shift; cmd_reproduce "$@" ;;
   verify) shift; cmd_verify "$@" ;;
-  *) echo "usage: $0 [release] | verify DIR" >&2; exit 2 ;;
+  *) echo "usage: $0 [release] | reproduce OUT_DIR | verify DIR" >&2; exit 2 ;;
 esac

@@ -3,7 +3,8 @@
 #
 #   hack/test.sh            all phases (what `make test` and CI run)
 #   hack/test.sh check      the fast inner loop (`make check`): fmt, shellcheck, clippy, the feature check,
-#                           generated-file drift, the docs site (built, links checked),
+#                           generated-file drift, the dependency policy (cargo-deny, offline: deny.toml,
+#                           hack/deps.sh), the docs site (built, links checked),
 #                           unit/fixture/conformance/webhook tests, chart lint; no cluster
 #
 # The Go test tools (helm, operator-sdk, opm, etcd, kwok, the control plane, the kubelet) are
@@ -67,10 +68,13 @@ start_tools() {
     # release step of the chart test). Debian packages for the node are
     # installed meanwhile too (no CPU to speak of).
     if [ "${#want[@]}" -gt 1 ]; then hack/node.sh deps || true; fi
-    hack/tools.sh helm helm-docs >/dev/null &&
+    # cargo-deny (the deps phase) and the release's cargo-cyclonedx, cargo-auditable and cosign
+    # (the release step of the chart test) go in too.
+    hack/tools.sh helm helm-docs cargo-deny >/dev/null &&
       hack/bundle.sh tools &&
       hack/tools.sh "${want[@]}" crane >/dev/null &&
-      hack/docs.sh install >/dev/null
+      hack/docs.sh install >/dev/null &&
+      hack/tools.sh supply-chain >/dev/null
   ) >"$BG_LOG" 2>&1 &
   BG_PID=$!
 }
@@ -115,6 +119,8 @@ case "${1:-all}" in
   check)
     phase fmt cargo fmt --all -- --check
     phase shellcheck make -s shellcheck
+    # Before anything compiles: a dependency the policy refuses fails here, not after a build.
+    phase deps hack/deps.sh check
     phase features hack/features.sh check
     phase clippy cargo clippy --workspace --all-targets -- -D warnings
     phase manifests make -s check-manifests
@@ -138,6 +144,7 @@ case "${1:-all}" in
     phase unit make -s unit
     phase helm-lint make -s helm-lint
     phase bundle make -s bundle-validate
+    phase deps hack/deps.sh check
     # mdBook is built last in the background (a cold build is minutes of CPU): checked here.
     phase docs make -s docs-check
     phase e2e-local make -s e2e-local

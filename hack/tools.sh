@@ -5,11 +5,15 @@
 # version. Prints the directory of each tool on stdout as NAME=PATH lines (for `eval`), and its
 # progress on stderr.
 #
-#   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet|helm-docs|crane|olm|kind|kind-k8s|crictl|coredns]...
+#   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet|helm-docs|crane|olm|kind|kind-k8s|crictl|coredns|
+#                  cargo-deny|cargo-cyclonedx|cargo-auditable|cosign|supply-chain]...
 # (`helm-docs` is asked for by hack/chart-docs.sh only; `crane` (go-containerregistry: an OCI
 # registry server and a client for OCI archives) by hack/registry.sh and the release scripts;
 # `olm` (OLM v0's olm-operator, catalog-operator, cpb, copy-content, and a static opm for the
-# images OLM runs) by hack/olm.sh.)
+# images OLM runs) by hack/olm.sh; `cargo-deny` (the dependency policy) by hack/deps.sh;
+# `cargo-cyclonedx` (the SBOM), `cargo-auditable` (the dependency list in the binary) and
+# `cosign` (signatures and attestations) by hack/release.sh; `supply-chain` is those four.
+# The cargo tools are `cargo install --locked`ed into <tool>-v<version>/bin.)
 #
 # `all` is what the kwok cluster needs; `kubelet` (for the real node of hack/node.sh) is built
 # only when asked for, into the same kubernetes-<version> directory (it shares the Go build cache
@@ -28,6 +32,12 @@ OLM_VERSION=${OLM_VERSION:-v0.46.0}
 KIND_VERSION=${KIND_VERSION:-v0.33.0}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.37.0}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.3}
+# The supply chain: the dependency policy, the SBOM, the binary's embedded dependency list, the
+# signatures and attestations (cold builds on 2 busy cores in the comments of their functions).
+CARGO_DENY_VERSION=${CARGO_DENY_VERSION:-0.20.2}
+CARGO_CYCLONEDX_VERSION=${CARGO_CYCLONEDX_VERSION:-0.5.9}
+CARGO_AUDITABLE_VERSION=${CARGO_AUDITABLE_VERSION:-0.7.7}
+COSIGN_VERSION=${COSIGN_VERSION:-v2.6.5}
 
 CACHE=${SSO_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sidecarset-operator/bin}
 mkdir -p "$CACHE"
@@ -318,6 +328,59 @@ build_kind() { go_tool KIND_BIN kind "$KIND_VERSION" sigs.k8s.io/kind; }
 build_crictl() { go_tool CRICTL_BIN crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl; }
 build_coredns() { go_tool COREDNS_BIN coredns "$COREDNS_VERSION" github.com/coredns/coredns; }
 
+# cargo_tool VAR CRATE VERSION BINARY [cargo install flags...]: `cargo install --locked` of
+# CRATE at VERSION into CRATE-vVERSION (its bin/ holds BINARY); prints VAR=<that bin dir>.
+cargo_tool() {
+  local var=$1 crate=$2 version=$3 binary=$4 out=$CACHE/$2-v$3
+  shift 4
+  if ! cargo_tool_ok "$out" "$crate" "$version" "$binary"; then with_lock "$out" _cargo_tool "$out" "$crate" "$version" "$binary" "$@"; fi
+  echo "$var=$out/bin"
+}
+
+# cargo_tool_ok ROOT CRATE VERSION BINARY: cargo install's record in ROOT says CRATE VERSION and
+# the binary is there (cargo subcommands such as cargo-auditable do not print their own version).
+cargo_tool_ok() {
+  [ -x "$1/bin/$4" ] && [ -s "$1/.crates.toml" ] && grep -qF "\"$2 $3 (registry+" "$1/.crates.toml"
+}
+
+_cargo_tool() {
+  local out=$1 crate=$2 version=$3 binary=$4 start=$SECONDS
+  shift 4
+  cargo_tool_ok "$out" "$crate" "$version" "$binary" && return 0
+  command -v cargo >/dev/null || die "cargo is not on PATH; it builds $crate"
+  log "building $crate $version (cargo install --locked)"
+  cargo install --quiet --locked "$crate" --version "$version" --root "$out" "$@" >&2
+  cargo_tool_ok "$out" "$crate" "$version" "$binary" || die "$crate was built but $out does not hold $binary $version"
+  log "$crate $version built in $((SECONDS - start)) s"
+}
+
+# cargo-deny: the dependency policy of `make check` (hack/deps.sh; deny.toml).
+build_cargo_deny() { cargo_tool CARGO_DENY_BIN cargo-deny "$CARGO_DENY_VERSION" cargo-deny; }
+# cargo-cyclonedx: the CycloneDX SBOM of the operator from the Cargo graph (hack/release.sh).
+build_cargo_cyclonedx() { cargo_tool CARGO_CYCLONEDX_BIN cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION" cargo-cyclonedx; }
+# cargo-auditable: the release binary carries its dependency list (`cargo auditable build`).
+build_cargo_auditable() { cargo_tool CARGO_AUDITABLE_BIN cargo-auditable "$CARGO_AUDITABLE_VERSION" cargo-auditable; }
+
+# cosign (sigstore, v2: key-based signing without a transparency log, --tlog-upload=false):
+# signs the image and the OCI chart and attaches the SBOM and provenance attestations
+# (hack/release.sh). Its version is stamped the way its own release build does.
+build_cosign() {
+  local out=$CACHE/cosign-$COSIGN_VERSION
+  if ! tool_ok_cosign "$out/cosign"; then with_lock "$out" _build_cosign "$out"; fi
+  echo "COSIGN_BIN=$out"
+}
+tool_ok_cosign() { [ -x "$1" ] && "$1" version 2>/dev/null | grep -qE "GitVersion: +$COSIGN_VERSION\$"; }
+_build_cosign() {
+  local out=$1 start=$SECONDS
+  tool_ok_cosign "$out/cosign" && return 0
+  log "building cosign $COSIGN_VERSION"
+  GOBIN="$out" CGO_ENABLED=0 go install -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" \
+    "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION" >&2
+  tool_ok_cosign "$out/cosign" || die "cosign was built but does not report $COSIGN_VERSION"
+  log "cosign $COSIGN_VERSION built in $((SECONDS - start)) s"
+}
+
 targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do
   case $t in
@@ -334,6 +397,11 @@ for t in "${targets[@]}"; do
     kind-k8s) build_kind_k8s ;;
     crictl) build_crictl ;;
     coredns) build_coredns ;;
-    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet, helm-docs, crane, olm, kind, kind-k8s, crictl or coredns)" ;;
+    cargo-deny) build_cargo_deny ;;
+    cargo-cyclonedx) build_cargo_cyclonedx ;;
+    cargo-auditable) build_cargo_auditable ;;
+    cosign) build_cosign ;;
+    supply-chain) build_cargo_deny; build_cargo_cyclonedx; build_cargo_auditable; build_cosign ;;
+    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet, helm-docs, crane, olm, kind, kind-k8s, crictl, coredns, cargo-deny, cargo-cyclonedx, cargo-auditable, cosign or supply-chain)" ;;
   esac
 done
