@@ -4,8 +4,9 @@
 //! through [`webhook::admit_pod`] as an AdmissionReview, and the encoded response must be the one
 //! recorded in tests/fixtures/admission-responses. The recordings were made by the code of
 //! commit 337a1d8, before the admission path was rewritten for speed; the rewrite must not
-//! change a byte. `SSO_RECORD_RESPONSES=1` writes them again (only from a commit whose answers
-//! are known good).
+//! change a byte. A golden case added later (the opt-outs) is recorded from the first commit that
+//! has it, once its expected pod passes in the core's golden test. `SSO_RECORD_RESPONSES=1`
+//! writes them again (only from a commit whose answers are known good).
 
 use crate::kruise_conformance;
 use serde_json::{Value, json};
