@@ -15,9 +15,9 @@ use serde_json::Value;
 const ALWAYS: &str = "Always";
 
 /// A SidecarSet's container as built, made a native sidecar.
-pub(super) fn as_native<'a>(
-    (sc, mut c): (&'a SidecarContainer, Container),
-) -> (&'a SidecarContainer, Container) {
+pub(super) fn as_native(
+    (sc, mut c): (&SidecarContainer, Container),
+) -> (&SidecarContainer, Container) {
     c.restart_policy = Some(ALWAYS.to_string());
     (sc, c)
 }
