@@ -62,6 +62,9 @@ enum Kind {
     Container,
     /// A native sidecar: an init container with `restartPolicy: Always`.
     Native,
+    /// A container of a SidecarSet in native sidecar mode
+    /// (`sidecarset-operator.io/native-sidecars: "true"`): injected as a native sidecar.
+    NativeMode,
 }
 
 const SIDECAR: &str = "sidecar";
@@ -96,8 +99,19 @@ impl Fixture {
                 c["restartPolicy"] = json!("Always");
                 spec["initContainers"] = json!([c]);
             }
+            Kind::NativeMode => spec["containers"] = json!([busybox(SIDECAR, "v1")]),
         }
-        create_sidecarset(&c, json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": ss}, "spec": spec})).await?;
+        let annotations = if kind == Kind::NativeMode {
+            json!({"sidecarset-operator.io/native-sidecars": "true"})
+        } else {
+            json!({})
+        };
+        create_sidecarset(
+            &c,
+            json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": ss, "annotations": annotations}, "spec": spec}),
+        )
+        .await?;
         wait_injectable(
             &c,
             &ns,
@@ -178,7 +192,7 @@ impl Fixture {
 
     async fn set_image(&self, tag: &str) -> anyhow::Result<()> {
         let list = match self.kind {
-            Kind::Container => "containers",
+            Kind::Container | Kind::NativeMode => "containers",
             Kind::Native => "initContainers",
         };
         Api::<SidecarSet>::all(self.c.clone())
@@ -390,7 +404,11 @@ fn assert_in_place(before: &Snapshot, after: &[Pod], tag: &str, restarts: i32) {
 /// content, app container and pod UID untouched. Prints how long each pod's upgrade took, from
 /// the operator's patch of the pod to the pod being Ready again on the new image.
 async fn upgrade_in_place(kind: Kind) -> anyhow::Result<()> {
-    let tag = if kind == Kind::Container { "up" } else { "nup" };
+    let tag = match kind {
+        Kind::Container => "up",
+        Kind::Native => "nup",
+        Kind::NativeMode => "nmup",
+    };
     let f = Fixture::new(tag, kind, json!({"maxUnavailable": 1}), 2).await?;
     let before = snapshot(&f.pods().await?);
     let v2 = image_id("v2");
@@ -503,6 +521,12 @@ async fn native_sidecar_is_upgraded_in_place() -> anyhow::Result<()> {
     upgrade_in_place(Kind::Native).await
 }
 
+#[tokio::test]
+#[ignore]
+async fn native_mode_sidecar_is_upgraded_in_place() -> anyhow::Result<()> {
+    upgrade_in_place(Kind::NativeMode).await
+}
+
 /// An image that cannot be pulled: the first pod is upgraded, its kubelet fails to pull (the
 /// status keeps the old image), and the rollout stops at maxUnavailable 1 with a RolloutWaiting
 /// Event naming the pod. Fixing the image (v3) resumes the rollout, the stuck pod included.
@@ -537,7 +561,7 @@ async fn unpullable_image_stops_the_rollout(kind: Kind) -> anyhow::Result<()> {
         let failing = match kind {
             Kind::Container => st == "waiting/ErrImagePull" || st == "waiting/ImagePullBackOff",
             // The old process exited 0 on SIGTERM: the kubelet shows no waiting reason at all.
-            Kind::Native => st == "terminated/Completed exit 0",
+            Kind::Native | Kind::NativeMode => st == "terminated/Completed exit 0",
         };
         if failing {
             assert!(
@@ -1208,4 +1232,148 @@ async fn hot_upgrade_of_pods_the_policy_injected() -> anyhow::Result<()> {
     );
     f.cleanup().await;
     Ok(())
+}
+
+/// When a container of a finished pod started and finished (its terminated state).
+fn started_finished(p: &Pod, name: &str) -> anyhow::Result<(jiff::Timestamp, jiff::Timestamp)> {
+    let s = cstatus(p, name).ok_or_else(|| anyhow::anyhow!("no status of {name}"))?;
+    let t = s
+        .state
+        .as_ref()
+        .and_then(|st| st.terminated.as_ref())
+        .ok_or_else(|| anyhow::anyhow!("{name} has not terminated: {}", state(&s)))?;
+    let (Some(start), Some(finish)) = (&t.started_at, &t.finished_at) else {
+        anyhow::bail!("{name}: terminated without start and finish times: {t:?}");
+    };
+    Ok((start.0, finish.0))
+}
+
+/// A Job whose pod gets a sidecar in native sidecar mode completes on the kubelet; the sidecar
+/// starts before the pod's own init container and its app container, and finishes after the app
+/// (the kubelet stops native sidecars once the app containers have exited). Container times have
+/// whole seconds, so the pod's init container sleeps 1 s before the app starts, and the sidecar
+/// takes 1 s to stop after SIGTERM.
+#[tokio::test]
+#[ignore]
+async fn a_job_with_a_native_mode_sidecar_completes_and_the_sidecar_starts_first_and_stops_last()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::batch::v1::Job;
+    let c = client().await;
+    let s = suffix();
+    let (ns, ss, label) = (
+        format!("e2e-rn-job-{s}"),
+        format!("e2e-rn-job-{s}"),
+        format!("rn-job-{s}"),
+    );
+    create_namespace(&c, &ns, json!({})).await?;
+    let result = async {
+        let sidecar = json!({
+            "name": SIDECAR, "image": img("v1"),
+            "command": ["sh", "-c", "trap 'sleep 1; echo sidecar stopped; exit 0' TERM; echo sidecar started; while true; do sleep 1; done"],
+        });
+        create_sidecarset(&c, json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": ss, "annotations": {"sidecarset-operator.io/native-sidecars": "true"}},
+            "spec": {"selector": {"matchLabels": {"e2e-app": label}}, "containers": [sidecar]}
+        }))
+        .await?;
+        wait_injectable(&c, &ns, &pod("probe", json!({"e2e-app": label})), SIDECAR, true).await?;
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "batch"},
+            "spec": {"backoffLimit": 0, "template": {
+                "metadata": {"labels": {"e2e-app": label}},
+                "spec": {"restartPolicy": "Never",
+                         "nodeSelector": {"kubernetes.io/hostname": node()},
+                         "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                         "terminationGracePeriodSeconds": 5,
+                         "initContainers": [{"name": "setup", "image": img("v1"), "command": ["sh", "-c", "sleep 1"]}],
+                         "containers": [{"name": "app", "image": img("v1"),
+                                         "command": ["sh", "-c", "echo app working; sleep 2; echo app done"]}]}}}
+        }))?;
+        let t0 = Instant::now();
+        Api::<Job>::namespaced(c.clone(), &ns)
+            .create(&PostParams::default(), &job)
+            .await?;
+        let jobs = Api::<Job>::namespaced(c.clone(), &ns);
+        let pods = Api::<Pod>::namespaced(c.clone(), &ns);
+        let lp = ListParams::default().labels(&format!("e2e-app={label}"));
+        loop {
+            let j = jobs.get("batch").await?;
+            let st = j.status.clone().unwrap_or_default();
+            let complete = st
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Complete" && c.status == "True");
+            if complete {
+                println!(
+                    "job with a native-mode sidecar complete after {:.1} s (succeeded {:?})",
+                    t0.elapsed().as_secs_f64(),
+                    st.succeeded
+                );
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(120) {
+                let listed = pods.list(&lp).await?.items;
+                anyhow::bail!(
+                    "the Job did not complete in 120 s: {:?}; pods: {}",
+                    st,
+                    listed
+                        .iter()
+                        .map(|p| format!("{} {:?}", name(p), statuses(p).iter().map(|s| (s.name.clone(), state(s))).collect::<Vec<_>>()))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let listed = pods.list(&lp).await?.items;
+        anyhow::ensure!(listed.len() == 1, "one pod: {}", listed.len());
+        let p = &listed[0];
+        let inits: Vec<(String, Option<String>)> = p
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .map(|c| (c.name.clone(), c.restart_policy.clone()))
+            .collect();
+        anyhow::ensure!(
+            inits == [(SIDECAR.to_string(), Some("Always".to_string())), ("setup".to_string(), None)],
+            "the sidecar is a native sidecar before the pod's init container: {inits:?}"
+        );
+        let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+        anyhow::ensure!(phase.as_deref() == Some("Succeeded"), "pod phase {phase:?}");
+        let (sc_start, sc_finish) = started_finished(p, SIDECAR)?;
+        let (setup_start, setup_finish) = started_finished(p, "setup")?;
+        let (app_start, app_finish) = started_finished(p, "app")?;
+        println!("pod {}: sidecar started {sc_start} finished {sc_finish}", name(p));
+        println!("pod {}: setup   started {setup_start} finished {setup_finish}", name(p));
+        println!("pod {}: app     started {app_start} finished {app_finish}", name(p));
+        anyhow::ensure!(
+            sc_start <= setup_start && setup_finish <= app_start && sc_start < app_start,
+            "the sidecar starts first: sidecar {sc_start}, setup {setup_start}..{setup_finish}, app {app_start}"
+        );
+        anyhow::ensure!(
+            sc_finish > app_finish,
+            "the sidecar finishes after the app: sidecar {sc_finish}, app {app_finish}"
+        );
+        let log = |container: &str| {
+            let (pods, n) = (pods.clone(), name(p));
+            let lp = LogParams {
+                container: Some(container.into()),
+                ..Default::default()
+            };
+            async move { pods.logs(&n, &lp).await }
+        };
+        let sidecar_log = log(SIDECAR).await?;
+        println!("sidecar log: {:?}", sidecar_log.trim());
+        anyhow::ensure!(
+            sidecar_log.contains("sidecar started") && sidecar_log.contains("sidecar stopped"),
+            "the sidecar ran and was stopped by SIGTERM: {sidecar_log:?}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    delete_sidecarset(&c, &ss).await;
+    delete_namespace(&c, &ns).await;
+    result
 }

@@ -156,6 +156,7 @@ pub async fn cluster_view(config: &Config, clients: &Clients) -> anyhow::Result<
         cert.clone(),
     ));
     state.set_namespace_wait(args.namespace_fetch_timeout);
+    crate::cluster::version::spawn(&clients.calls, &cluster);
     state.set_pod_validator(crate::pod_validation::PodValidator::new(
         clients.calls.clone(),
         args.namespace.clone(),

@@ -11,6 +11,7 @@ mod field_path;
 mod gojson;
 mod hash;
 mod hot_upgrade;
+mod native;
 mod opt_out;
 pub mod quantity;
 pub mod resources_policy;
@@ -38,6 +39,10 @@ pub use defaults::{default_container, default_pod_requests, default_sidecarset};
 pub use hash::{
     hash_input, revision_data, safe_encode, sidecarset_hash, sidecarset_hash_without_image,
     sidecarset_hashes_as_submitted,
+};
+pub use native::{
+    ANNOTATION_NATIVE_SIDECARS, NATIVE_SIDECARS_MIN_MINOR, NATIVE_SIDECARS_OFF, NATIVE_SIDECARS_ON,
+    native_sidecars, version_runs_native_sidecars,
 };
 pub use opt_out::{
     ANNOTATION_OPT_OUT, INJECT_DISABLED, LABEL_INJECT, LABEL_INJECT_ONE_PREFIX, OPT_OUT_ALLOWED,

@@ -3,6 +3,7 @@
 //! fields this build does not know about (a newer Kubernetes) are never touched.
 
 mod annotations;
+mod native;
 pub mod resources;
 
 pub use annotations::patch_metadata;
@@ -75,6 +76,9 @@ pub enum SkipReason {
     /// The pod, or its namespace, declines the SidecarSet by a label, as the SidecarSet allows
     /// ([`crate::api::ANNOTATION_OPT_OUT`]).
     OptedOut,
+    /// The SidecarSet injects native sidecars ([`crate::api::ANNOTATION_NATIVE_SIDECARS`]) and
+    /// the cluster's version cannot run them (before 1.29).
+    NativeSidecarsUnsupported,
 }
 
 impl SkipReason {
@@ -87,6 +91,7 @@ impl SkipReason {
             SkipReason::NotInjected => "not_injected",
             SkipReason::EvictionStopped => "eviction_stopped",
             SkipReason::OptedOut => "opted_out",
+            SkipReason::NativeSidecarsUnsupported => "native_sidecars_unsupported",
         }
     }
 
@@ -100,6 +105,9 @@ impl SkipReason {
             SkipReason::NotInjected => ("SidecarSetMissing", "Warning"),
             SkipReason::EvictionStopped => ("SidecarSetEvictionStopped", "Warning"),
             SkipReason::OptedOut => ("SidecarSetOptedOut", "Normal"),
+            SkipReason::NativeSidecarsUnsupported => {
+                ("SidecarSetNativeSidecarsUnsupported", "Warning")
+            }
         }
     }
 }
@@ -156,6 +164,22 @@ pub fn opted_out_skip(sidecarset: &str, by: &crate::api::OptOut) -> Skipped {
             by.describe(),
             crate::api::ANNOTATION_OPT_OUT,
             crate::api::OPT_OUT_ALLOWED,
+        ),
+    }
+}
+
+/// The skip of a SidecarSet in native sidecar mode in a cluster that cannot run native sidecars.
+pub fn native_unsupported_skip(sidecarset: &str) -> Skipped {
+    Skipped {
+        sidecarset: sidecarset.to_string(),
+        reason: SkipReason::NativeSidecarsUnsupported,
+        detail: format!(
+            "the SidecarSet injects native sidecars (annotation {}={}), which this cluster's Kubernetes \
+             cannot run (1.{} or later is needed); upgrade the cluster, or remove the annotation to inject \
+             the sidecars as containers, and recreate the pod",
+            crate::api::ANNOTATION_NATIVE_SIDECARS,
+            crate::api::NATIVE_SIDECARS_ON,
+            crate::api::NATIVE_SIDECARS_MIN_MINOR,
         ),
     }
 }
@@ -275,34 +299,42 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
 
     // 2. Containers, built from the app containers the pod came with. A resourcesPolicy reads
     //    the pod's containers other than those of the matching SidecarSets.
-    let (sidecars, mut init_sidecars, volumes_needed) =
-        match build_sidecars(pod, spec, sidecarsets, &todo) {
-            Ok(built) => built,
-            Err(denied) => {
-                return Injection {
-                    skipped,
-                    denied: Some(denied),
-                    ..Default::default()
-                };
-            }
-        };
+    let BuiltSidecars {
+        containers: sidecars,
+        init: mut init_sidecars,
+        native,
+        volumes: volumes_needed,
+    } = match build_sidecars(pod, spec, sidecarsets, &todo) {
+        Ok(built) => built,
+        Err(denied) => {
+            return Injection {
+                skipped,
+                denied: Some(denied),
+                ..Default::default()
+            };
+        }
+    };
     init_sidecars.sort_by(|a, b| a.1.name.cmp(&b.1.name));
     // No containers (the list is empty or absent: the typed pod cannot tell): the whole list
     // is added, which applies in both cases.
-    merge_containers(
+    let front = merge_containers(
         "containers",
         &spec.containers,
         &sidecars,
         spec.containers.is_empty(),
         &mut ops,
     );
-    merge_containers(
-        "initContainers",
-        spec.init_containers.as_deref().unwrap_or(&[]),
-        &init_sidecars,
-        spec.init_containers.is_none(),
-        &mut ops,
-    );
+    if native.is_empty() {
+        merge_containers(
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+            &init_sidecars,
+            spec.init_containers.is_none(),
+            &mut ops,
+        );
+    } else {
+        native::merge(spec, &init_sidecars, &native, front, &mut ops);
+    }
 
     // 3. Volumes: only those mounted by injected containers; the pod's own win on a name clash.
     volume_ops(spec, &volumes_needed, &mut ops);
@@ -340,12 +372,26 @@ pub fn render_alone(entry: &Entry, now: &str) -> Result<Rendered, Denial> {
     };
     let spec = PodSpec::default();
     let todo = [entry];
-    let (sidecars, mut init, volumes) = build_sidecars(&pod, &spec, &todo, &todo)?;
+    let BuiltSidecars {
+        containers: sidecars,
+        mut init,
+        native,
+        volumes,
+    } = build_sidecars(&pod, &spec, &todo, &todo)?;
     init.sort_by(|a, b| a.1.name.cmp(&b.1.name));
     let placed = |field: &str, built: Built| -> Vec<(PodInjectPolicy, Value)> {
         built
             .into_iter()
             .map(|(sc, c)| (placement(field, sc), to_value(&c)))
+            .chain(
+                // Native sidecars go before the pod's init containers (the policy compiler
+                // leaves such SidecarSets to the webhook, which places them exactly).
+                (field == "initContainers")
+                    .then_some(native.iter())
+                    .into_iter()
+                    .flatten()
+                    .map(|(_, c)| (PodInjectPolicy::BeforeAppContainer, to_value(c))),
+            )
             .collect()
     };
     let annotations =
@@ -443,6 +489,19 @@ fn claim_container_names<'e>(
 /// A SidecarSet's sidecars as built, with the SidecarSet's container spec.
 type Built<'a> = Vec<(&'a SidecarContainer, Container)>;
 
+/// What the SidecarSets injected now add to a pod.
+struct BuiltSidecars<'a> {
+    /// Their containers (those of SidecarSets in native sidecar mode excepted).
+    containers: Built<'a>,
+    /// Their init containers.
+    init: Built<'a>,
+    /// The containers of SidecarSets in native sidecar mode, as native sidecars
+    /// (`restartPolicy: Always`), in the SidecarSets' order.
+    native: Built<'a>,
+    /// The volumes they mount.
+    volumes: Vec<&'a Volume>,
+}
+
 /// The containers and init containers of the SidecarSets injected now, and the volumes they
 /// mount; `Err` when a resourcesPolicy refuses the pod.
 fn build_sidecars<'a>(
@@ -450,7 +509,7 @@ fn build_sidecars<'a>(
     spec: &PodSpec,
     sidecarsets: &[&Entry],
     todo: &[&'a Entry],
-) -> Result<(Built<'a>, Built<'a>, Vec<&'a Volume>), Denial> {
+) -> Result<BuiltSidecars<'a>, Denial> {
     let apps: Vec<&Container> = spec.containers.iter().collect();
     // The names of the matching SidecarSets' containers, which a resourcesPolicy leaves out of
     // its targets: collected only when one of the SidecarSets injected now has one.
@@ -480,6 +539,7 @@ fn build_sidecars<'a>(
     let sidecar_names: BTreeSet<&str> = sidecar_names.iter().map(String::as_str).collect();
     let mut sidecars = Vec::new();
     let mut init_sidecars = Vec::new();
+    let mut native = Vec::new();
     let mut volumes_needed: Vec<&Volume> = Vec::new();
     for ss in todo.iter().map(|e| &e.ss) {
         let build = |init| build_all(ss, init, pod, spec, &apps, &sidecar_names);
@@ -500,10 +560,19 @@ fn build_sidecars<'a>(
                 }
             }
         }
-        sidecars.extend(built);
+        if ss.native_sidecars() {
+            native.extend(built.into_iter().map(native::as_native));
+        } else {
+            sidecars.extend(built);
+        }
         init_sidecars.extend(built_init);
     }
-    Ok((sidecars, init_sidecars, volumes_needed))
+    Ok(BuiltSidecars {
+        containers: sidecars,
+        init: init_sidecars,
+        native,
+        volumes: volumes_needed,
+    })
 }
 
 /// Adds the volumes the injected containers mount, except those the pod has by that name.
@@ -657,16 +726,17 @@ fn append_ops(field: &str, absent: bool, items: Vec<Value>, ops: &mut Vec<PatchO
 }
 
 /// Places sidecars among the pod's containers: a pod container with a sidecar's name is replaced
-/// in place; the others go before (as a block, in order) or after the app containers.
+/// in place; the others go before (as a block, in order) or after the app containers. Returns
+/// how many were added before the pod's own (0 when the whole list was added).
 fn merge_containers(
     field: &str,
     pod: &[Container],
     sidecars: &[(&SidecarContainer, Container)],
     absent: bool,
     ops: &mut Vec<PatchOperation>,
-) {
+) -> usize {
     if sidecars.is_empty() {
-        return;
+        return 0;
     }
     let mut before = Vec::new();
     let mut after = Vec::new();
@@ -688,14 +758,16 @@ fn merge_containers(
         if !before.is_empty() {
             ops.push(add(ptr(&["spec", field]), Value::Array(before)));
         }
-        return;
+        return 0;
     }
+    let front = before.len();
     for (i, c) in before.into_iter().enumerate() {
         ops.push(add(ptr(&["spec", field, &i.to_string()]), c));
     }
     for c in after {
         ops.push(add(ptr(&["spec", field, "-"]), c));
     }
+    front
 }
 
 /// The container as injected: shared volume mounts (and the env their subPathExpr uses),
@@ -833,13 +905,32 @@ pub fn for_pod_pinned(
     now: &str,
     pinned: &dyn Fn(&Entry) -> Option<Entry>,
 ) -> Injection {
+    for_pod_in(index, pod, ns_labels, now, pinned, true)
+}
+
+/// [`for_pod_pinned`] in a cluster that runs native sidecars or not (`native_sidecars`: its
+/// version is 1.29 or later, see [`crate::api::version_runs_native_sidecars`]): where it does
+/// not, the SidecarSets in native sidecar mode are left out
+/// ([`SkipReason::NativeSidecarsUnsupported`]).
+pub fn for_pod_in(
+    index: &crate::index::Index,
+    pod: &Pod,
+    ns_labels: &BTreeMap<String, String>,
+    now: &str,
+    pinned: &dyn Fn(&Entry) -> Option<Entry>,
+    native_sidecars: bool,
+) -> Injection {
     let empty = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
     let crate::index::Matching {
-        inject: matched,
+        inject: mut matched,
         paused,
         opted_out,
     } = index.matching_split(labels, ns_labels);
+    let mut unsupported = Vec::new();
+    if !native_sidecars {
+        (unsupported, matched) = matched.into_iter().partition(|e| e.ss.native_sidecars());
+    }
     let mut injection = if matched
         .iter()
         .all(|e| e.ss.spec.injection_strategy.revision.is_none())
@@ -852,7 +943,9 @@ pub fn for_pod_pinned(
             .collect();
         inject(pod, &owned.iter().collect::<Vec<_>>(), now)
     };
-    if (!paused.is_empty() || !opted_out.is_empty()) && pod_is_active(pod) {
+    if (!paused.is_empty() || !opted_out.is_empty() || !unsupported.is_empty())
+        && pod_is_active(pod)
+    {
         let recorded =
             crate::api::injected_list(pod.metadata.annotations.as_ref().unwrap_or(&empty));
         let new = |name: &str| !recorded.contains(name);
@@ -867,6 +960,12 @@ pub fn for_pod_pinned(
                 .iter()
                 .filter(|(e, _)| new(e.ss.name()))
                 .map(|(e, by)| opted_out_skip(e.ss.name(), by)),
+        );
+        injection.skipped.extend(
+            unsupported
+                .iter()
+                .filter(|e| new(e.ss.name()))
+                .map(|e| native_unsupported_skip(e.ss.name())),
         );
         injection
             .skipped

@@ -304,6 +304,14 @@ fn expressions(spec: &Value) -> impl Iterator<Item = &str> {
 /// Why a SidecarSet cannot be injected by the policy, if it cannot.
 pub fn unsupported(ss: &SidecarSet) -> Option<String> {
     let spec = &ss.spec;
+    if ss.native_sidecars() {
+        return Some(format!(
+            "the annotation {}={} injects the containers as native sidecars, placed after the native sidecars \
+             a pod already has, which the policy does not compile yet",
+            crate::api::ANNOTATION_NATIVE_SIDECARS,
+            crate::api::NATIVE_SIDECARS_ON
+        ));
+    }
     if spec.injection_strategy.revision.is_some() {
         return Some(
             "spec.injectionStrategy.revision pins a revision to inject: the policy injects the current spec only"

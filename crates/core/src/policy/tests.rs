@@ -65,8 +65,20 @@ fn what_the_policy_cannot_express_is_named_with_its_field() {
             "  containers:\n  - {name: c, image: i}\n  patchPodMetadata:\n  - {annotations: {a.io/x: v}, patchPolicy: Overwrite}\n",
             None,
         ),
+        (
+            "  containers:\n  - {name: c, image: i}\nNATIVE",
+            Some("sidecarset-operator.io/native-sidecars=true"),
+        ),
     ] {
-        let got = unsupported(&ss(&format!("{base}{extra}")));
+        let yaml = format!("{base}{extra}");
+        let yaml = match yaml.strip_suffix("NATIVE") {
+            Some(y) => y.replace(
+                "metadata: {name: s}",
+                "metadata: {name: s, annotations: {sidecarset-operator.io/native-sidecars: \"true\"}}",
+            ),
+            None => yaml.clone(),
+        };
+        let got = unsupported(&ss(&yaml));
         match want {
             None => assert_eq!(got, None, "{extra}"),
             Some(w) => assert!(

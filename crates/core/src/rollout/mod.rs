@@ -21,7 +21,8 @@
 //!   SidecarSet ([`upgradable_condition`]).
 //! * A small percentage of `maxUnavailable` rounds up to at least one pod (kruise#1832).
 //! * Native sidecars (init containers with `restartPolicy: Always`) are upgraded like
-//!   containers.
+//!   containers: the SidecarSet's own, and its containers injected as native sidecars
+//!   ([`crate::api::ANNOTATION_NATIVE_SIDECARS`]), found where the pod has them.
 
 pub mod hot;
 pub mod order;
@@ -302,11 +303,14 @@ fn pod_consistent(pod: &Pod, ss: &SidecarSet, skip: &BTreeSet<String>) -> bool {
         .filter(|n| !skip.contains(n))
         .collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    // The SidecarSet's native sidecars, and its containers where the pod has them as native
+    // sidecars (native sidecar mode): a name not in the list is not checked there.
     let native: Vec<&str> = ss
         .spec
         .init_containers
         .iter()
         .filter(|c| c.is_native_sidecar())
+        .chain(ss.spec.containers.iter().filter(|c| !c.is_hot_upgrade()))
         .map(|c| c.name())
         .collect();
     let recorded = inplace_state(pod.metadata.annotations.as_ref())

@@ -107,6 +107,8 @@ fn sidecar_image_ops(
     for sc in ss.hot_upgrade_containers() {
         hot::upgrade_ops(pod, ss, sc, &recorded, &mut ops, &mut hot_ann);
     }
+    // Native sidecars: the SidecarSet's own, and its containers where the pod has them as
+    // native sidecars (native sidecar mode; a pod keeps the form it was created with).
     image_ops(
         "initContainers",
         spec.init_containers.as_deref().unwrap_or(&[]),
@@ -115,6 +117,7 @@ fn sidecar_image_ops(
             .init_containers
             .iter()
             .filter(|c| c.is_native_sidecar())
+            .chain(ss.spec.containers.iter().filter(|c| !c.is_hot_upgrade()))
             .map(|c| &c.container),
         &mut ops,
     );
@@ -235,7 +238,8 @@ fn hash_and_metadata_ops(
 }
 
 /// Image ops for the sidecars in `pod_list` whose image is not (a normalised equal of) the
-/// SidecarSet's.
+/// SidecarSet's. In `initContainers`, only native sidecars (`restartPolicy: Always`) are
+/// changed: a classic init container has run already.
 fn image_ops(
     field: &str,
     pod_list: &[Container],
@@ -246,11 +250,10 @@ fn image_ops(
         let Some(image) = want.image.as_deref() else {
             continue;
         };
-        let Some((i, c)) = pod_list
-            .iter()
-            .enumerate()
-            .find(|(_, c)| c.name == want.name)
-        else {
+        let Some((i, c)) = pod_list.iter().enumerate().find(|(_, c)| {
+            c.name == want.name
+                && (field == "containers" || c.restart_policy.as_deref() == Some("Always"))
+        }) else {
             continue;
         };
         let path = ptr(&["spec", field, &i.to_string(), "image"]);

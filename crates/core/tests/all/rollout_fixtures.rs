@@ -670,6 +670,85 @@ fn upgrade_patch_changes_only_sidecar_images_and_the_hash() {
     assert!(upgrade_patch(&typed(&pod), &e2, LATER, "ss-rev-2").is_none());
 }
 
+/// A SidecarSet in native sidecar mode (`sidecarset-operator.io/native-sidecars: "true"`), and
+/// the same SidecarSet without it: the proxy is a native sidecar in one pod, a container in the
+/// other.
+fn native_mesh(native: bool, proxy: &str) -> SidecarSet {
+    let annotation = if native {
+        r#"annotations: {sidecarset-operator.io/native-sidecars: "true"}"#
+    } else {
+        ""
+    };
+    sidecarset(&format!(
+        r#"
+apiVersion: apps.kruise.io/v1alpha1
+kind: SidecarSet
+metadata:
+  name: mesh
+  {annotation}
+spec:
+  selector: {{matchLabels: {{app: web}}}}
+  containers:
+  - {{name: proxy, image: "{proxy}"}}
+"#
+    ))
+}
+
+#[test]
+fn upgrade_patch_changes_a_native_sidecar_of_native_mode_where_the_pod_has_it() {
+    for (native, path) in [
+        (true, "/spec/initContainers/0/image"),
+        (false, "/spec/containers/0/image"),
+    ] {
+        let mut pod = injected_pod(&native_mesh(native, "proxy:1"));
+        let list = if native {
+            "initContainers"
+        } else {
+            "containers"
+        };
+        assert_eq!(pod["spec"][list][0]["name"], "proxy", "native {native}");
+        running(&mut pod, true);
+        assert!(pod_view(&typed(&pod), &entry(native_mesh(native, "proxy:1"))).consistent);
+        // The rollout goes by where the pod has the sidecar: a pod made before the annotation
+        // changed keeps its form, and is upgraded in it.
+        for mode in [native, !native] {
+            let e2 = entry(native_mesh(mode, "proxy:2"));
+            let patch = upgrade_patch(&typed(&pod), &e2, LATER, "rev-2").expect("a patch");
+            let replaced: Vec<String> = patch
+                .0
+                .iter()
+                .filter_map(|op| match op {
+                    json_patch::PatchOperation::Replace(r) => Some(r.path.to_string()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                replaced,
+                [path],
+                "native {native}, SidecarSet native {mode}"
+            );
+        }
+        let e2 = entry(native_mesh(native, "proxy:2"));
+        let patch = upgrade_patch(&typed(&pod), &e2, LATER, "rev-2").unwrap();
+        inject::apply(&mut pod, &patch).unwrap();
+        // Updated, and in flight until the kubelet reports the new image of the sidecar.
+        let view = pod_view(&typed(&pod), &e2);
+        assert!(
+            view.updated && !view.consistent,
+            "native {native}: {view:?}"
+        );
+        let statuses = if native {
+            "initContainerStatuses"
+        } else {
+            "containerStatuses"
+        };
+        set_status_image(&mut pod, statuses, "proxy", "docker.io/library/proxy:2");
+        let view = pod_view(&typed(&pod), &e2);
+        assert!(view.updated && view.consistent, "native {native}: {view:?}");
+        assert!(upgrade_patch(&typed(&pod), &e2, LATER, "rev-2").is_none());
+    }
+}
+
 #[test]
 fn upgrade_patch_keeps_other_sidecarsets_entries() {
     let v1 = mesh("proxy:1", "logger:1", "agent:1", "setup:1");

@@ -10,6 +10,7 @@
 
 pub mod feed;
 pub mod revisions;
+pub mod version;
 pub mod watch;
 
 use crate::health::{Gate, Readiness};
@@ -43,6 +44,9 @@ pub struct ClusterView {
     /// The names of the SidecarSets that exist, as the watch last saw them (those that cannot
     /// be read included): [`watch::Departures`] keeps it.
     existing: Mutex<HashSet<String>>,
+    /// The API server's version runs native sidecars (1.29 or later); true until it is known
+    /// ([`version::learn`]).
+    native_sidecars: std::sync::atomic::AtomicBool,
 }
 
 fn read<T: Default>(lock: &RwLock<Arc<T>>) -> Arc<T> {
@@ -69,7 +73,23 @@ impl ClusterView {
             revisions_listed: Default::default(),
             index_changed: Default::default(),
             existing: Default::default(),
+            native_sidecars: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    // ---- the API server ----
+
+    /// Whether the cluster runs native sidecars: SidecarSets in native sidecar mode are
+    /// injected only then ([`sidecarset_core::api::ANNOTATION_NATIVE_SIDECARS`]).
+    pub fn native_sidecars(&self) -> bool {
+        self.native_sidecars
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records whether the API server's version runs native sidecars.
+    pub fn set_native_sidecars(&self, runs: bool) {
+        self.native_sidecars
+            .store(runs, std::sync::atomic::Ordering::Relaxed);
     }
 
     // ---- SidecarSets ----

@@ -130,8 +130,12 @@ pub(super) async fn observe_missing(ctx: &Ctx, entry: &Entry) -> Vec<Arc<SlimPod
 
 /// Whether `entry` selects `p` for injection (its namespace's labels cached in `ns_labels`):
 /// not paused, and not declined by the pod or its namespace as the SidecarSet allows (such a pod
-/// does not miss the sidecars: it is never counted, reported or evicted for them).
+/// does not miss the sidecars: it is never counted, reported or evicted for them), and not in
+/// native sidecar mode in a cluster that cannot run native sidecars (the webhook reported it).
 fn selects(cluster: &ClusterView, entry: &Entry, ns_labels: &Mutex<NsLabels>, p: &SlimPod) -> bool {
+    if entry.ss.native_sidecars() && !cluster.native_sidecars() {
+        return false;
+    }
     let ns = p.metadata.namespace.as_deref().unwrap_or("");
     let Ok(mut cache) = ns_labels.lock() else {
         return false;

@@ -368,6 +368,11 @@ mod tests {
                 "Normal",
             ),
             (SkipReason::OptedOut, "SidecarSetOptedOut", "Normal"),
+            (
+                SkipReason::NativeSidecarsUnsupported,
+                "SidecarSetNativeSidecarsUnsupported",
+                "Warning",
+            ),
         ] {
             let e = event(&notice, &skipped("mesh", r), "op-1", now);
             assert_eq!(e.reason.as_deref(), Some(reason));

@@ -172,17 +172,25 @@ impl Admitted<'_> {
         let m = crate::metrics::metrics();
         let ns_labels = state.cluster.namespace_labels(namespace);
         let index = state.cluster.index();
-        let injection = inject::for_pod_pinned(&index, pod, &ns_labels, now, &|e| {
-            let empty = BTreeMap::new();
-            let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-            // A generated name is not known yet: the request's uid decides instead.
-            let key = if name.is_empty() {
-                req.uid.clone()
-            } else {
-                format!("{namespace}/{name}")
-            };
-            state.cluster.pinned(e, labels, &key)
-        });
+        let native = state.cluster.native_sidecars();
+        let injection = inject::for_pod_in(
+            &index,
+            pod,
+            &ns_labels,
+            now,
+            &|e| {
+                let empty = BTreeMap::new();
+                let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+                // A generated name is not known yet: the request's uid decides instead.
+                let key = if name.is_empty() {
+                    req.uid.clone()
+                } else {
+                    format!("{namespace}/{name}")
+                };
+                state.cluster.pinned(e, labels, &key)
+            },
+            native,
+        );
         let dry_run = self.dry_run;
         if let Some(denied) = &injection.denied {
             // The SidecarSet and the pod do not fit together (OpenKruise refuses the pod

@@ -257,6 +257,73 @@ fn custom_version_clash(d: &DecodedSidecarSet) -> Option<String> {
     })
 }
 
+/// Native sidecar mode only where the cluster runs native sidecars: the refusal when a
+/// SidecarSet turns it on (created with it, or an update adding it) in a cluster that cannot
+/// run them; other edits of a SidecarSet that has it go through.
+fn native_sidecars_refused(
+    state: &State,
+    req: &Request,
+    ss: &sidecarset_core::api::SidecarSet,
+    old: Option<&DecodedSidecarSet>,
+) -> Option<Response> {
+    use sidecarset_core::api::{
+        ANNOTATION_NATIVE_SIDECARS, NATIVE_SIDECARS_MIN_MINOR, NATIVE_SIDECARS_ON,
+    };
+    let turned_on = ss.native_sidecars() && old.is_none_or(|o| !o.ss.native_sidecars());
+    (turned_on && !state.cluster.native_sidecars()).then(|| {
+        Response::deny(
+            &req.uid,
+            422,
+            format!(
+                "SidecarSet {:?} is invalid: metadata.annotations[{ANNOTATION_NATIVE_SIDECARS}]: {NATIVE_SIDECARS_ON:?} \
+                 injects native sidecars, which this cluster's Kubernetes cannot run (1.{NATIVE_SIDECARS_MIN_MINOR} \
+                 or later is needed); remove the annotation to inject the containers as containers",
+                ss.name(),
+            ),
+        )
+    })
+}
+
+/// The refusal of a SidecarSet whose pinned revision does not exist.
+fn pin_refused(
+    state: &State,
+    req: &Request,
+    ss: &sidecarset_core::api::SidecarSet,
+    old: Option<&DecodedSidecarSet>,
+) -> Option<Response> {
+    // A pinned revision must exist, as OpenKruise requires (checked when the pin is new or
+    // changed, so that other edits of a SidecarSet whose pinned revision was since deleted
+    // still go through).
+    let pin = ss.spec.injection_strategy.revision.as_ref();
+    let pin_changed = old.is_none_or(|o| o.ss.spec.injection_strategy.revision.as_ref() != pin);
+    if let Some(want) = pin
+        && pin_changed
+        && (want.revision_name.is_some() || want.custom_version.is_some())
+        && !state.cluster.pin_resolves(ss)
+    {
+        let (field, what) = match (&want.revision_name, &want.custom_version) {
+            (Some(n), _) => ("revisionName", format!("no ControllerRevision {n:?}")),
+            (None, Some(v)) => (
+                "customVersion",
+                format!(
+                    "no ControllerRevision labelled apps.kruise.io/sidecarset-custom-version={v:?}"
+                ),
+            ),
+            _ => unreachable!("checked above"),
+        };
+        return Some(Response::deny(
+            &req.uid,
+            422,
+            format!(
+                "SidecarSet {:?} is invalid: spec.injectionStrategy.revision.{field}: {what} belongs to this SidecarSet; pin a revision it has (kubectl get controllerrevisions -l kruise.io/sidecarset-name={} in the operator's namespace)",
+                ss.name(),
+                ss.name()
+            ),
+        ));
+    }
+    None
+}
+
 /// Validates a SidecarSet on its own and against every other SidecarSet in the index.
 pub fn admit_sidecarset_validation(state: &State, req: &Request) -> Response {
     admit_sidecarset_validation_with(state, req, None)
@@ -305,38 +372,11 @@ pub fn admit_sidecarset_validation_with(
                 .and_then(|o| decode_sidecarset(o).ok())
         })
         .flatten();
-    // A pinned revision must exist, as OpenKruise requires (checked when the pin is new or
-    // changed, so that other edits of a SidecarSet whose pinned revision was since deleted
-    // still go through).
-    let pin = ss.spec.injection_strategy.revision.as_ref();
-    let pin_changed = old
-        .as_ref()
-        .is_none_or(|o| o.ss.spec.injection_strategy.revision.as_ref() != pin);
-    if let Some(want) = pin
-        && pin_changed
-        && (want.revision_name.is_some() || want.custom_version.is_some())
-        && !state.cluster.pin_resolves(&ss)
-    {
+    let refused = native_sidecars_refused(state, req, &ss, old.as_ref())
+        .or_else(|| pin_refused(state, req, &ss, old.as_ref()));
+    if let Some(refused) = refused {
         denial("invalid");
-        let (field, what) = match (&want.revision_name, &want.custom_version) {
-            (Some(n), _) => ("revisionName", format!("no ControllerRevision {n:?}")),
-            (None, Some(v)) => (
-                "customVersion",
-                format!(
-                    "no ControllerRevision labelled apps.kruise.io/sidecarset-custom-version={v:?}"
-                ),
-            ),
-            _ => unreachable!("checked above"),
-        };
-        return Response::deny(
-            &req.uid,
-            422,
-            format!(
-                "SidecarSet {:?} is invalid: spec.injectionStrategy.revision.{field}: {what} belongs to this SidecarSet; pin a revision it has (kubectl get controllerrevisions -l kruise.io/sidecarset-name={} in the operator's namespace)",
-                ss.name(),
-                ss.name()
-            ),
-        );
+        return refused;
     }
     if let Some(old) = &old
         && let Err(e) = sidecarset_core::api::validate_update(&ss, &old.ss)

@@ -389,3 +389,94 @@ async fn health_and_readiness() {
     state.cluster.mark_namespaces_synced();
     assert_eq!(c.request("GET", "/readyz", vec![]).await.0, 200);
 }
+
+/// Native sidecar mode through the webhooks: the pod gets the SidecarSet's container as an init
+/// container with `restartPolicy: Always` before its own; on a cluster older than 1.29 the pod
+/// is created without it (a Warning reason), and turning the mode on is refused.
+#[tokio::test]
+async fn native_sidecar_mode_and_a_cluster_that_cannot_run_it() {
+    let (state, mut c) = setup().await;
+    let mut native = sidecarset(
+        "mesh",
+        json!({"selector": {"matchLabels": {"app": "web"}}, "containers": [{"name": "proxy", "image": "proxy:1"}]}),
+    );
+    native.metadata.annotations = Some(BTreeMap::from([(
+        "sidecarset-operator.io/native-sidecars".to_string(),
+        "true".to_string(),
+    )]));
+    let (index, _) = Index::from_sidecarsets([native.clone()]);
+    state.cluster.set_index(index);
+    let with_init = |mut p: Value| {
+        p["spec"]["initContainers"] = json!([{"name": "setup", "image": "setup:1"}]);
+        p
+    };
+    let init_names = |p: &Value| -> Vec<String> {
+        p["spec"]["initContainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+
+    let mut p = with_init(pod("other", json!({"app": "web"})));
+    let (_, body) = c
+        .request(
+            "POST",
+            "/mutate-pod",
+            review("n1", POD, "pods", "CREATE", "other", &p, None),
+        )
+        .await;
+    let (allowed, _, patch) = response(&body);
+    assert!(allowed);
+    inject::apply(&mut p, &patch.expect("a patch")).unwrap();
+    assert_eq!(init_names(&p), ["proxy", "setup"]);
+    assert_eq!(p["spec"]["initContainers"][0]["restartPolicy"], "Always");
+    assert_eq!(names(&p), ["app"]);
+    assert_eq!(
+        p["metadata"]["annotations"]["kruise.io/sidecarset-injected-list"],
+        "mesh"
+    );
+
+    // A cluster older than 1.29: the pod passes without the sidecar.
+    state.cluster.set_native_sidecars(false);
+    let p = with_init(pod("other", json!({"app": "web"})));
+    let (_, body) = c
+        .request(
+            "POST",
+            "/mutate-pod",
+            review("n2", POD, "pods", "CREATE", "other", &p, None),
+        )
+        .await;
+    let (allowed, _, patch) = response(&body);
+    assert!(allowed);
+    assert!(patch.is_none_or(|p| p.0.is_empty()), "nothing injected");
+
+    // Turning the mode on there is refused, naming the annotation; other SidecarSets pass.
+    let mut ss = serde_json::to_value(&native).unwrap();
+    ss["metadata"]["name"] = json!("mesh2");
+    ss["spec"]["containers"][0]["name"] = json!("proxy2");
+    let (_, body) = c
+        .request(
+            "POST",
+            "/validate-sidecarset",
+            review("n3", SS, "sidecarsets", "CREATE", "", &ss, None),
+        )
+        .await;
+    let (allowed, message, _) = response(&body);
+    assert!(!allowed);
+    assert!(
+        message.contains("metadata.annotations[sidecarset-operator.io/native-sidecars]")
+            && message.contains("1.29"),
+        "{message}"
+    );
+    ss["metadata"]["annotations"] = json!({});
+    let (_, body) = c
+        .request(
+            "POST",
+            "/validate-sidecarset",
+            review("n4", SS, "sidecarsets", "CREATE", "", &ss, None),
+        )
+        .await;
+    assert!(response(&body).0, "{}", response(&body).1);
+}

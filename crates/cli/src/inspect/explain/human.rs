@@ -113,5 +113,6 @@ fn why_label(w: Why) -> &'static str {
         Why::WillBeInjected => "will be injected at creation",
         Why::PodFinished => "pod finished",
         Why::OptedOut => "opted out",
+        Why::NativeSidecarsUnsupported => "native sidecars not supported by the cluster",
     }
 }

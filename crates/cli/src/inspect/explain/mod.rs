@@ -129,6 +129,8 @@ pub enum Why {
     PodFinished,
     /// The pod or its namespace declines it by a label, as the SidecarSet allows.
     OptedOut,
+    /// It injects native sidecars, which the cluster's version cannot run.
+    NativeSidecarsUnsupported,
 }
 
 /// A selector term the pod misses.
@@ -477,6 +479,7 @@ fn skip_reason_why(
             SkipReason::NamespaceExcluded => Why::NamespaceExcluded,
             SkipReason::NotInjected | SkipReason::EvictionStopped => Why::NotInjectedAtCreation,
             SkipReason::OptedOut => Why::OptedOut,
+            SkipReason::NativeSidecarsUnsupported => Why::NativeSidecarsUnsupported,
         };
         return (why, s.detail.clone());
     }

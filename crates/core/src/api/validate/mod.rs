@@ -118,6 +118,9 @@ pub fn validate(ss: &SidecarSet) -> Result<(), ValidationErrors> {
             message,
         );
     }
+    for (field, message) in super::native::check(ss) {
+        errs.push(field, message);
+    }
     validate_spec(&ss.spec, &mut errs);
     errs.into_result()
 }

@@ -135,12 +135,13 @@ pub async fn report_missing(ctx: &Ctx, entry: &Entry, pods: &[Arc<SlimPod>]) {
         let now = jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        let injection = sidecarset_core::inject::for_pod_pinned(
+        let injection = sidecarset_core::inject::for_pod_in(
             &index,
             pod,
             &ctx.cluster.namespace_labels(&ns),
             &now,
             &|e| ctx.cluster.pinned(e, labels, &key),
+            ctx.cluster.native_sidecars(),
         );
         injection.denied.is_none() && injection.injected.iter().any(|n| n == name)
     };
