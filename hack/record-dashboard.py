@@ -178,7 +178,8 @@ class Operator:
     """The operator as a local process (hack/run-local.sh --background), traces to `otlp`."""
 
     def __init__(self, metrics_port, otlp):
-        env = dict(os.environ, SSO_METRICS_PORT=str(metrics_port), OTEL_EXPORTER_OTLP_ENDPOINT=otlp,
+        env = dict(os.environ, SSO_METRICS_PORT=str(metrics_port), SSO_PORT=os.environ.get("SSO_PORT") or "19443",
+                   OTEL_EXPORTER_OTLP_ENDPOINT=otlp,
                    OTEL_BSP_SCHEDULE_DELAY="1000")
         self.pidfile = os.path.join(WORK, "operator.pid")
         self.metrics = f"http://127.0.0.1:{metrics_port}/metrics"
@@ -294,7 +295,8 @@ class Scenario:
         self.step("rollout: web-proxy's image 1.0 -> 2.0")
         kubectl("apply", "-f", "-", stdin=sidecarset("web-proxy", {"matchLabels": {"app": "web"}}, "proxy",
                                                       image="registry.local/proxy:2.0"))
-        wait("half of the pods updated", lambda: ss_status("web-proxy").get("updatedPods", 0) >= pods // 2, every=0.2)
+        wait("half of the pods updated",
+             lambda: (lambda s: s["current"] and s.get("updatedPods", 0) >= pods // 2)(ss_status("web-proxy")), every=0.2)
         self.step("rollout paused (updateStrategy.paused) for 20 s")
         kubectl("patch", "sidecarset", "web-proxy", "--type=merge", "-p", '{"spec":{"updateStrategy":{"paused":true}}}')
         time.sleep(20)
@@ -303,11 +305,13 @@ class Scenario:
         wait("every pod updated and ready",
              lambda: (lambda s: s["current"] and s.get("updatedReadyPods") == pods)(ss_status("web-proxy")))
         time.sleep(10)
-        self.step("serving certificate removed from its Secret (the operator renews it)")
+        self.step("serving certificate in its Secret overwritten (the operator renews it)")
+        broken = "bm90IGEgY2VydGlmaWNhdGU="  # "not a certificate"
         kubectl("-n", OPERATOR_NS, "patch", "secret", CERT_SECRET, "--type=json",
-                "-p", '[{"op":"remove","path":"/data/tls.crt"}]')
-        wait("the Secret's tls.crt to be written again", lambda: "tls.crt" in json.loads(
-            kubectl("-n", OPERATOR_NS, "get", "secret", CERT_SECRET, "-o", "json").stdout).get("data", {}), timeout=120)
+                "-p", json.dumps([{"op": "replace", "path": "/data/tls.crt", "value": broken}]))
+        wait("the Secret's tls.crt to be renewed", lambda: json.loads(
+            kubectl("-n", OPERATOR_NS, "get", "secret", CERT_SECRET, "-o", "json").stdout)["data"]["tls.crt"] != broken,
+            timeout=120)
         time.sleep(10)
         hook = webhook_configuration()
         self.step(f"caBundle removed from {hook} (the operator writes it back)")
@@ -386,8 +390,8 @@ def evaluate(prom, dashboard, start, end):
 def main():
     pods = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     dashboard = json.load(open(DASHBOARD))
-    if kubectl("get", "namespace", NS, check=False).returncode == 0:
-        sys.exit(f"namespace {NS} exists (an earlier run being cleaned up?): delete it first")
+    wait(f"namespace {NS} of an earlier run to be deleted",
+         lambda: kubectl("get", "namespace", NS, check=False).returncode != 0, timeout=120, every=1)
     binary = prometheus_binary()
     metrics_port = free_port()
     otlp = OtlpReceiver()
