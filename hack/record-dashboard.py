@@ -8,7 +8,7 @@ OTLP receiver in this script), and plays a scenario: two SidecarSets (one paused
 (default 100) that get their sidecar and 20 that are skipped, three SidecarSets refused (invalid,
 conflicting, pods that would be invalid), 30 bare pods skipped (their skip Events over the
 namespace's rate are dropped), a rollout of a new sidecar image paused for 20 s half way,
-a serving certificate removed from its Secret and a caBundle removed from the webhook
+the serving certificate overwritten in its Secret and a caBundle removed from the webhook
 configuration (both repaired by the operator), and the Deployment scaled down.
 
 Then every target of every panel of charts/sidecarset-operator/dashboards/sidecarset-operator.json
