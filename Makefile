@@ -94,7 +94,7 @@ docs: ## Build the documentation site (docs/, mdBook at a pinned version, instal
 	hack/docs.sh build
 
 .PHONY: pictures
-pictures: ## Draw the docs site's pictures (docs/src/pictures/*.svg) with hack/pictures.py; hack/record-rollout.py records the rollout's figures
+pictures: ## Draw the docs site's pictures (docs/src/pictures/*.svg) with hack/pictures.py; hack/record-rollout.py records the rollout's figures, hack/record-dashboard.py the dashboard's (a Prometheus on the local cluster)
 	python3 hack/pictures.py write
 
 .PHONY: docs-check

@@ -76,7 +76,7 @@ case ${1:-build} in
   check)
     w=$(mktemp -d)
     trap 'rm -rf "$w"' EXIT
-    # The pictures are what hack/pictures.py draws (from its steps and the recorded rollout).
+    # The pictures are what hack/pictures.py draws (from its steps, the recorded rollout and dashboard).
     python3 "$REPO/hack/pictures.py" check
     build "$w/site"
     (cd "$REPO" && cargo run -q --locked -p xtask -- docs-check --site "$w/site")

@@ -5,11 +5,16 @@
   hack/pictures.py check   fail when a picture differs from what this script draws (make check)
 
 The timelines are drawn from the steps below, each named as the pages describe them; the rollout
-from the samples hack/record-rollout.py recorded (docs/src/pictures/data/rollout-kwok.csv).
+from the samples hack/record-rollout.py recorded (docs/src/pictures/data/rollout-kwok.csv); the
+dashboard from the chart's Grafana JSON (charts/sidecarset-operator/dashboards/) and what
+hack/record-dashboard.py recorded of its queries (docs/src/pictures/data/dashboard.json).
 """
 
 import csv
+import datetime
 import html
+import json
+import math
 import os
 import sys
 
@@ -180,6 +185,280 @@ def rollout():
     return svg(width, height, "\n".join(out) + "\n", title)
 
 
+# The dashboard: the chart's Grafana JSON laid out as Grafana lays it out (24 columns, rows of
+# gridPos units), each panel drawn from what hack/record-dashboard.py recorded of its targets.
+DASHBOARD = os.path.join(REPO, "charts/sidecarset-operator/dashboards/sidecarset-operator.json")
+# Grafana's classic palette, in the order it gives series their colours
+PALETTE = ["#73bf69", "#f2cc0c", "#8ab8ff", "#ff780a", "#f2495c", "#5794f2", "#b877d9", "#705da0",
+           "#37872d", "#fade2a", "#447ebc", "#c15c17", "#890f02", "#0a437c", "#6d1f62", "#584477"]
+GRAFANA_COLORS = {"green": "#56a64b", "red": "#e02f44", "orange": "#ff9830", "yellow": "#f2cc0c",
+                  "blue": "#3274d9", "text": "#24292e"}
+# A panel without thresholds gets Grafana's defaults: green, red from 80.
+DEFAULT_THRESHOLDS = [{"color": "green", "value": None}, {"color": "red", "value": 80}]
+
+
+def fmt_number(v, decimals=None):
+    if decimals is None:
+        a = abs(v)
+        decimals = 0 if a >= 100 or v == int(v) else 1 if a >= 10 else 2 if a >= 1 else 3
+    return f"{v:.{decimals}f}"
+
+
+def fmt_unit(v, unit, decimals=None):
+    """A value as Grafana writes it in this unit (short, s, reqps, ops)."""
+    if v is None:
+        return "-"
+    if unit == "s":
+        a = abs(v)
+        if a == 0:
+            return "0 s"
+        for limit, div, name in ((1e-3, 1e-6, "µs"), (1, 1e-3, "ms"), (60, 1, "s"), (3600, 60, "min"),
+                                 (86400, 3600, "hour"), (604800, 86400, "day"), (31536000, 604800, "week")):
+            if a < limit:
+                return f"{fmt_number(v / div, decimals)} {name}"
+        return f"{fmt_number(v / 31536000, decimals)} year"
+    suffix = {"reqps": " req/s", "ops": " ops/s"}.get(unit, "")
+    for div, name in ((1e9, " Bil"), (1e6, " Mil"), (1e3, " K")):
+        if abs(v) >= div:
+            return f"{fmt_number(v / div, decimals)}{name}{suffix}"
+    return f"{fmt_number(v, decimals)}{suffix}"
+
+
+def nice_ticks(lo, hi, n=4):
+    """About n ticks at 1, 2 or 5 times a power of ten covering [lo, hi]."""
+    if hi <= lo:
+        hi = lo + 1
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    first = math.floor(lo / step) * step
+    ticks = [first + k * step for k in range(int(math.ceil((hi - first) / step + 1e-9)) + 1)]
+    return ticks, step
+
+
+def reduce(values, calc):
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None
+    if calc == "lastNotNull":
+        return vals[-1]
+    if calc in ("max", "min"):
+        return max(vals) if calc == "max" else min(vals)
+    if calc == "mean":
+        return sum(vals) / len(vals)
+    sys.exit(f"hack/pictures.py cannot reduce a stat panel by {calc!r}: add it to reduce()")
+
+
+def threshold_color(v, panel):
+    d = panel.get("fieldConfig", {}).get("defaults", {})
+    if d.get("color", {}).get("mode") == "fixed":
+        return GRAFANA_COLORS.get(d["color"].get("fixedColor"), d["color"].get("fixedColor"))
+    color = None
+    for s in d.get("thresholds", {}).get("steps", DEFAULT_THRESHOLDS):
+        if s["value"] is None or (v is not None and v >= s["value"]):
+            color = s["color"]
+    return GRAFANA_COLORS.get(color, color)
+
+
+def panel_frame(x, y, w, h, title):
+    return [f"<rect x='{x:.1f}' y='{y:.1f}' width='{w:.1f}' height='{h:.1f}' rx='3' fill='#ffffff' stroke='#d8dbe0'/>",
+            f"<text x='{x + 8:.1f}' y='{y + 17:.1f}' font-size='12.5' font-weight='600' fill='#24292e'>{esc(title)}</text>"]
+
+
+def draw_stat(panel, rec, x, y, w, h):
+    out = panel_frame(x, y, w, h, panel["title"])
+    unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "short")
+    calc = panel.get("options", {}).get("reduceOptions", {}).get("calcs", ["lastNotNull"])[0]
+    values = [(s["legend"], reduce(s["values"], calc)) for t in rec["targets"] for s in t["series"]]
+    if not values:
+        out.append(f"<text x='{x + w / 2:.1f}' y='{y + h / 2 + 8:.1f}' font-size='14' fill='#8e8e8e' "
+                   f"text-anchor='middle'>No data</text>")
+        return out
+    cw = w / len(values)
+    size = min(30, (h - 30) * 0.55, cw / 5)
+    for i, (name, v) in enumerate(values):
+        cx = x + cw * (i + 0.5)
+        if len(values) > 1:
+            out.append(f"<text x='{cx:.1f}' y='{y + h / 2 - size / 2:.1f}' font-size='11' fill='#555' "
+                       f"text-anchor='middle'>{esc(name)}</text>")
+        out.append(f"<text x='{cx:.1f}' y='{y + h / 2 + size * 0.6 + (6 if len(values) > 1 else 4):.1f}' "
+                   f"font-size='{size:.0f}' font-weight='600' fill='{threshold_color(v, panel)}' "
+                   f"text-anchor='middle'>{esc(fmt_unit(v, unit))}</text>")
+    return out
+
+
+def legend_rows(names, width):
+    rows, cur = [[]], 0
+    for i, n in enumerate(names):
+        wn = 24 + 6.2 * len(n)
+        if cur + wn > width and rows[-1]:
+            rows.append([])
+            cur = 0
+        rows[-1].append((i, n, cur))
+        cur += wn
+    return rows
+
+
+def field_config(panel, ref_id):
+    """(unit, axis) of a target's series: the panel's defaults, then its overrides by refId."""
+    unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "short")
+    axis = "left"
+    for o in panel.get("fieldConfig", {}).get("overrides", []):
+        if o["matcher"]["id"] != "byFrameRefID":
+            sys.exit(f"hack/pictures.py cannot match overrides by {o['matcher']['id']} ({panel['title']!r}): add it")
+        if o["matcher"]["options"] == ref_id:
+            for prop in o["properties"]:
+                if prop["id"] == "unit":
+                    unit = prop["value"]
+                elif prop["id"] == "custom.axisPlacement":
+                    axis = prop["value"]
+    return unit, axis
+
+
+def draw_axis(out, series, unit, side, box):
+    """Grid lines (left axis only) and tick labels of one y axis; returns its value -> y."""
+    left, top, right, bottom = box
+    vals = [v for s in series for v in s["values"] if v is not None]
+    ticks, tstep = nice_ticks(min(0, min(vals)), max(vals))
+    lo, hi = ticks[0], ticks[-1]
+    py = lambda v: bottom - (bottom - top) * (v - lo) / (hi - lo)
+    decimals = max(0, -int(math.floor(math.log10(tstep)))) if unit != "s" else None
+    for t in ticks:
+        if side == "left":
+            out.append(f"<line x1='{left:.1f}' y1='{py(t):.1f}' x2='{right:.1f}' y2='{py(t):.1f}' stroke='#eceef1'/>")
+        tx, anchor = (left - 5, "end") if side == "left" else (right + 5, "start")
+        out.append(f"<text x='{tx:.1f}' y='{py(t) + 3.5:.1f}' font-size='9.5' fill='#666' "
+                   f"text-anchor='{anchor}'>{esc(fmt_unit(t, unit, decimals))}</text>")
+    return py
+
+
+def draw_time_axis(out, meta, n, px, box):
+    """Clock labels under the plot and the scenario's steps as dashed numbered lines."""
+    left, top, right, bottom = box
+    start, step = meta["start"], meta["step_seconds"]
+    every = next(e for e in (10, 15, 30, 60, 120, 300, 600, 1800, 3600) if (right - left) * e / (n * step) >= 75)
+    for k in range(n + 1):
+        t = start + k * step
+        if t % every == 0:
+            clock = datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%H:%M:%S")
+            out.append(f"<text x='{px(k):.1f}' y='{bottom + 13:.1f}' font-size='9.5' fill='#666' "
+                       f"text-anchor='middle'>{clock}</text>")
+    for i, s in enumerate(meta["scenario"], 1):
+        k = s["at"] / step
+        if 0 <= k <= n:
+            out.append(f"<line x1='{px(k):.1f}' y1='{top:.1f}' x2='{px(k):.1f}' y2='{bottom:.1f}' "
+                       f"stroke='#7c6fc1' stroke-opacity='0.45' stroke-dasharray='2 3'/>")
+            out.append(f"<text x='{px(k) + 2:.1f}' y='{top + 8:.1f}' font-size='8.5' fill='#7c6fc1'>{i}</text>")
+
+
+def draw_line(out, values, px, py, color):
+    """One series: a polyline per run of values without a gap (a dot for a lone value)."""
+    segs, cur = [], []
+    for k, v in enumerate(values):
+        if v is None:
+            segs.append(cur)
+            cur = []
+        else:
+            cur.append(f"{px(k):.1f},{py(v):.1f}")
+    segs.append(cur)
+    for seg in segs:
+        if len(seg) == 1:
+            cx, cy = seg[0].split(",")
+            out.append(f"<circle cx='{cx}' cy='{cy}' r='1.5' fill='{color}'/>")
+        elif seg:
+            out.append(f"<polyline points='{' '.join(seg)}' fill='none' stroke='{color}' stroke-width='1.5'/>")
+
+
+def draw_timeseries(panel, rec, meta, x, y, w, h):
+    out = panel_frame(x, y, w, h, panel["title"])
+    series = [dict(s, axis=field_config(panel, t["refId"])) for t in rec["targets"] for s in t["series"]]
+    n = (meta["end"] - meta["start"]) // meta["step_seconds"]
+    rows = legend_rows([s["legend"] for s in series], w - 16)
+    shown = rows[:3]
+    right_axis = [s for s in series if s["axis"][1] == "right" and any(v is not None for v in s["values"])]
+    box = (x + 62, y + 28, x + w - (62 if right_axis else 12), y + h - 22 - 15 * len(shown))
+    left, top, right, bottom = box
+    if not any(v is not None for s in series for v in s["values"]):
+        out.append(f"<text x='{x + w / 2:.1f}' y='{y + h / 2 + 5:.1f}' font-size='14' fill='#8e8e8e' "
+                   f"text-anchor='middle'>No data</text>")
+        return out
+    px = lambda k: left + (right - left) * k / n
+    axes = {}
+    for side in ("left", "right"):
+        on = [s for s in series if s["axis"][1] == side and any(v is not None for v in s["values"])]
+        if on:
+            axes[side] = draw_axis(out, on, on[0]["axis"][0], side, box)
+    draw_time_axis(out, meta, n, px, box)
+    for i, s in enumerate(series):
+        if s["axis"][1] in axes:
+            draw_line(out, s["values"], px, axes[s["axis"][1]], PALETTE[i % len(PALETTE)])
+    for r, row in enumerate(shown):
+        ly = bottom + 28 + 15 * r
+        for i, name, dx in row:
+            more = sum(len(rr) for rr in rows[len(shown):])
+            label = f"{name} (+{more} more)" if more and r == len(shown) - 1 and i == row[-1][0] else name
+            out.append(f"<rect x='{x + 10 + dx:.1f}' y='{ly - 4:.1f}' width='14' height='3' fill='{PALETTE[i % len(PALETTE)]}'/>")
+            out.append(f"<text x='{x + 28 + dx:.1f}' y='{ly:.1f}' font-size='10.5' fill='#333'>{esc(label)}</text>")
+    return out
+
+def wrap(text, width):
+    lines = [""]
+    for word in text.split(" "):
+        if lines[-1] and len(lines[-1]) + len(word) + 1 > width:
+            lines.append("")
+        lines[-1] += ("" if not lines[-1] else " ") + word
+    return lines
+
+
+def dashboard():
+    with open(DASHBOARD) as f:
+        board = json.load(f)
+    with open(os.path.join(OUT, "data/dashboard.json")) as f:
+        data = json.load(f)
+    meta, recorded = data["recorded"], {p["id"]: p for p in data["panels"]}
+    width, margin, unit_h, top = 1200, 10, 30, 64
+    col_w = (width - 2 * margin) / 24
+    clock = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%H:%M:%S")
+    out = [f"<rect width='{width}' height='100%' fill='#f4f5f5'/>",
+           f"<text x='{margin}' y='26' font-size='17' font-weight='600'>{esc(board['title'])}</text>",
+           f"<text x='{margin}' y='48' font-size='11.5' fill='#444'>Namespace: All {esc(meta['variables']['$namespace'])} · "
+           f"{esc(meta['date'])} {clock(meta['start'])} to {clock(meta['end'])} UTC · "
+           f"$__rate_interval {esc(meta['variables']['$__rate_interval'])}</text>"]
+    bottom_y = 0
+    for p in board["panels"]:
+        g = p["gridPos"]
+        x, y = margin + g["x"] * col_w, top + g["y"] * unit_h
+        w, h = g["w"] * col_w - 8, g["h"] * unit_h - 8
+        bottom_y = max(bottom_y, y + h)
+        if p["type"] == "row":
+            out.append(f"<text x='{x + 2:.1f}' y='{y + 19:.1f}' font-size='14' font-weight='600' fill='#24292e'>"
+                       f"{esc(p['title'])}</text>")
+        elif p["id"] not in recorded:
+            sys.exit(f"panel {p['title']!r} of the dashboard was not recorded: run hack/record-dashboard.py")
+        elif p["type"] == "stat":
+            out += draw_stat(p, recorded[p["id"]], x, y, w, h)
+        elif p["type"] == "timeseries":
+            out += draw_timeseries(p, recorded[p["id"]], meta, x, y, w, h)
+        else:
+            sys.exit(f"hack/pictures.py cannot draw a {p['type']} panel ({p['title']!r}): add it")
+    y = bottom_y + 24
+    out.append(f"<text x='{margin}' y='{y}' font-size='12' font-weight='600'>What happened (the dashed lines)</text>")
+    steps = meta["scenario"]
+    half = len(steps) if max(len(s["what"]) for s in steps) > 80 else (len(steps) + 1) // 2
+    for i, s in enumerate(steps):
+        cx, cy = margin + (i // half) * (width / 2), y + 17 + 15 * (i % half)
+        out.append(f"<text x='{cx}' y='{cy}' font-size='11' fill='#333'><tspan fill='#7c6fc1' font-weight='600'>"
+                   f"{i + 1}</tspan> {clock(meta['start'] + s['at'])} {esc(s['what'])}</text>")
+    y += 17 + 15 * half + 8
+    source = (f"Recorded by {meta['by']} on {meta['date']} (commit {meta['commit']}): {meta['cluster']}, the operator as "
+              f"{meta['operator']}; {meta['prometheus']} scraping it every {meta['scrape_interval_seconds']} s, "
+              f"the targets evaluated by query_range every {meta['step_seconds']} s. Redraw: hack/pictures.py write.")
+    for k, line in enumerate(wrap(source, 190)):
+        out.append(f"<text x='{margin}' y='{y + 14 * k}' font-size='10.5' fill='#666'>{esc(line)}</text>")
+    height = int(y + 14 * len(wrap(source, 190)) + 8)
+    return svg(width, height, "\n".join(out) + "\n", f"The dashboard ({board['title']}), recorded")
+
+
 PICTURES = {
     "install-window.svg": install_window,
     "migration.svg": migration,
@@ -187,6 +466,7 @@ PICTURES = {
     "cert-rotation.svg": cert_rotation,
     "ownership.svg": ownership,
     "rollout.svg": rollout,
+    "dashboard.svg": dashboard,
 }
 
 

@@ -6,13 +6,14 @@
 # progress on stderr.
 #
 #   hack/tools.sh [all|k8s|etcd|kwok|helm|kubelet|helm-docs|crane|olm|kind|kind-k8s|crictl|coredns|
-#                  cargo-deny|cargo-cyclonedx|cargo-auditable|cosign|supply-chain]...
+#                  cargo-deny|cargo-cyclonedx|cargo-auditable|cosign|supply-chain|prometheus]...
 # (`helm-docs` is asked for by hack/chart-docs.sh only; `crane` (go-containerregistry: an OCI
 # registry server and a client for OCI archives) by hack/registry.sh and the release scripts;
 # `olm` (OLM v0's olm-operator, catalog-operator, cpb, copy-content, and a static opm for the
 # images OLM runs) by hack/olm.sh; `cargo-deny` (the dependency policy) by hack/deps.sh;
 # `cargo-cyclonedx` (the SBOM), `cargo-auditable` (the dependency list in the binary) and
-# `cosign` (signatures and attestations) by hack/release.sh; `supply-chain` is those four.
+# `cosign` (signatures and attestations) by hack/release.sh; `supply-chain` is those four;
+# `prometheus` (the server, its HTTP API without the web UI's assets) by hack/record-dashboard.py.
 # The cargo tools are `cargo install --locked`ed into <tool>-v<version>/bin.)
 #
 # `all` is what the kwok cluster needs; `kubelet` (for the real node of hack/node.sh) is built
@@ -38,6 +39,8 @@ CARGO_DENY_VERSION=${CARGO_DENY_VERSION:-0.20.2}
 CARGO_CYCLONEDX_VERSION=${CARGO_CYCLONEDX_VERSION:-0.5.9}
 CARGO_AUDITABLE_VERSION=${CARGO_AUDITABLE_VERSION:-0.7.7}
 COSIGN_VERSION=${COSIGN_VERSION:-v2.6.5}
+# Prometheus's Go module version: v0.316.0 is Prometheus 3.16.0 (hack/record-dashboard.py).
+PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}
 
 CACHE=${SSO_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sidecarset-operator/bin}
 mkdir -p "$CACHE"
@@ -381,6 +384,29 @@ _build_cosign() {
   log "cosign $COSIGN_VERSION built in $((SECONDS - start)) s"
 }
 
+# Prometheus (hack/record-dashboard.py scrapes the operator and evaluates the dashboard's queries
+# with it): cmd/prometheus of the Go module at PROMETHEUS_VERSION (v0.3MM.P is Prometheus 3.MM.P),
+# stamped with that release's version. Built with remove_all_sd (static, file and HTTP service
+# discovery only: the cloud and Kubernetes discovery plugins are most of the build) and without
+# builtinassets (the web UI is not embedded; the HTTP API is all the script uses).
+prometheus_release() { local m=${PROMETHEUS_VERSION#v0.}; echo "${m:0:1}.${m:1:2}.${m#*.}"; }
+tool_ok_prometheus() { tool_ok "$1" "prometheus, version $(prometheus_release) "; }
+build_prometheus() {
+  local out=$CACHE/prometheus-$PROMETHEUS_VERSION
+  if ! tool_ok_prometheus "$out/prometheus"; then with_lock "$out" _build_prometheus "$out"; fi
+  echo "PROMETHEUS_BIN=$out"
+}
+_build_prometheus() {
+  local out=$1 start=$SECONDS v=github.com/prometheus/common/version
+  tool_ok_prometheus "$out/prometheus" && return 0
+  log "building prometheus $PROMETHEUS_VERSION (Prometheus $(prometheus_release))"
+  GOBIN="$out" GOWORK=off CGO_ENABLED=0 go install -trimpath -tags remove_all_sd \
+    -ldflags "-s -w -X $v.Version=$(prometheus_release) -X $v.Revision=$PROMETHEUS_VERSION -X $v.Branch=module-proxy" \
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION" >&2
+  tool_ok_prometheus "$out/prometheus" || die "prometheus was built but does not report $(prometheus_release)"
+  log "prometheus $PROMETHEUS_VERSION built in $((SECONDS - start)) s"
+}
+
 targets=("$@"); [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do
   case $t in
@@ -402,6 +428,7 @@ for t in "${targets[@]}"; do
     cargo-auditable) build_cargo_auditable ;;
     cosign) build_cosign ;;
     supply-chain) build_cargo_deny; build_cargo_cyclonedx; build_cargo_auditable; build_cosign ;;
-    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet, helm-docs, crane, olm, kind, kind-k8s, crictl, coredns, cargo-deny, cargo-cyclonedx, cargo-auditable, cosign or supply-chain)" ;;
+    prometheus) build_prometheus ;;
+    *) die "unknown tool '$t' (expected all, k8s, etcd, kwok, helm, kubelet, helm-docs, crane, olm, kind, kind-k8s, crictl, coredns, cargo-deny, cargo-cyclonedx, cargo-auditable, cosign, supply-chain or prometheus)" ;;
   esac
 done
