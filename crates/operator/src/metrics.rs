@@ -81,6 +81,41 @@ pub mod dropped {
     pub const SOURCE_RATE: &str = "source_rate";
 }
 
+/// The `reason` values of `validation_denials` (SidecarSets and pod templates refused).
+pub mod denied {
+    /// The SidecarSet is invalid.
+    pub const INVALID: &str = "invalid";
+    /// The review or its object could not be read.
+    pub const MALFORMED: &str = "malformed";
+    /// The SidecarSet conflicts with another one.
+    pub const CONFLICT: &str = "conflict";
+    /// A pod with the SidecarSet's sidecars would be invalid.
+    pub const INVALID_POD: &str = "invalid_pod";
+    pub const ALL: [&str; 4] = [INVALID, MALFORMED, CONFLICT, INVALID_POD];
+}
+
+/// The `reason` values of `certificate_changes` (one per certificate manager action).
+pub mod cert_change {
+    pub const KEEP: &str = "keep";
+    pub const GENERATED: &str = "generated";
+    pub const LEAF_RENEWED: &str = "leaf_renewed";
+    pub const CA_ROTATION_STARTED: &str = "ca_rotation_started";
+    pub const CA_PROMOTED: &str = "ca_promoted";
+    pub const CA_ROTATION_FINISHED: &str = "ca_rotation_finished";
+    pub const ALL: [&str; 6] = [
+        KEEP,
+        GENERATED,
+        LEAF_RENEWED,
+        CA_ROTATION_STARTED,
+        CA_PROMOTED,
+        CA_ROTATION_FINISHED,
+    ];
+}
+
+/// The `reason` of `injections_skipped` for a pod no SidecarSet selects (the other reasons are
+/// the core's [`sidecarset_core::inject::SkipReason`] labels).
+pub const NO_SIDECARSET_TO_INJECT: &str = "no_sidecarset_to_inject";
+
 /// Events not recorded, by reason (see [`dropped`]).
 #[derive(Clone, Default, Debug)]
 pub struct DroppedEvents(pub Family<ReasonLabel, Counter>);
@@ -171,7 +206,32 @@ fn build() -> Metrics {
     register_watches(&mut registry, &m);
     register_safeguards(&mut registry, &m);
     register_process(&mut registry, &m);
+    zero_known_series(&m);
     Metrics { registry, ..m }
+}
+
+/// Creates, at 0, the series of every reason a counter family knows in advance. A series that
+/// first appears at 1 is invisible to `rate()` and `increase()` (they need two samples), so
+/// without this the first refusal, certificate renewal or skip of a reason never showed on the
+/// dashboard or in an alert.
+fn zero_known_series(m: &Metrics) {
+    for r in denied::ALL {
+        m.validation_denials.get_or_create(&reason(r));
+    }
+    for r in cert_change::ALL {
+        m.cert_changes.get_or_create(&reason(r));
+    }
+    let skips = sidecarset_core::inject::SkipReason::ALL.map(|r| r.label());
+    for r in skips.into_iter().chain([NO_SIDECARSET_TO_INJECT]) {
+        m.injections_skipped.get_or_create(&reason(r));
+    }
+    for r in [
+        dropped::QUEUE_FULL,
+        dropped::NAMESPACE_RATE,
+        dropped::SOURCE_RATE,
+    ] {
+        m.events_dropped.0.get_or_create(&reason(r));
+    }
 }
 
 /// Every metric, new, in a registry of its own that [`build`] replaces.
@@ -539,6 +599,41 @@ pub struct CauseLabel {
 
 #[cfg(test)]
 mod tests {
+    /// Every reason known in advance is exported at 0 before anything happens (seen failing
+    /// without `zero_known_series`: no series of these families at all).
+    #[test]
+    fn known_reasons_are_exported_at_zero_before_any_event() {
+        let m = super::build();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &m.registry).unwrap();
+        let skips = sidecarset_core::inject::SkipReason::ALL.map(|r| r.label());
+        let families: [(&str, Vec<&str>); 4] = [
+            ("validation_denials", super::denied::ALL.to_vec()),
+            ("certificate_changes", super::cert_change::ALL.to_vec()),
+            (
+                "injections_skipped",
+                skips
+                    .into_iter()
+                    .chain([super::NO_SIDECARSET_TO_INJECT])
+                    .collect(),
+            ),
+            (
+                "skip_events_dropped",
+                vec![
+                    super::dropped::QUEUE_FULL,
+                    super::dropped::NAMESPACE_RATE,
+                    super::dropped::SOURCE_RATE,
+                ],
+            ),
+        ];
+        for (family, reasons) in families {
+            for r in reasons {
+                let line = format!("sidecarset_operator_{family}_total{{reason=\"{r}\"}} 0\n");
+                assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+            }
+        }
+    }
+
     #[test]
     fn openmetrics_only_for_scrapers_that_ask_for_it() {
         let om = "application/openmetrics-text; version=1.0.0; charset=utf-8";

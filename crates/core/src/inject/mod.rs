@@ -82,6 +82,31 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    /// Every reason, in declaration order (a new variant fails to compile in [`Self::position`]
+    /// until it is listed here too).
+    pub const ALL: [SkipReason; 7] = [
+        SkipReason::Paused,
+        SkipReason::Conflict,
+        SkipReason::NamespaceExcluded,
+        SkipReason::NotInjected,
+        SkipReason::EvictionStopped,
+        SkipReason::OptedOut,
+        SkipReason::NativeSidecarsUnsupported,
+    ];
+
+    /// The reason's place in [`Self::ALL`] (exhaustive: the compiler names a variant left out).
+    pub const fn position(self) -> usize {
+        match self {
+            SkipReason::Paused => 0,
+            SkipReason::Conflict => 1,
+            SkipReason::NamespaceExcluded => 2,
+            SkipReason::NotInjected => 3,
+            SkipReason::EvictionStopped => 4,
+            SkipReason::OptedOut => 5,
+            SkipReason::NativeSidecarsUnsupported => 6,
+        }
+    }
+
     /// The reason as a metric label.
     pub fn label(self) -> &'static str {
         match self {
@@ -1069,6 +1094,13 @@ pub fn apply(pod: &mut Value, patch: &Patch) -> Result<(), json_patch::PatchErro
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_skip_reason_is_listed_once_in_its_place() {
+        for (i, r) in super::SkipReason::ALL.iter().enumerate() {
+            assert_eq!(r.position(), i, "{r:?}");
+        }
+    }
+
     use super::*;
 
     /// Found by the fuzz properties (tests/all/properties.rs): a pod sent with no spec, or with no

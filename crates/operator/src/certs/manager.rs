@@ -332,13 +332,14 @@ impl Manager {
             .map(|i| ts(i.not_after))
             .unwrap_or_default();
         let secret = self.key();
+        use crate::metrics::cert_change;
         let kind = match action {
-            Action::Keep | Action::Wait(_) => "keep",
-            Action::Generate(_) => "generated",
-            Action::RenewLeaf(_) => "leaf_renewed",
-            Action::StartCaRotation => "ca_rotation_started",
-            Action::PromoteCa => "ca_promoted",
-            Action::FinishCaRotation => "ca_rotation_finished",
+            Action::Keep | Action::Wait(_) => cert_change::KEEP,
+            Action::Generate(_) => cert_change::GENERATED,
+            Action::RenewLeaf(_) => cert_change::LEAF_RENEWED,
+            Action::StartCaRotation => cert_change::CA_ROTATION_STARTED,
+            Action::PromoteCa => cert_change::CA_PROMOTED,
+            Action::FinishCaRotation => cert_change::CA_ROTATION_FINISHED,
         };
         crate::metrics::metrics()
             .cert_changes

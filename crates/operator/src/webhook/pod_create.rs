@@ -157,7 +157,9 @@ impl Admitted<'_> {
         if skipped.is_empty() {
             crate::metrics::metrics()
                 .injections_skipped
-                .get_or_create(&crate::metrics::reason("namespace_excluded"))
+                .get_or_create(&crate::metrics::reason(
+                    inject::SkipReason::NamespaceExcluded.label(),
+                ))
                 .inc();
         }
         self.report(skipped);
@@ -208,7 +210,9 @@ impl Admitted<'_> {
         }
         if injection.injected.is_empty() && injection.skipped.is_empty() {
             m.injections_skipped
-                .get_or_create(&crate::metrics::reason("no_sidecarset_to_inject"))
+                .get_or_create(&crate::metrics::reason(
+                    crate::metrics::NO_SIDECARSET_TO_INJECT,
+                ))
                 .inc();
         } else if !injection.injected.is_empty() {
             // Per pod at debug: the admission span, the metrics and the pod's annotations

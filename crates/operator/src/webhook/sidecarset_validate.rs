@@ -208,7 +208,7 @@ async fn after_pod_validation(
         crate::pod_validation::PodValidation::Invalid(errors) => {
             crate::metrics::metrics()
                 .validation_denials
-                .get_or_create(&crate::metrics::reason("invalid_pod"))
+                .get_or_create(&crate::metrics::reason(crate::metrics::denied::INVALID_POD))
                 .inc();
             let errors = sidecarset_core::api::ValidationErrors(errors);
             Response::deny(
@@ -345,19 +345,19 @@ pub fn admit_sidecarset_validation_with(
     let ss = match sidecarset_of(req) {
         Ok(Some(d)) => {
             if let Some(message) = custom_version_clash(&d) {
-                denial("invalid");
+                denial(crate::metrics::denied::INVALID);
                 return Response::deny(&req.uid, 422, message);
             }
             d.ss
         }
         Ok(None) => return Response::allow(&req.uid),
         Err(denied) => {
-            denial("malformed");
+            denial(crate::metrics::denied::MALFORMED);
             return denied;
         }
     };
     if let Err(e) = validate(&ss) {
-        denial("invalid");
+        denial(crate::metrics::denied::INVALID);
         debug!(sidecarset = ss.name(), error = %e, "SidecarSet rejected");
         return Response::deny(
             &req.uid,
@@ -375,13 +375,13 @@ pub fn admit_sidecarset_validation_with(
     let refused = native_sidecars_refused(state, req, &ss, old.as_ref())
         .or_else(|| pin_refused(state, req, &ss, old.as_ref()));
     if let Some(refused) = refused {
-        denial("invalid");
+        denial(crate::metrics::denied::INVALID);
         return refused;
     }
     if let Some(old) = &old
         && let Err(e) = sidecarset_core::api::validate_update(&ss, &old.ss)
     {
-        denial("invalid");
+        denial(crate::metrics::denied::INVALID);
         return Response::deny(
             &req.uid,
             422,
@@ -394,7 +394,7 @@ pub fn admit_sidecarset_validation_with(
         None => conflicts(&ss, index.iter().map(|s| s.as_ref())),
     };
     if let Err(e) = found {
-        denial("conflict");
+        denial(crate::metrics::denied::CONFLICT);
         return Response::deny(
             &req.uid,
             409,
