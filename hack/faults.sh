@@ -4,7 +4,7 @@
 # its k-th write and started again, the end state compared with the fault-free one.
 #
 #   hack/faults.sh sweep                every write k of every scenario (`make test-faults`)
-#   hack/faults.sh sample [N]           N points per scenario (default 2; what `make test` runs,
+#   hack/faults.sh sample [N]           N points per scenario and perturbation (default 1: what `make test` runs,
 #                                       inside hack/e2e-local.sh's cluster)
 #   hack/faults.sh replay SCENARIO K [crash|relist]
 #                                       one point, as a failure prints it (after the scenario's
@@ -29,7 +29,7 @@ usage() {
 
 case "${1:-}" in
   sweep) export SSO_FAULTS_POINTS=all ;;
-  sample) export SSO_FAULTS_POINTS="sample:${2:-2}" ;;
+  sample) export SSO_FAULTS_POINTS="sample:${2:-1}" ;;
   replay)
     [ $# -eq 3 ] || [ $# -eq 4 ] || usage
     case "$3" in '' | *[!0-9]*) log "K must be a number, got '$3'"; usage ;; esac

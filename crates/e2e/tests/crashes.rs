@@ -7,7 +7,7 @@
 //!
 //! Env: `SSO_FAULTS_SCENARIOS` (comma-separated; default `inject,rollout`),
 //! `SSO_FAULTS_PERTURBATIONS` (`crash`, `relist`; default both), `SSO_FAULTS_POINTS` (`all`,
-//! `sample:N` or numbers `3,7`; default `sample:2`, what `make test` runs; `make test-faults`
+//! `sample:N` or numbers `3,7`; default `sample:1`, what `make test` runs; `make test-faults`
 //! runs `all`). A failure prints its replay command (`hack/faults.sh replay SCENARIO K KIND`).
 //!
 //! Local cluster only (the operator serves its webhooks on 127.0.0.1): `hack/e2e-local.sh` and
@@ -22,7 +22,7 @@ async fn the_end_state_after_a_crash_right_after_any_write_is_the_fault_free_one
     let scenarios =
         std::env::var("SSO_FAULTS_SCENARIOS").unwrap_or_else(|_| "inject,rollout".into());
     let points =
-        Points::parse(&std::env::var("SSO_FAULTS_POINTS").unwrap_or_else(|_| "sample:2".into()))?;
+        Points::parse(&std::env::var("SSO_FAULTS_POINTS").unwrap_or_else(|_| "sample:1".into()))?;
     let kinds = std::env::var("SSO_FAULTS_PERTURBATIONS")
         .unwrap_or_else(|_| "crash,relist".into())
         .split(',')

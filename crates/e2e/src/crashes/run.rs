@@ -183,6 +183,28 @@ impl Run {
         let _ = Api::<SidecarSet>::all(self.c.clone())
             .delete(name, &dp)
             .await;
+        // The pods gone before the next run starts: its operator watches every namespace, and
+        // these deletions would be events it hears (and numbers) too.
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.c.clone(), &self.names.pods_ns);
+        let _ = pods
+            .delete_collection(
+                &DeleteParams::default().grace_period(0),
+                &Default::default(),
+            )
+            .await;
+        let _ = crate::eventually(30, "the run's pods deleted", || {
+            let pods = pods.clone();
+            async move {
+                Ok(pods
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .is_empty()
+                    .then_some(()))
+            }
+        })
+        .await;
         let _ = Api::<MutatingWebhookConfiguration>::all(self.c.clone())
             .delete(name, &dp)
             .await;
