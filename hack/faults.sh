@@ -47,6 +47,12 @@ hack/cluster.sh up
 eval "$(hack/cluster.sh env)"
 log "the SidecarSet CRD"
 "$WORK/bin/kubectl" apply --server-side -f charts/sidecarset-operator/crds/sidecarsets.apps.kruise.io.yaml >/dev/null
-"$WORK/bin/kubectl" wait --for condition=established --timeout=60s crd/sidecarsets.apps.kruise.io >/dev/null
+# (kubectl wait fails at once while the new CRD has no conditions at all yet)
+for _ in $(seq 120); do
+  est=$("$WORK/bin/kubectl" get crd sidecarsets.apps.kruise.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')
+  [ "$est" = True ] && break
+  sleep 0.5
+done
+[ "$est" = True ] || { log "the SidecarSet CRD is not Established after 60 s"; exit 1; }
 log "scenarios ${SSO_FAULTS_SCENARIOS:-all}, points $SSO_FAULTS_POINTS"
 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
