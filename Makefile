@@ -37,6 +37,10 @@ fuzz: ## Long property runs (PROPTEST_CASES, default 100000) of AdmissionReview 
 e2e-local: ## The e2e suite on a local kwok cluster built from source (operator as a local process)
 	hack/e2e-local.sh
 
+.PHONY: test-faults
+test-faults: ## The crash-after-write harness on every write of every reference scenario, on a local kwok cluster of its own (hack/faults.sh sweep; make test runs a sample); a failure prints its replay command
+	hack/faults.sh sweep
+
 .PHONY: e2e-node
 e2e-node: ## Real-node suites: operator image, helm install and in-place upgrades on a real kubelet (hack/node.sh; needs root; skipped with the reason where it cannot run, unless CI / SSO_REQUIRE_REAL_NODE=1)
 	hack/e2e-node.sh

@@ -314,6 +314,11 @@ impl Operator {
         Ok(Operator { child, port })
     }
 
+    /// The process's exit status if it has exited (a crash: killed by SIGABRT), else None.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.child.try_wait()
+    }
+
     pub fn addr(&self) -> std::net::SocketAddr {
         std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
     }
@@ -393,5 +398,6 @@ pub fn value(text: &str, name_and_labels: &str) -> f64 {
 }
 pub mod audit;
 pub mod commands;
+pub mod crashes;
 pub mod kruise;
 pub mod proxy;

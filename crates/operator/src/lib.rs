@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod events;
+pub mod faults;
 pub mod health;
 pub mod metrics;
 #[cfg(test)]

@@ -66,6 +66,7 @@ pub struct Config {
 }
 
 pub fn config(args: RunArgs) -> anyhow::Result<Config> {
+    crate::faults::install_from_env()?;
     let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
         format!(
             "{}-{}",
@@ -331,7 +332,7 @@ pub fn controller(
                 // none of them is sent by the main runtime after leadership ended.
                 let clients = async {
                     let config = sidecarset_cli::target::kube_config().await?;
-                    let watches = kube::Client::try_from(config.clone())?;
+                    let watches = crate::faults::client(config.clone())?;
                     let calls =
                         crate::controller::fence::fenced_client(config, leadership.clone())?;
                     Ok::<_, kube::Error>((watches, calls))

@@ -346,12 +346,12 @@ pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30)
 /// request is bounded by [`CALL_TIMEOUT`].
 pub async fn clients() -> Result<(kube::Client, kube::Client), kube::Error> {
     let config = sidecarset_cli::target::kube_config().await?;
-    let watches = kube::Client::try_from(config.clone())?;
+    let watches = crate::faults::client(config.clone())?;
     let mut bounded = config;
     bounded.connect_timeout = Some(std::time::Duration::from_secs(10));
     bounded.read_timeout = Some(CALL_TIMEOUT);
     bounded.write_timeout = Some(CALL_TIMEOUT);
-    Ok((watches, kube::Client::try_from(bounded)?))
+    Ok((watches, crate::faults::client(bounded)?))
 }
 
 #[cfg(test)]

@@ -84,9 +84,12 @@ pub fn fenced_client(
     config.connect_timeout = Some(std::time::Duration::from_secs(10));
     config.read_timeout = Some(crate::cluster::CALL_TIMEOUT);
     config.write_timeout = Some(crate::cluster::CALL_TIMEOUT);
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&FenceLayer { leadership })
-        .build())
+    // The fault hooks' recording layer (when on) inside the fence: it sees what was sent.
+    Ok(
+        crate::faults::layered(kube::client::ClientBuilder::try_from(config)?)
+            .with_layer(&FenceLayer { leadership })
+            .build(),
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The crash-after-write harness (crates/e2e/src/crashes, issue 43) on a local kwok cluster of its
+# own: every reference scenario run fault-free twice, then with the operator aborted right after
+# its k-th write and started again, the end state compared with the fault-free one.
+#
+#   hack/faults.sh sweep                every write k of every scenario (`make test-faults`)
+#   hack/faults.sh sample [N]           N points per scenario and perturbation (default 1: what `make test` runs,
+#                                       inside hack/e2e-local.sh's cluster)
+#   hack/faults.sh replay SCENARIO K [crash|relist]
+#                                       one point, as a failure prints it (after the scenario's
+#                                       two fault-free runs, which its end state is compared with);
+#                                       crash (default): the operator aborted right after its
+#                                       k-th write; relist: its Pod watch cut after the k-th event
+#
+# Env: SSO_FAULTS_SCENARIOS (comma-separated, default every scenario), SSO_FAULTS_PERTURBATIONS
+# (crash,relist: the default), SSO_WORK, and what
+# hack/cluster.sh reads. The cluster is torn down at the end, also on failure.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+WORK=${SSO_WORK:-$REPO/.local}
+export SSO_WORK=$WORK
+
+log() { printf '[faults] %s\n' "$*" >&2; }
+usage() {
+  sed -n '5,13p' "$0" >&2
+  exit 2
+}
+
+case "${1:-}" in
+  sweep) export SSO_FAULTS_POINTS=all ;;
+  sample) export SSO_FAULTS_POINTS="sample:${2:-1}" ;;
+  replay)
+    [ $# -eq 3 ] || [ $# -eq 4 ] || usage
+    case "$3" in '' | *[!0-9]*) log "K must be a number, got '$3'"; usage ;; esac
+    export SSO_FAULTS_SCENARIOS=$2 SSO_FAULTS_POINTS=$3 SSO_FAULTS_PERTURBATIONS=${4:-crash}
+    ;;
+  *) usage ;;
+esac
+
+trap 'hack/cluster.sh down || true' EXIT
+trap 'exit 130' INT TERM
+
+cargo build --bin sidecarset-operator
+cargo build -p sidecarset-e2e --tests
+hack/cluster.sh up
+eval "$(hack/cluster.sh env)"
+log "the SidecarSet CRD"
+"$WORK/bin/kubectl" apply --server-side -f charts/sidecarset-operator/crds/sidecarsets.apps.kruise.io.yaml >/dev/null
+# (kubectl wait fails at once while the new CRD has no conditions at all yet)
+for _ in $(seq 120); do
+  est=$("$WORK/bin/kubectl" get crd sidecarsets.apps.kruise.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')
+  [ "$est" = True ] && break
+  sleep 0.5
+done
+[ "$est" = True ] || { log "the SidecarSet CRD is not Established after 60 s"; exit 1; }
+log "scenarios ${SSO_FAULTS_SCENARIOS:-all}, points $SSO_FAULTS_POINTS"
+cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
