@@ -215,22 +215,25 @@ fn build() -> Metrics {
 /// without this the first refusal, certificate renewal or skip of a reason never showed on the
 /// dashboard or in an alert.
 fn zero_known_series(m: &Metrics) {
+    // get_or_create hands back a guard of the family's map: dropped at once, the series stays.
+    let zero =
+        |family: &Family<ReasonLabel, Counter>, r: &str| drop(family.get_or_create(&reason(r)));
     for r in denied::ALL {
-        m.validation_denials.get_or_create(&reason(r));
+        zero(&m.validation_denials, r);
     }
     for r in cert_change::ALL {
-        m.cert_changes.get_or_create(&reason(r));
+        zero(&m.cert_changes, r);
     }
     let skips = sidecarset_core::inject::SkipReason::ALL.map(|r| r.label());
     for r in skips.into_iter().chain([NO_SIDECARSET_TO_INJECT]) {
-        m.injections_skipped.get_or_create(&reason(r));
+        zero(&m.injections_skipped, r);
     }
     for r in [
         dropped::QUEUE_FULL,
         dropped::NAMESPACE_RATE,
         dropped::SOURCE_RATE,
     ] {
-        m.events_dropped.0.get_or_create(&reason(r));
+        zero(&m.events_dropped.0, r);
     }
 }
 
