@@ -70,51 +70,8 @@ pub struct ResultLabel {
     pub result: String,
 }
 
-/// Why a skip notice or its Event was not recorded (the `reason` label of
-/// `skip_events_dropped`).
-pub mod dropped {
-    /// The queue to the Event writer was full.
-    pub const QUEUE_FULL: &str = "queue_full";
-    /// The namespace's Events were over `events::PER_NAMESPACE`.
-    pub const NAMESPACE_RATE: &str = "namespace_rate";
-    /// The source of the admission requests was over `events::PER_SOURCE`.
-    pub const SOURCE_RATE: &str = "source_rate";
-}
-
-/// The `reason` values of `validation_denials` (SidecarSets and pod templates refused).
-pub mod denied {
-    /// The SidecarSet is invalid.
-    pub const INVALID: &str = "invalid";
-    /// The review or its object could not be read.
-    pub const MALFORMED: &str = "malformed";
-    /// The SidecarSet conflicts with another one.
-    pub const CONFLICT: &str = "conflict";
-    /// A pod with the SidecarSet's sidecars would be invalid.
-    pub const INVALID_POD: &str = "invalid_pod";
-    pub const ALL: [&str; 4] = [INVALID, MALFORMED, CONFLICT, INVALID_POD];
-}
-
-/// The `reason` values of `certificate_changes` (one per certificate manager action).
-pub mod cert_change {
-    pub const KEEP: &str = "keep";
-    pub const GENERATED: &str = "generated";
-    pub const LEAF_RENEWED: &str = "leaf_renewed";
-    pub const CA_ROTATION_STARTED: &str = "ca_rotation_started";
-    pub const CA_PROMOTED: &str = "ca_promoted";
-    pub const CA_ROTATION_FINISHED: &str = "ca_rotation_finished";
-    pub const ALL: [&str; 6] = [
-        KEEP,
-        GENERATED,
-        LEAF_RENEWED,
-        CA_ROTATION_STARTED,
-        CA_PROMOTED,
-        CA_ROTATION_FINISHED,
-    ];
-}
-
-/// The `reason` of `injections_skipped` for a pod no SidecarSet selects (the other reasons are
-/// the core's [`sidecarset_core::inject::SkipReason`] labels).
-pub const NO_SIDECARSET_TO_INJECT: &str = "no_sidecarset_to_inject";
+mod reasons;
+pub use reasons::{NO_SIDECARSET_TO_INJECT, cert_change, denied, dropped};
 
 /// Events not recorded, by reason (see [`dropped`]).
 #[derive(Clone, Default, Debug)]
@@ -666,7 +623,7 @@ mod tests {
     /// registrations), with their type as the chart README's table gives it.
     fn registered_with_types() -> std::collections::BTreeMap<String, String> {
         let readme = include_str!("../../../charts/sidecarset-operator/README.md");
-        let source = include_str!("metrics.rs");
+        let source = include_str!("mod.rs");
         let source = &source[..source.find("#[cfg(test)]").unwrap()];
         let registered: std::collections::BTreeSet<String> = source
             .split("registry.register(")
@@ -786,7 +743,7 @@ mod tests {
     fn the_chart_readme_lists_every_metric() {
         let readme = include_str!("../../../charts/sidecarset-operator/README.md");
         // Families without series are not encoded, so the names come from the registrations.
-        let source = include_str!("metrics.rs");
+        let source = include_str!("mod.rs");
         let source = &source[..source.find("#[cfg(test)]").unwrap()];
         let registered: std::collections::BTreeSet<String> = source
             .split("registry.register(")
