@@ -622,7 +622,7 @@ mod tests {
     /// The names registered (families without series are not encoded, so they come from the
     /// registrations), with their type as the chart README's table gives it.
     fn registered_with_types() -> std::collections::BTreeMap<String, String> {
-        let readme = include_str!("../../../charts/sidecarset-operator/README.md");
+        let readme = include_str!("../../../../charts/sidecarset-operator/README.md");
         let source = include_str!("mod.rs");
         let source = &source[..source.find("#[cfg(test)]").unwrap()];
         let registered: std::collections::BTreeSet<String> = source
@@ -655,9 +655,11 @@ mod tests {
     fn the_dashboard_and_the_alerts_use_registered_metrics() {
         let known = registered_with_types();
         assert!(known.len() >= 17, "{known:?}");
-        let dashboard =
-            include_str!("../../../charts/sidecarset-operator/dashboards/sidecarset-operator.json");
-        let rules = include_str!("../../../charts/sidecarset-operator/templates/monitoring.yaml");
+        let dashboard = include_str!(
+            "../../../../charts/sidecarset-operator/dashboards/sidecarset-operator.json"
+        );
+        let rules =
+            include_str!("../../../../charts/sidecarset-operator/templates/monitoring.yaml");
         let d: serde_json::Value = serde_json::from_str(dashboard).expect("the dashboard is JSON");
         let exprs: Vec<String> = d["panels"]
             .as_array()
@@ -713,8 +715,9 @@ mod tests {
     /// The chart's README lists every alert of the chart's PrometheusRule, and no other.
     #[test]
     fn the_chart_readme_lists_every_alert() {
-        let rules = include_str!("../../../charts/sidecarset-operator/templates/monitoring.yaml");
-        let readme = include_str!("../../../charts/sidecarset-operator/README.md");
+        let rules =
+            include_str!("../../../../charts/sidecarset-operator/templates/monitoring.yaml");
+        let readme = include_str!("../../../../charts/sidecarset-operator/README.md");
         let alerts: std::collections::BTreeSet<&str> = rules
             .lines()
             .filter_map(|l| l.trim_start().strip_prefix("- alert: "))
@@ -741,7 +744,7 @@ mod tests {
     /// nothing else with the prefix. (Counters are listed with their `_total` sample name.)
     #[test]
     fn the_chart_readme_lists_every_metric() {
-        let readme = include_str!("../../../charts/sidecarset-operator/README.md");
+        let readme = include_str!("../../../../charts/sidecarset-operator/README.md");
         // Families without series are not encoded, so the names come from the registrations.
         let source = include_str!("mod.rs");
         let source = &source[..source.find("#[cfg(test)]").unwrap()];
