@@ -42,6 +42,8 @@ export SSO_WORK=$WORK
 mkdir -p "$WORK"
 RELEASE=sidecarset-operator
 NS=sidecarset-system
+# The operator's pods: not the chart's `helm test` pod, which stays after it ran (for its logs).
+OPERATOR_PODS='app.kubernetes.io/name=sidecarset-operator,app.kubernetes.io/component!=test'
 CRD=sidecarsets.apps.kruise.io
 START=$SECONDS
 
@@ -74,7 +76,7 @@ cleanup() {
   local rc=$?
   if [ "$rc" != 0 ] && [ -n "${KUBECTL:-}" ] && hack/node.sh status >/dev/null 2>&1; then
     log "failed; the operator's last log lines:"
-    hack/node.sh exec "$KUBECTL" -n "$NS" logs -l app.kubernetes.io/name=sidecarset-operator --tail=30 --prefix >&2 2>/dev/null || true
+    hack/node.sh exec "$KUBECTL" -n "$NS" logs -l "$OPERATOR_PODS" --tail=30 --prefix >&2 2>/dev/null || true
   fi
   if [ "${SSO_KEEP_NODE:-0}" = 1 ]; then
     log "SSO_KEEP_NODE=1: the node keeps running (hack/node.sh down)"
@@ -179,7 +181,7 @@ while [ "$SECONDS" -lt "$deadline" ]; do
   done
   sleep 1
 done
-pulling=$(jp -n "$WIN_NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{.items[*].status.containerStatuses[0].state.waiting.reason}')
+pulling=$(jp -n "$WIN_NS" get pods -l "$OPERATOR_PODS" -o jsonpath='{.items[*].status.containerStatuses[0].state.waiting.reason}')
 [ -z "$(jp -n "$WIN_NS" get deploy "$WIN" -o jsonpath='{.status.readyReplicas}')" ] \
   || die "an operator replica became ready with an image the node cannot pull"
 [ "$refused" = 0 ] || die "install window: $refused of $((created + refused)) pod creations refused while no replica answered"
@@ -279,7 +281,7 @@ sed 's/^/      /' "$WORK/readme-verify.log" >&2
 grep -q '^all 11 checks ok' "$WORK/readme-verify.log" || die "check did not say all 11 checks ok"
 pass "the install page's verify command: sidecarset-operator check, all 11 checks ok in Service mode ($((SECONDS - t)) s)"
 [ "$(jp -n "$NS" get deploy "$RELEASE" -o jsonpath='{.status.readyReplicas}/{.spec.replicas}')" = 2/2 ] || die "the Deployment is not 2/2 ready"
-pods=$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.spec.serviceAccountName} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].imageID}{"\n"}{end}')
+pods=$(k -n "$NS" get pods -l "$OPERATOR_PODS" -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.spec.serviceAccountName} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].imageID}{"\n"}{end}')
 [ "$(echo "$pods" | grep -c " $SSO_E2E_REAL_NODE $RELEASE true sha256:")" = 2 ] || die "expected 2 ready operator pods on $SSO_E2E_REAL_NODE as ServiceAccount $RELEASE: $pods"
 pass "2 replicas ready on $SSO_E2E_REAL_NODE, running as ServiceAccount $RELEASE, image from the node's containerd"
 # `helm test`: the chart's test pod runs `sidecarset-operator check` in the cluster, as its own
@@ -296,7 +298,7 @@ fi
 pass "helm test: sidecarset-operator check in the chart's test pod, all 11 checks ok, its RBAC removed ($((SECONDS - t)) s)"
 probes=$(k -n "$NS" get deploy "$RELEASE" -o jsonpath='{.spec.template.spec.containers[0].startupProbe.httpGet.path} {.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.scheme}')
 [ "$probes" = "/healthz /healthz /readyz HTTPS" ] || die "probes: $probes"
-restarts=$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{.items[*].status.containerStatuses[0].restartCount}')
+restarts=$(k -n "$NS" get pods -l "$OPERATOR_PODS" -o jsonpath='{.items[*].status.containerStatuses[0].restartCount}')
 [ "$restarts" = "0 0" ] || die "operator restarts: $restarts (liveness or startup probe failed?)"
 pass "startup/liveness /healthz and readiness /readyz over HTTPS pass on the kubelet (no restarts)"
 pdb=$(k -n "$NS" get pdb "$RELEASE" -o jsonpath='{.spec.minAvailable} {.status.currentHealthy} {.status.disruptionsAllowed}')
@@ -431,7 +433,7 @@ section "drain: every replica evicted, the PodDisruptionBudget in place"
 # admissions running. There is one node, so the replacements land on it again (drain would
 # cordon it first and they would go elsewhere: for the webhook the same).
 for i in $(seq 120); do # the upgrade's last old replica may still be finishing its shutdown
-  old_pods=$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o jsonpath='{.items[*].metadata.name}')
+  old_pods=$(k -n "$NS" get pods -l "$OPERATOR_PODS" -o jsonpath='{.items[*].metadata.name}')
   [ "$(wc -w <<<"$old_pods")" = 3 ] && break
   [ "$i" != 120 ] || die "expected 3 operator pods before the drain: $old_pods"
   sleep 0.5
@@ -493,7 +495,7 @@ done
 pass "policy $RELEASE in effect (token $token, holds $DEMO), the pod webhook's condition narrowed ($((SECONDS - t)) s)"
 k -n "$NS" scale deploy "$RELEASE" --replicas=0 >/dev/null
 for i in $(seq 120); do
-  [ -z "$(k -n "$NS" get pods -l app.kubernetes.io/name=sidecarset-operator -o name)" ] && break
+  [ -z "$(k -n "$NS" get pods -l "$OPERATOR_PODS" -o name)" ] && break
   [ "$i" != 120 ] || die "operator pods still there 60 s after scaling to 0"
   sleep 0.5
 done
