@@ -1154,7 +1154,10 @@ async fn scale_operator(c: &kube::Client, n: i32) -> anyhow::Result<()> {
         let (pods, deploys, name) = (pods.clone(), deploys.clone(), name.clone());
         async move {
             let listed = pods
-                .list(&ListParams::default().labels("app.kubernetes.io/name=sidecarset-operator"))
+                // Not the chart's `helm test` pod, which stays after it ran.
+                .list(&ListParams::default().labels(
+                    "app.kubernetes.io/name=sidecarset-operator,app.kubernetes.io/component!=test",
+                ))
                 .await?;
             let d = deploys.get(&name).await?;
             let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
