@@ -15,6 +15,7 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, LogParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sidecarset_core::api::SidecarSet;
@@ -1162,6 +1163,26 @@ async fn scale_operator(c: &kube::Client, n: i32) -> anyhow::Result<()> {
             let d = deploys.get(&name).await?;
             let available = d.status.and_then(|s| s.available_replicas).unwrap_or(0);
             Ok((listed.items.len() == n as usize && available == n).then_some(()))
+        }
+    })
+    .await?;
+    // The webhook Service's endpoints follow the pods' readiness a moment later: until then a
+    // SidecarSet write fails in the conversion webhook ("no endpoints available").
+    let slices = Api::<EndpointSlice>::namespaced(c.clone(), &ns);
+    let service = format!("{name}-webhook");
+    eventually(60, &format!("{n} ready endpoints of {service}"), || {
+        let (slices, service) = (slices.clone(), service.clone());
+        async move {
+            let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
+            let ready = slices
+                .list(&lp)
+                .await?
+                .items
+                .iter()
+                .flat_map(|s| s.endpoints.iter().flatten())
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                .count();
+            Ok((ready == n as usize).then_some(()))
         }
     })
     .await
