@@ -352,7 +352,11 @@ _cargo_tool() {
   cargo_tool_ok "$out" "$crate" "$version" "$binary" && return 0
   command -v cargo >/dev/null || die "cargo is not on PATH; it builds $crate"
   log "building $crate $version (cargo install --locked)"
-  cargo install --quiet --locked "$crate" --version "$version" --root "$out" "$@" >&2
+  # Test tools, built once per machine: their own release profiles ask for a fat LTO in one
+  # codegen unit (cargo-deny: most of a cold run's 17 min build of it), which buys them nothing
+  # here; cargo's profile settings from the environment take precedence over the crate's.
+  CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+    cargo install --quiet --locked "$crate" --version "$version" --root "$out" "$@" >&2
   cargo_tool_ok "$out" "$crate" "$version" "$binary" || die "$crate was built but $out does not hold $binary $version"
   log "$crate $version built in $((SECONDS - start)) s"
 }

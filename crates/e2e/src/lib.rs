@@ -62,8 +62,14 @@ pub async fn create_sidecarset(c: &Client, v: Value) -> kube::Result<SidecarSet>
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         match api.create(&PostParams::default(), &ss).await {
+            // The conversion webhook not yet pointed at a running replica, or a replica that
+            // published its caBundle a moment before it listens (URL mode: no Service
+            // endpoints to wait for).
             Err(kube::Error::Api(e))
-                if e.message.contains("conversion webhook") && Instant::now() < deadline =>
+                if (e.message.contains("conversion webhook")
+                    || (e.message.contains("failed calling webhook")
+                        && e.message.contains("connection refused")))
+                    && Instant::now() < deadline =>
             {
                 tokio::time::sleep(Duration::from_millis(250)).await
             }

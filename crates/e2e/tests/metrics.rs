@@ -43,6 +43,10 @@ async fn admission_and_injection_metrics_move_with_pod_creations() -> anyhow::Re
     let injections = format!("sidecarset_operator_injections_total{{sidecarset=\"{ss}\"}}");
     let patched = "sidecarset_operator_admission_requests_total{webhook=\"mutate-pod\",operation=\"CREATE\",result=\"patched\"}";
     let observed = "sidecarset_operator_admission_duration_seconds_count{webhook=\"mutate-pod\"}";
+    // The API server calls the webhook a second time for each injected pod (reinvocation: the
+    // ServiceAccount plugin mounts the API token into the new sidecar); that call finds the
+    // pod injected and counts as such, not as a pod nothing selects.
+    let again = "sidecarset_operator_injections_skipped_total{reason=\"already_injected\"}";
     let before = scrape().await?;
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
     for i in 0..3 {
@@ -57,6 +61,11 @@ async fn admission_and_injection_metrics_move_with_pod_creations() -> anyhow::Re
         value(&after, &injections) - value(&before, &injections),
         3.0,
         "injections of {ss}"
+    );
+    assert!(
+        value(&after, again) - value(&before, again) >= 3.0,
+        "second calls for injected pods counted as already_injected: {}",
+        value(&after, again) - value(&before, again)
     );
     assert!(
         value(&after, patched) - value(&before, patched) >= 3.0,

@@ -71,7 +71,7 @@ pub struct ResultLabel {
 }
 
 mod reasons;
-pub use reasons::{NO_SIDECARSET_TO_INJECT, cert_change, denied, dropped};
+pub use reasons::{ALREADY_INJECTED, NO_SIDECARSET_TO_INJECT, cert_change, denied, dropped};
 
 /// Events not recorded, by reason (see [`dropped`]).
 #[derive(Clone, Default, Debug)]
@@ -182,7 +182,10 @@ fn zero_known_series(m: &Metrics) {
         zero(&m.cert_changes, r);
     }
     let skips = sidecarset_core::inject::SkipReason::ALL.map(|r| r.label());
-    for r in skips.into_iter().chain([NO_SIDECARSET_TO_INJECT]) {
+    for r in skips
+        .into_iter()
+        .chain([NO_SIDECARSET_TO_INJECT, ALREADY_INJECTED])
+    {
         zero(&m.injections_skipped, r);
     }
     for r in [
@@ -574,7 +577,7 @@ mod tests {
                 "injections_skipped",
                 skips
                     .into_iter()
-                    .chain([super::NO_SIDECARSET_TO_INJECT])
+                    .chain([super::NO_SIDECARSET_TO_INJECT, super::ALREADY_INJECTED])
                     .collect(),
             ),
             (

@@ -46,3 +46,10 @@ pub mod cert_change {
 /// The `reason` of `injections_skipped` for a pod no SidecarSet selects (the other reasons are
 /// the core's [`sidecarset_core::inject::SkipReason`] labels).
 pub const NO_SIDECARSET_TO_INJECT: &str = "no_sidecarset_to_inject";
+
+/// The `reason` of `injections_skipped` for a pod that already records the SidecarSets that
+/// select it: almost always the API server calling the webhook again for the same pod
+/// (`reinvocationPolicy: IfNeeded`) because an admission step after it changed the pod, as the
+/// ServiceAccount plugin does on its second round when it mounts the API token into the
+/// sidecars just injected. Counted apart so that `no_sidecarset_to_inject` means what it says.
+pub const ALREADY_INJECTED: &str = "already_injected";

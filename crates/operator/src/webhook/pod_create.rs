@@ -209,10 +209,20 @@ impl Admitted<'_> {
             span.record("sidecarsets", injection.injected.join(",").as_str());
         }
         if injection.injected.is_empty() && injection.skipped.is_empty() {
+            // A pod that records SidecarSets already has them: the API server's second call
+            // (reinvocation), not a pod that nothing selects.
+            let recorded = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| !sidecarset_core::api::injected_list(a).is_empty());
+            let why = if recorded {
+                crate::metrics::ALREADY_INJECTED
+            } else {
+                crate::metrics::NO_SIDECARSET_TO_INJECT
+            };
             m.injections_skipped
-                .get_or_create(&crate::metrics::reason(
-                    crate::metrics::NO_SIDECARSET_TO_INJECT,
-                ))
+                .get_or_create(&crate::metrics::reason(why))
                 .inc();
         } else if !injection.injected.is_empty() {
             // Per pod at debug: the admission span, the metrics and the pod's annotations
