@@ -75,6 +75,22 @@ async fn mutation(c: &kube::Client, name: &str) -> anyhow::Result<Option<String>
     }))
 }
 
+/// The SidecarSet's `InjectedByPolicy` condition: status, reason, message.
+async fn injected_by_policy(
+    c: &kube::Client,
+    name: &str,
+) -> anyhow::Result<Option<(String, String, String)>> {
+    let ss = kube::Api::<sidecarset_core::api::SidecarSet>::all(c.clone())
+        .get(name)
+        .await?;
+    Ok(ss
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == "InjectedByPolicy")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone())))
+}
+
 /// The token the API server applies now, from a dry-run probe in `ns`.
 async fn applied_token(c: &kube::Client, ns: &str) -> anyhow::Result<Option<String>> {
     let mut probe = pod("probe", json!({PROBE_LABEL: "1"}));
@@ -100,6 +116,7 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
     wait_default_sa(&c, &target).await?;
     let label = format!("pol-{s}");
     let ss = format!("e2e-pol-{s}");
+    let env_ss = format!("e2e-polenv-{s}");
     let port = free_port();
     let log = log_path(&name);
     let result = async {
@@ -136,6 +153,29 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
         })
         .await?;
         println!("policy in effect, token {token:?}");
+        // Each SidecarSet says how its pods are injected: this one by the API server; one the
+        // policy cannot express (transferEnv) by the webhook, and why.
+        create_sidecarset(&c, json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": env_ss},
+            "spec": {"selector": {"matchLabels": {"e2e-app": format!("{label}-env")}},
+                     "containers": [{"name": "polenv", "image": "registry.local/pol:1",
+                                     "transferEnv": [{"sourceContainerName": "app", "envName": "X"}]}]}
+        }))
+        .await?;
+        for (set, status, reason, says) in [
+            (&ss, "True", "PolicyActive", "API server injects"),
+            (&env_ss, "False", "LeftToWebhook", "transferEnv"),
+        ] {
+            eventually(40, &format!("{set}'s InjectedByPolicy condition {status}"), || {
+                let (c, set) = (c.clone(), set.clone());
+                async move {
+                    Ok(injected_by_policy(&c, &set).await?.filter(|(s, r, m)| {
+                        s == status && r == reason && m.contains(says)
+                    }).map(|_| ()))
+                }
+            })
+            .await?;
+        }
 
         // A hand edit is undone.
         // (A mutation that changes nothing; the API server type-checks it.)
@@ -203,6 +243,12 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
             }
         })
         .await?;
+        // Back in webhook mode the condition goes.
+        eventually(40, "the InjectedByPolicy condition removed in webhook mode", || {
+            let (c, ss) = (c.clone(), ss.clone());
+            async move { Ok(injected_by_policy(&c, &ss).await?.is_none().then_some(())) }
+        })
+        .await?;
         drop(op);
         let refused = pods
             .create(&PostParams::default(), &pod("refused", json!({"e2e-app": label})))
@@ -213,9 +259,11 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
     }
     .await;
     // At its storage version: no conversion webhook (no operator) needed.
-    let _ = sidecarset_e2e::kruise::sidecarsets(&c)
-        .delete(&ss, &DeleteParams::default())
-        .await;
+    for set in [&ss, &env_ss] {
+        let _ = sidecarset_e2e::kruise::sidecarsets(&c)
+            .delete(set, &DeleteParams::default())
+            .await;
+    }
     let _ = policies(&c).delete(&name, &DeleteParams::default()).await;
     let _ = Api::<MutatingWebhookConfiguration>::all(c.clone())
         .delete(&name, &DeleteParams::default())

@@ -651,6 +651,7 @@ fn main() {
             collision_count: 0,
             pin_resolves: cluster.pin_resolves(ss),
             conflict,
+            injection: cluster.injection(ss.name()),
             without_sidecars: without.len(),
             evicting: false,
             refused: &[],

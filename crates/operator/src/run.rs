@@ -260,6 +260,7 @@ fn share_leadership(
         view.cluster.clone(),
         view.match_coverage.clone(),
         leadership.clone(),
+        view.controller_feed.as_ref().map(|(_, wake)| wake.clone()),
     );
 }
 

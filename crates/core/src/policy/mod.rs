@@ -83,6 +83,18 @@ pub struct Modes {
 }
 
 impl Modes {
+    /// What a compiled policy says of each SidecarSet.
+    pub fn of_compiled(c: &Compiled) -> Modes {
+        Modes {
+            policy: c.included.iter().cloned().collect(),
+            webhook: c
+                .fallbacks
+                .iter()
+                .map(|f| (f.sidecarset.clone(), f.reason.clone()))
+                .collect(),
+        }
+    }
+
     /// Reads a policy's annotations (None: not a policy this compiler wrote).
     pub fn of_annotations(annotations: &BTreeMap<String, String>) -> Option<Modes> {
         let included = annotations.get(INCLUDED_ANNOTATION)?;

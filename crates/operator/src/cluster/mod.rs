@@ -9,6 +9,7 @@
 //! `Arc`) and never wait for a writer longer than a pointer swap.
 
 pub mod feed;
+pub mod injection;
 pub mod revisions;
 pub mod version;
 pub mod watch;
@@ -47,6 +48,9 @@ pub struct ClusterView {
     /// The API server's version runs native sidecars (1.29 or later); true until it is known
     /// ([`version::learn`]).
     native_sidecars: std::sync::atomic::AtomicBool,
+    /// How the SidecarSets are injected, from the policy keeper (None: `--injection=webhook`,
+    /// or nothing compiled yet).
+    injection: RwLock<Arc<Option<injection::InjectionModes>>>,
 }
 
 fn read<T: Default>(lock: &RwLock<Arc<T>>) -> Arc<T> {
@@ -74,6 +78,7 @@ impl ClusterView {
             index_changed: Default::default(),
             existing: Default::default(),
             native_sidecars: std::sync::atomic::AtomicBool::new(true),
+            injection: Default::default(),
         }
     }
 
@@ -325,6 +330,29 @@ impl ClusterView {
                 None
             }
         }
+    }
+
+    /// Records how the SidecarSets are injected; returns the SidecarSets of the view whose
+    /// injection changed (their condition is to be written again).
+    pub fn set_injection(&self, new: Option<injection::InjectionModes>) -> Vec<String> {
+        let old = read(&self.injection);
+        if *old == new {
+            return Vec::new();
+        }
+        let index = self.index();
+        let names = index.entries().map(|e| e.ss.name());
+        let changed =
+            injection::InjectionModes::changed(old.as_ref().as_ref(), new.as_ref(), names);
+        write(&self.injection, new);
+        changed
+    }
+
+    /// How `sidecarset`'s pods are injected (None: `--injection=webhook`, or not known yet).
+    pub fn injection(&self, sidecarset: &str) -> Option<injection::Injection> {
+        read(&self.injection)
+            .as_ref()
+            .as_ref()
+            .map(|m| m.of(sidecarset))
     }
 
     /// Whether `injectionStrategy.revision` of `ss` names a known revision (for validation and

@@ -53,6 +53,7 @@ fn planned(ss: &SidecarSet) -> plan::ReconcilePlan {
         collision_count: 0,
         pin_resolves: true,
         conflict: None,
+        injection: None,
         without_sidecars: 0,
         evicting: false,
         refused: &[],

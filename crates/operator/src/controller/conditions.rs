@@ -14,9 +14,13 @@
 //! A rollout held on purpose by `partition`, `updateStrategy.selector` or `maxUnavailable: 0` is
 //! neither progressing nor stalled; `Ready` is then False with the reason `Partitioned`,
 //! `UpdateSelector` or `MaxUnavailableZero`.
+//! With `--injection=policy|auto`, `InjectedByPolicy` says whether the API server injects the
+//! SidecarSet's pods itself or the webhook does, and why.
+//!
 //! Every condition carries the same reason and message (the state of the SidecarSet), and keeps
 //! its `lastTransitionTime` while its status does not change.
 
+use crate::cluster::injection::Injection;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use sidecarset_core::api::{SidecarSet, SidecarSetUpdateStrategy, UpdateStrategyType};
@@ -461,6 +465,54 @@ pub fn conflict_condition(
             .find(|c| c.type_ == CONFLICT && c.status == "True")
             .map_or_else(|| now.clone(), |c| c.last_transition_time.clone()),
     })
+}
+
+/// Condition type present with `--injection=policy|auto`: True while the API server injects
+/// the SidecarSet's pods itself (its MutatingAdmissionPolicy, applied as a dry-run probe shows),
+/// False while the webhook does, with the reason.
+pub const INJECTED_BY_POLICY: &str = "InjectedByPolicy";
+
+/// The [`INJECTED_BY_POLICY`] condition for how the SidecarSet's pods are injected; its
+/// `lastTransitionTime` is kept while the status stays.
+pub fn injection_condition(
+    injection: &Injection,
+    generation: Option<i64>,
+    previous: &[Condition],
+    now: &Time,
+) -> Condition {
+    let (status, reason, message) = match injection {
+        Injection::Policy => (
+            "True",
+            "PolicyActive",
+            "the API server injects this SidecarSet's pods (the operator's MutatingAdmissionPolicy), with no call to the operator".to_string(),
+        ),
+        Injection::PolicyPending => (
+            "False",
+            "PolicyPending",
+            "compiled into the MutatingAdmissionPolicy, which the API server does not apply yet (a dry-run probe shows it when it does, usually within seconds); the webhook injects meanwhile".to_string(),
+        ),
+        Injection::Webhook(why) => (
+            "False",
+            "LeftToWebhook",
+            format!("the webhook injects this SidecarSet's pods: {why}"),
+        ),
+        Injection::NotServed => (
+            "False",
+            "PolicyNotServed",
+            "the webhook injects this SidecarSet's pods: the API server does not serve MutatingAdmissionPolicy at admissionregistration.k8s.io/v1 (Kubernetes 1.36 or later)".to_string(),
+        ),
+    };
+    Condition {
+        type_: INJECTED_BY_POLICY.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: generation,
+        last_transition_time: previous
+            .iter()
+            .find(|c| c.type_ == INJECTED_BY_POLICY && c.status == status)
+            .map_or_else(|| now.clone(), |c| c.last_transition_time.clone()),
+    }
 }
 
 #[cfg(test)]

@@ -393,6 +393,7 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         collision_count,
         pin_resolves: ctx.cluster.pin_resolves(&ss),
         conflict: observe::observe_conflicts(&ctx, &ss, &entry),
+        injection: ctx.cluster.injection(ss.name()),
         without_sidecars: without.len(),
         evicting: ctx.evictions.is_some()
             && missing::opt_in(ss.annotations()) != missing::OptIn::Off,

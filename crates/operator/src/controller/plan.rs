@@ -29,6 +29,8 @@ pub struct Observation<'a> {
     /// What conflicts with another SidecarSet of the view, if anything (see
     /// [`conditions::conflict_condition`]).
     pub conflict: Option<String>,
+    /// How its pods are injected (None: `--injection=webhook`, no condition).
+    pub injection: Option<crate::cluster::injection::Injection>,
     /// Active pods it selects that run without its sidecars.
     pub without_sidecars: usize,
     /// Whether those are evicted (`--evict-pods-without-sidecars`).
@@ -169,6 +171,11 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
         previous,
         o.now,
     ));
+    conditions.extend(
+        o.injection
+            .as_ref()
+            .map(|i| conditions::injection_condition(i, o.ss.metadata.generation, previous, o.now)),
+    );
     let status = SidecarSetStatus {
         observed_generation: o.ss.metadata.generation,
         matched_pods: counts.matched,

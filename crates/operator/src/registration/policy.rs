@@ -14,6 +14,8 @@
 
 use super::MatchCoverage;
 use crate::cluster::ClusterView;
+use crate::cluster::injection::InjectionModes;
+use crate::cluster::watch::Wakeups;
 use crate::controller::leader::Leadership;
 use crate::names::{POD_CREATE_WEBHOOK, WebhookConfigs};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -22,7 +24,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sidecarset_core::policy::{
-    self, COMPILED_AT_ANNOTATION, Compiled, Options, PROBE_ANNOTATION, PROBE_LABEL,
+    self, COMPILED_AT_ANNOTATION, Compiled, Modes, Options, PROBE_ANNOTATION, PROBE_LABEL,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -72,6 +74,7 @@ pub fn spawn(
     cluster: Arc<ClusterView>,
     coverage: Option<Arc<MatchCoverage>>,
     leadership: Option<Leadership>,
+    wake: Option<Arc<Wakeups>>,
 ) {
     let mode = Mode::parse(&args.injection);
     if let (Some(c), false) = (&coverage, mode == Mode::Webhook) {
@@ -89,7 +92,7 @@ pub fn spawn(
         ),
     };
     tokio::spawn(keep_injection_policy(
-        client, cluster, settings, coverage, leadership,
+        client, cluster, settings, coverage, leadership, wake,
     ));
 }
 
@@ -100,6 +103,7 @@ pub async fn keep_injection_policy(
     settings: Settings,
     coverage: Option<Arc<MatchCoverage>>,
     leadership: Option<Leadership>,
+    wake: Option<Arc<Wakeups>>,
 ) {
     let leads = || leadership.as_ref().is_some_and(Leadership::is_leader);
     if settings.mode == Mode::Webhook {
@@ -136,10 +140,20 @@ pub async fn keep_injection_policy(
     loop {
         if state.sidecarsets_synced() {
             let view = state.index();
-            if let Err(e) = keeper.pass(&view, coverage.as_deref(), leads()).await {
-                warn!(error = %e, "cannot keep the injection policy yet");
-                if let Some(c) = &coverage {
-                    c.stop_awaiting_policy();
+            match keeper.pass(&view, coverage.as_deref(), leads()).await {
+                // The SidecarSets whose injection changed get their condition written again.
+                Ok(modes) => {
+                    for name in state.set_injection(Some(modes)) {
+                        if let Some(w) = &wake {
+                            w.push(&name);
+                        }
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot keep the injection policy yet");
+                    if let Some(c) = &coverage {
+                        c.stop_awaiting_policy();
+                    }
                 }
             }
         }
@@ -196,7 +210,7 @@ impl Keeper {
         view: &sidecarset_core::index::Index,
         coverage: Option<&MatchCoverage>,
         leader: bool,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<InjectionModes> {
         let m = crate::metrics::metrics();
         let active = view
             .entries()
@@ -208,7 +222,7 @@ impl Keeper {
             }
             set_counts(0, active);
             m.policy_active.set(0);
-            return Ok(());
+            return Ok(InjectionModes::default());
         }
         let webhook = self.pod_webhook().await?;
         let live = self.policies().get_opt(&self.settings.name).await?;
@@ -240,13 +254,19 @@ impl Keeper {
             compiled.included.len() as i64,
             active - compiled.included.len() as i64,
         );
+        let mut modes = InjectionModes {
+            modes: Modes::of_compiled(&compiled),
+            served: true,
+            // Known to the leader alone, which probes (and alone writes conditions).
+            active: false,
+        };
         if !leader {
-            return Ok(());
+            return Ok(modes);
         }
         let applied = self.probe().await?;
-        m.policy_active
-            .set(i64::from(applied.as_deref() == Some(&compiled.token)));
-        Ok(())
+        modes.active = applied.as_deref() == Some(&compiled.token);
+        m.policy_active.set(i64::from(modes.active));
+        Ok(modes)
     }
 
     /// Compiles the view; with the live policy's compile time when that gives the live policy

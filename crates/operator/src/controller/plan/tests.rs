@@ -62,6 +62,7 @@ fn plan_for(ss: &SidecarSet, pods: &[Arc<SlimPod>], views: &[PodView]) -> Reconc
         collision_count: 0,
         pin_resolves: true,
         conflict: None,
+        injection: None,
         without_sidecars: 0,
         evicting: false,
         refused: &[],
@@ -223,6 +224,7 @@ fn a_pin_that_resolves_to_nothing_is_reported() {
         collision_count: 2,
         pin_resolves: false,
         conflict: None,
+        injection: None,
         without_sidecars: 0,
         evicting: false,
         refused: &[],
@@ -315,6 +317,7 @@ fn a_conflict_that_got_in_shows_as_a_condition_and_is_written() {
             collision_count: 0,
             pin_resolves: true,
             conflict: conflict.map(String::from),
+            injection: None,
             without_sidecars: 0,
             evicting: false,
             refused: &[],
@@ -343,4 +346,76 @@ fn a_conflict_that_got_in_shows_as_a_condition_and_is_written() {
             .iter()
             .all(|c| c.type_ != conditions::CONFLICT)
     );
+}
+
+#[test]
+fn how_pods_are_injected_shows_as_a_condition_only_in_policy_modes() {
+    use crate::cluster::injection::Injection;
+    let ss = sidecarset(json!({}), None);
+    let entry = Entry::new(Arc::new(ss.clone())).unwrap();
+    let now = now();
+    let observe = |injection: Option<Injection>| {
+        plan(&Observation {
+            ss: &ss,
+            entry: &entry,
+            pods: &[],
+            views: &[],
+            latest_revision: "mesh-abc",
+            collision_count: 0,
+            pin_resolves: true,
+            conflict: None,
+            injection,
+            without_sidecars: 0,
+            evicting: false,
+            refused: &[],
+            revisions_namespace: "ops",
+            rules: rollout::Rules::OpenKruise,
+            now: &now,
+        })
+    };
+    let condition = |p: &ReconcilePlan| {
+        p.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::INJECTED_BY_POLICY)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    // Webhook mode: no condition (the status stays what it was before policies).
+    assert_eq!(condition(&observe(None)), None);
+    let cases = [
+        (
+            Injection::Policy,
+            "True",
+            "PolicyActive",
+            "API server injects",
+        ),
+        (
+            Injection::PolicyPending,
+            "False",
+            "PolicyPending",
+            "the webhook injects meanwhile",
+        ),
+        (
+            Injection::Webhook("spec.containers[0].transferEnv copies env".into()),
+            "False",
+            "LeftToWebhook",
+            "transferEnv",
+        ),
+        (
+            Injection::NotServed,
+            "False",
+            "PolicyNotServed",
+            "does not serve",
+        ),
+    ];
+    for (injection, status, reason, says) in cases {
+        let planned = observe(Some(injection.clone()));
+        let (s, r, m) = condition(&planned).unwrap_or_default();
+        assert_eq!((s.as_str(), r.as_str()), (status, reason), "{injection:?}");
+        assert!(m.contains(says), "{injection:?}: {m}");
+        assert!(
+            planned.write_status,
+            "{injection:?}: a new condition is written"
+        );
+    }
 }
