@@ -31,8 +31,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
 
-/// How often the policy is read back, rewritten if changed by hand, and probed.
+/// How often the policy is read back and rewritten if changed by hand.
 pub const RESYNC: Duration = Duration::from_secs(10);
+/// How long a probe that showed the current version applied is trusted while nothing is
+/// written: the API server applies a policy it stores until it changes, so an idle cluster is
+/// probed every few minutes, not at every [`RESYNC`] (a dry-run pod creation each time).
+pub const CONFIRMED_FOR: Duration = Duration::from_secs(300);
+
+/// Whether to probe again: unless the token was seen applied within [`CONFIRMED_FOR`] and this
+/// pass wrote nothing.
+fn needs_probe(confirmed: Option<&(String, std::time::Instant)>, token: &str, wrote: bool) -> bool {
+    wrote || !confirmed.is_some_and(|(t, at)| t == token && at.elapsed() < CONFIRMED_FOR)
+}
 const FIELD_MANAGER: &str = "sidecarset-operator-policy";
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "sidecarset-operator");
 
@@ -114,6 +124,7 @@ pub async fn keep_injection_policy(
             settings,
             served: false,
             cap: Default::default(),
+            confirmed: Default::default(),
         };
         loop {
             if leads() {
@@ -136,6 +147,7 @@ pub async fn keep_injection_policy(
         settings,
         served,
         cap: Default::default(),
+        confirmed: Default::default(),
     };
     loop {
         if state.sidecarsets_synced() {
@@ -194,6 +206,8 @@ struct Keeper {
     /// At most this many SidecarSets in the policy, once the API server refused more (a limit
     /// the compiler does not know, such as the CEL cost budget).
     cap: std::sync::Mutex<Option<usize>>,
+    /// The token a probe last showed applied, and when.
+    confirmed: std::sync::Mutex<Option<(String, std::time::Instant)>>,
 }
 
 impl Keeper {
@@ -227,9 +241,17 @@ impl Keeper {
         let webhook = self.pod_webhook().await?;
         let live = self.policies().get_opt(&self.settings.name).await?;
         let mut compiled = self.compile(view, webhook.as_ref(), live.as_ref());
+        let mut wrote = false;
         if leader {
             // A policy the API server refuses holds too much: halve it until one is taken.
-            while let Err(e) = self.write(&compiled, live.as_ref()).await {
+            loop {
+                let e = match self.write(&compiled, live.as_ref()).await {
+                    Ok(w) => {
+                        wrote = w;
+                        break;
+                    }
+                    Err(e) => e,
+                };
                 let refused = matches!(
                     e.downcast_ref::<kube::Error>(),
                     Some(kube::Error::Api(s)) if s.code == 422
@@ -263,8 +285,17 @@ impl Keeper {
         if !leader {
             return Ok(modes);
         }
-        let applied = self.probe().await?;
-        modes.active = applied.as_deref() == Some(&compiled.token);
+        let confirmed = self.confirmed.lock().ok().and_then(|c| c.clone());
+        modes.active = if needs_probe(confirmed.as_ref(), &compiled.token, wrote) {
+            let applied = self.probe().await?;
+            let active = applied.as_deref() == Some(&compiled.token);
+            if let Ok(mut c) = self.confirmed.lock() {
+                *c = active.then(|| (compiled.token.clone(), std::time::Instant::now()));
+            }
+            active
+        } else {
+            true
+        };
         m.policy_active.set(i64::from(modes.active));
         Ok(modes)
     }
@@ -320,7 +351,13 @@ impl Keeper {
     }
 
     /// Writes the policy and the binding when they differ from what is rendered.
-    async fn write(&self, compiled: &Compiled, live: Option<&DynamicObject>) -> anyhow::Result<()> {
+    /// Writes what differs; returns whether anything was written.
+    async fn write(
+        &self,
+        compiled: &Compiled,
+        live: Option<&DynamicObject>,
+    ) -> anyhow::Result<bool> {
+        let mut wrote = false;
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         let name = &self.settings.name;
         let m = crate::metrics::metrics();
@@ -330,6 +367,7 @@ impl Keeper {
                 .patch(name, &pp, &Patch::Apply(&compiled.policy))
                 .await?;
             m.policy_writes.inc();
+            wrote = true;
             info!(
                 token = %compiled.token,
                 policy = compiled.included.len(),
@@ -347,8 +385,9 @@ impl Keeper {
                 .patch(name, &pp, &Patch::Apply(&compiled.binding))
                 .await?;
             m.policy_writes.inc();
+            wrote = true;
         }
-        Ok(())
+        Ok(wrote)
     }
 
     /// The token of the policy version the API server applies now, from a dry-run probe pod.
@@ -521,5 +560,31 @@ mod tests {
         assert_eq!(Mode::parse("policy"), Mode::Policy);
         assert_eq!(Mode::parse("auto"), Mode::Auto);
         assert_eq!(Mode::parse("webhook"), Mode::Webhook);
+    }
+
+    use std::time::Instant;
+
+    #[test]
+    fn an_idle_policy_is_probed_again_only_once_its_confirmation_is_old() {
+        let now = Instant::now();
+        let fresh = Some(("t1".to_string(), now));
+        let old = now
+            .checked_sub(CONFIRMED_FOR + Duration::from_secs(1))
+            .map(|at| ("t1".to_string(), at));
+        let cases = [
+            // (confirmed, token, wrote, probe)
+            (None, "t1", false, true),
+            (fresh.clone(), "t1", false, false),
+            (fresh.clone(), "t1", true, true),
+            (fresh.clone(), "t2", false, true),
+            (old.clone(), "t1", false, true),
+        ];
+        for (i, (confirmed, token, wrote, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                needs_probe(confirmed.as_ref(), token, wrote),
+                want,
+                "case {i}: {confirmed:?} {token} wrote={wrote}"
+            );
+        }
     }
 }
