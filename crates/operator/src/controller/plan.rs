@@ -271,10 +271,9 @@ fn next_for_rollout(o: &Observation, planned: &Result<rollout::Plan, String>) ->
 
 /// [`next_for_rollout`] for the pods in flight or being written.
 fn next_for_pods(o: &Observation, planned: &Result<rollout::Plan, String>) -> Next {
-    let in_flight = o
-        .views
-        .iter()
-        .any(|v| v.matched() && v.updated && !v.ready_and_consistent());
+    let in_flight = o.views.iter().any(|v| {
+        v.matched() && v.updated && !v.ready_and_consistent() && v.resize_refused.is_none()
+    });
     match planned {
         Ok(p) if !p.done && (in_flight || !p.upgrade.is_empty() || !p.reset.is_empty()) => {
             Next::After(IN_FLIGHT_RECHECK)
