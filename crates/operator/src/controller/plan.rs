@@ -169,6 +169,7 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
         previous,
         o.now,
     ));
+    notes.extend(resize_refused_note(o.views));
     let status = SidecarSetStatus {
         observed_generation: o.ss.metadata.generation,
         matched_pods: counts.matched,
@@ -198,6 +199,25 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
         notes,
         next: with_evictions(o, next),
     }
+}
+
+/// A Warning naming the pods whose sidecars' resize the kubelet refused (in-place resize):
+/// they keep their former resources; the other pods go on.
+fn resize_refused_note(views: &[PodView]) -> Option<Note> {
+    let refused: Vec<String> = views
+        .iter()
+        .filter(|v| v.matched())
+        .filter_map(|v| Some(format!("{} ({})", v.key, v.resize_refused.as_deref()?)))
+        .collect();
+    (!refused.is_empty()).then(|| Note {
+        kind: EventType::Warning,
+        reason: "ResizeRefused",
+        note: format!(
+            "the kubelet refused to resize the sidecars of {} pod(s), left as they are with their former resources: {}",
+            refused.len(),
+            preview(&refused)
+        ),
+    })
 }
 
 /// The `PinnedRevisionFound` condition of a SidecarSet that pins a revision, and, when the pin
