@@ -514,3 +514,5 @@ pub use reports::{report_excluded, report_missing};
 
 #[cfg(test)]
 mod against_a_mock_api_server;
+#[cfg(test)]
+mod against_a_mock_api_server_resize;
