@@ -251,10 +251,13 @@ pub fn resize_patch(pod: &Pod, ss: &SidecarSet) -> Result<Option<Value>, String>
                 "requests": map_patch(from.requests.as_ref(), r.to.requests.as_ref()),
             }
         });
-        spec.entry(r.field)
+        if let Some(list) = spec
+            .entry(r.field)
             .or_insert_with(|| Value::Array(Vec::new()))
             .as_array_mut()
-            .map(|a| a.push(entry));
+        {
+            list.push(entry);
+        }
     }
     Ok(Some(json!({ "spec": spec })))
 }

@@ -350,11 +350,11 @@ async fn resize_the_node_cannot_fit_is_refused_for_that_pod_only() -> anyhow::Re
     f.set_sidecar_field("resourcesPolicy", policy("cpu*20"))
         .await?;
     let small_want = requirements(json!({"requests": {"cpu": "200m"}}));
-    let (pods, refused) = eventually(90, "small resized and big refused", || async {
+    let mut found = None;
+    while t0.elapsed() < Duration::from_secs(90) {
         let pods = f.pods().await?;
         let small = pods.iter().find(|p| name(p) == "small");
-        let big = pods.iter().find(|p| name(p) == "big");
-        let refused = big.and_then(|p| {
+        let refused = pods.iter().find(|p| name(p) == "big").and_then(|p| {
             p.status
                 .as_ref()?
                 .conditions
@@ -363,13 +363,24 @@ async fn resize_the_node_cannot_fit_is_refused_for_that_pod_only() -> anyhow::Re
                 .find(|c| c.type_ == "PodResizePending" && c.status == "True")
                 .cloned()
         });
-        Ok(match (small, refused) {
-            (Some(s), Some(r)) if runs_with(s, &small_want) => Some((pods.clone(), r)),
-            _ => None,
-        })
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}; pods now:\n{}", "see the SidecarSet status"))?;
+        if let (Some(s), Some(r)) = (small, refused)
+            && runs_with(s, &small_want)
+        {
+            found = Some((pods.clone(), r));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let Some((pods, refused)) = found else {
+        let pods = f.pods().await?;
+        let lines: Vec<String> = pods.iter().map(resources_line).collect();
+        anyhow::bail!(
+            "after 90 s, not small resized and big refused:\n{}\nSidecarSet status: {}\nEvents: {:?}",
+            lines.join("\n"),
+            f.status().await?,
+            f.events().await?
+        );
+    };
     println!(
         "after +{:.2} s: big refused: {} {:?}: {:?}",
         t0.elapsed().as_secs_f64(),
