@@ -70,6 +70,25 @@ enum Kind {
 
 const SIDECAR: &str = "sidecar";
 
+/// What [`Fixture::new_with`] adds to the SidecarSet's annotations, its sidecar and the app
+/// container of the pods (JSON objects merged in; null: nothing).
+#[derive(Default)]
+struct Extra {
+    annotations: Value,
+    sidecar: Value,
+    app: Value,
+}
+
+/// Sets each member of `extra` (an object, or null) in `v`.
+fn merge(v: &mut Value, extra: &Value) {
+    for (k, x) in extra.as_object().into_iter().flatten() {
+        v[k] = x.clone();
+    }
+}
+
+#[path = "real_node/resize.rs"]
+mod resize;
+
 struct Fixture {
     c: kube::Client,
     ns: String,
@@ -83,6 +102,18 @@ impl Fixture {
     /// `updateStrategy`, and a Deployment of `replicas` pods on the real node; waits until every
     /// pod is injected, running and ready.
     async fn new(tag: &str, kind: Kind, strategy: Value, replicas: i32) -> anyhow::Result<Fixture> {
+        Self::new_with(tag, kind, strategy, replicas, Extra::default()).await
+    }
+
+    /// [`Fixture::new`] with `extra` merged into the SidecarSet's annotations, its sidecar and
+    /// the app container.
+    async fn new_with(
+        tag: &str,
+        kind: Kind,
+        strategy: Value,
+        replicas: i32,
+        extra: Extra,
+    ) -> anyhow::Result<Fixture> {
         let c = client().await;
         let s = suffix();
         let (ns, ss, label) = (
@@ -93,20 +124,23 @@ impl Fixture {
         create_namespace(&c, &ns, json!({})).await?;
         let mut spec =
             json!({"selector": {"matchLabels": {"e2e-app": label}}, "updateStrategy": strategy});
+        let mut side = busybox(SIDECAR, "v1");
+        merge(&mut side, &extra.sidecar);
         match kind {
-            Kind::Container => spec["containers"] = json!([busybox(SIDECAR, "v1")]),
+            Kind::Container | Kind::NativeMode => spec["containers"] = json!([side]),
             Kind::Native => {
-                let mut c = busybox(SIDECAR, "v1");
-                c["restartPolicy"] = json!("Always");
-                spec["initContainers"] = json!([c]);
+                side["restartPolicy"] = json!("Always");
+                spec["initContainers"] = json!([side]);
             }
-            Kind::NativeMode => spec["containers"] = json!([busybox(SIDECAR, "v1")]),
         }
-        let annotations = if kind == Kind::NativeMode {
+        let mut annotations = if kind == Kind::NativeMode {
             json!({"sidecarset-operator.io/native-sidecars": "true"})
         } else {
             json!({})
         };
+        merge(&mut annotations, &extra.annotations);
+        let mut app = busybox("app", "v1");
+        merge(&mut app, &extra.app);
         create_sidecarset(
             &c,
             json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
@@ -128,7 +162,7 @@ impl Fixture {
                                   "spec": {"nodeSelector": {"kubernetes.io/hostname": node()},
                                            "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
                                            "terminationGracePeriodSeconds": 5,
-                                           "containers": [busybox("app", "v1")]}}}
+                                           "containers": [app]}}}
         }))?;
         Api::<Deployment>::namespaced(c.clone(), &ns)
             .create(&PostParams::default(), &deploy)

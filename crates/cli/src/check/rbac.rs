@@ -96,6 +96,7 @@ pub fn permissions(
         v.push(n(verb, "", "pods"));
     }
     v.push(n("patch", "", "pods/status"));
+    v.push(n("patch", "", "pods/resize"));
     if evict {
         v.push(n("create", "", "pods/eviction"));
         v.push(n("list", "policy", "poddisruptionbudgets"));

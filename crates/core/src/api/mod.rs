@@ -14,6 +14,7 @@ mod hot_upgrade;
 mod native;
 mod opt_out;
 pub mod quantity;
+pub mod resize;
 pub mod resources_policy;
 mod selector;
 mod update_priority;
@@ -47,6 +48,9 @@ pub use native::{
 pub use opt_out::{
     ANNOTATION_OPT_OUT, INJECT_DISABLED, LABEL_INJECT, LABEL_INJECT_ONE_PREFIX, OPT_OUT_ALLOWED,
     OptOut, opt_out_allowed, opt_out_label, opt_out_label_of,
+};
+pub use resize::{
+    ANNOTATION_RESIZE_IN_PLACE, RESIZE_IN_PLACE_OFF, RESIZE_IN_PLACE_ON, resize_in_place,
 };
 pub use resources_policy::{
     DEFAULT_TARGET_CONTAINERS_NAME_REGEX, ResourceExprs, ResourcesExpr, ResourcesPolicy,

@@ -26,11 +26,12 @@
 
 pub mod hot;
 pub mod order;
+pub mod resize;
 mod upgrade;
 mod waiting;
 
 pub use hot::reset_patch;
-pub use upgrade::upgrade_patch;
+pub use upgrade::{upgrade_patch, upgrade_patch_resized};
 
 use crate::api::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, CompiledSelector, SidecarSet,
@@ -86,6 +87,11 @@ pub struct PodView {
     /// to the empty image (see [`hot`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub reset: bool,
+    /// The kubelet refused the resize of the sidecars (in-place resize, see [`resize`]): the
+    /// reason and its message. The pod is left as it is and named; it spends no
+    /// `maxUnavailable` (it runs, with its former resources).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resize_refused: Option<String>,
 }
 
 impl PodView {
@@ -99,13 +105,19 @@ impl PodView {
         self.ready && self.consistent
     }
 
+    /// Not consistent yet, and not because the kubelet refused a resize (that pod stays as it
+    /// is until the SidecarSet or the node changes).
+    pub fn in_flight(&self) -> bool {
+        !self.consistent && self.resize_refused.is_none()
+    }
+
     /// Spending `maxUnavailable` under `rules`: with OpenKruise's rules a pod upgraded to the
     /// current sidecars that is not ready or not yet running the new image; with the strict
     /// rules also any other pod that is not ready.
     pub fn unavailable(&self, rules: Rules) -> bool {
         match rules {
-            Rules::OpenKruise => self.updated && (!self.ready || !self.consistent),
-            Rules::Strict => !self.ready || (self.updated && !self.consistent),
+            Rules::OpenKruise => self.updated && (!self.ready || self.in_flight()),
+            Rules::Strict => !self.ready || (self.updated && self.in_flight()),
         }
     }
 }
@@ -143,6 +155,9 @@ pub struct Classifier<'a> {
     entry: &'a Entry,
     /// `None`: no update selector, every pod is selected.
     update_selector: Option<CompiledSelector>,
+    /// In-place resize on: the hashes without image from which a resize brings a pod up to
+    /// date ([`resize::resizable_from`]). `None`: off.
+    resizable: Option<BTreeSet<String>>,
 }
 
 impl<'a> Classifier<'a> {
@@ -159,7 +174,16 @@ impl<'a> Classifier<'a> {
         Ok(Classifier {
             entry,
             update_selector,
+            resizable: None,
         })
+    }
+
+    /// Turns in-place resize on: a pod whose hash without image is in `resizable` is
+    /// upgradable (see [`resize::resizable_from`]), and the kubelet's progress on a resize
+    /// decides whether a pod is consistent.
+    pub fn with_resize(mut self, resizable: BTreeSet<String>) -> Self {
+        self.resizable = Some(resizable);
+        self
     }
 
     /// What the controller needs to know about `pod` for this SidecarSet.
@@ -200,6 +224,10 @@ impl<'a> Classifier<'a> {
             .unwrap_or(0);
         let running_ready = phase == "Running" && ready_condition.is_some();
         let hot = ss.hot_upgrade_containers().next().is_some();
+        let resize = self
+            .resizable
+            .as_ref()
+            .map(|_| resize::resize_state(pod, ss));
         let reset = hot
             && hot::reset_due(
                 pod,
@@ -216,8 +244,14 @@ impl<'a> Classifier<'a> {
             active: crate::inject::pod_is_active(pod),
             injected: hash.is_some() || crate::api::injected_list(annotations).contains(name),
             updated: hash.is_some_and(|h| h.hash == *self.entry.hash),
-            upgradable: hash_wo.is_some_and(|h| h.hash == *self.entry.hash_without_image),
-            consistent: pod_consistent(pod, ss, &BTreeSet::new()),
+            upgradable: hash_wo.is_some_and(|h| {
+                h.hash == *self.entry.hash_without_image
+                    || self.resizable.as_ref().is_some_and(|r| r.contains(&h.hash))
+            }),
+            consistent: pod_consistent(pod, ss, &BTreeSet::new())
+                && resize
+                    .as_ref()
+                    .is_none_or(|r| *r == resize::ResizeState::Done),
             // A pod amid a hot upgrade (an idle container off the empty image) is not ready for
             // the rollout, as OpenKruise's IsPodReady.
             ready: running_ready && (!hot || hot::idle_on_empty(pod, ss)),
@@ -245,6 +279,10 @@ impl<'a> Classifier<'a> {
                 .map_or(i64::MAX, |t| t.0.as_second()),
             labels: labels.clone(),
             reset,
+            resize_refused: match resize {
+                Some(resize::ResizeState::Refused(why)) => Some(why),
+                _ => None,
+            },
         }
     }
 }
@@ -258,6 +296,7 @@ pub fn pod_view(pod: &Pod, entry: &Entry) -> PodView {
             let c = Classifier {
                 entry,
                 update_selector: None,
+                resizable: None,
             };
             PodView {
                 matches_update_selector: false,

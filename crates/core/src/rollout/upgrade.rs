@@ -23,6 +23,20 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Retain only adds what is missing). `pod` must carry every annotation `patchPodMetadata`
 /// names for Retain and MergePatchJson to see the pod's own values.
 pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str, revision: &str) -> Option<Patch> {
+    upgrade_patch_resized(pod, entry, now, revision, &BTreeSet::new())
+}
+
+/// [`upgrade_patch`] for a pod whose hash without image may also be one of `resizable` (in-place
+/// resize, see [`super::resize`]): its sidecars were resized to the SidecarSet's resources
+/// first, so the patch also sets its `kruise.io/sidecarset-hash-without-image` entry to the
+/// SidecarSet's, as an injection of the current spec would have.
+pub fn upgrade_patch_resized(
+    pod: &Pod,
+    entry: &Entry,
+    now: &str,
+    revision: &str,
+    resizable: &BTreeSet<String>,
+) -> Option<Patch> {
     let ss = &entry.ss;
     let name = ss.name();
     let annotations = pod.metadata.annotations.as_ref()?;
@@ -36,11 +50,15 @@ pub fn upgrade_patch(pod: &Pod, entry: &Entry, now: &str, revision: &str) -> Opt
         return None;
     }
     let wo = hash_entry(annotations, ANNOTATION_HASH_WITHOUT_IMAGE, name)?;
-    if wo.hash != *entry.hash_without_image {
+    let resized = wo.hash != *entry.hash_without_image;
+    if resized && !resizable.contains(&wo.hash) {
         return None;
     }
     let spec = pod.spec.as_ref()?;
     let (mut ops, hot_ann) = sidecar_image_ops(pod, spec, ss, annotations);
+    if resized {
+        ops.push(hash_without_image_op(annotations, entry, wo, now));
+    }
     let listed = list.contains(name);
     if ops.is_empty() && listed && old.as_ref().is_some_and(|o| o.hash == *entry.hash) {
         return None;
@@ -170,6 +188,33 @@ fn image_ids_before(
             )
         })
         .collect()
+}
+
+/// The pod's `kruise.io/sidecarset-hash-without-image` with the SidecarSet's entry set to its
+/// current hash without image (after an in-place resize).
+fn hash_without_image_op(
+    annotations: &BTreeMap<String, String>,
+    entry: &Entry,
+    old: SidecarSetUpgradeSpec,
+    now: &str,
+) -> PatchOperation {
+    let mut all = annotations
+        .get(ANNOTATION_HASH_WITHOUT_IMAGE)
+        .and_then(|v| parse_hash_annotation(v))
+        .unwrap_or_default();
+    all.insert(
+        entry.ss.name().to_string(),
+        SidecarSetUpgradeSpec {
+            update_timestamp: now.to_string(),
+            hash: entry.hash_without_image.to_string(),
+            sidecar_list: Some(entry.ss.sidecar_list()),
+            ..old
+        },
+    );
+    PatchOperation::Add(AddOperation {
+        path: ptr(&["metadata", "annotations", ANNOTATION_HASH_WITHOUT_IMAGE]),
+        value: Value::String(serde_json::to_string(&all).unwrap_or_default()),
+    })
 }
 
 /// The pod's hash annotation, its entry for the SidecarSet before, and its injected list.

@@ -325,6 +325,7 @@ fn pod_view_of_a_freshly_injected_running_pod() {
             created: 1_767_225_600,
             labels: [("app".to_string(), "web".to_string())].into(),
             reset: false,
+            resize_refused: None,
         }
     );
     assert!(view.matched() && !view.unavailable(Rules::OpenKruise));

@@ -15,7 +15,7 @@ use sidecarset_core::api::SidecarSet;
 use sidecarset_core::api::v1beta1::SidecarSet as StoredSidecarSet;
 use sidecarset_core::index::Entry;
 use sidecarset_core::rollout;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tracing::{Instrument, debug, info, warn};
 
@@ -183,6 +183,10 @@ async fn patch_pods(
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
     let read_whole = reads_whole_pods(entry);
+    let resizable = match step {
+        Step::Upgrade => super::resize::resizable(ctx, entry).unwrap_or_default(),
+        Step::Reset => BTreeSet::new(),
+    };
     let planned: Vec<(String, Pod)> = keys
         .iter()
         .filter_map(|key| Some((key.clone(), pods.get(key)?.to_pod())))
@@ -202,6 +206,7 @@ async fn patch_pods(
                 now: &now,
                 revision,
                 read_whole,
+                resizable: &resizable,
             };
             let client = ctx.client.clone();
             async move {
@@ -274,6 +279,8 @@ struct PodWrite<'a> {
     now: &'a str,
     revision: &'a str,
     read_whole: bool,
+    /// In-place resize: the hashes without image a resize starts from (empty: off).
+    resizable: &'a BTreeSet<String>,
 }
 
 impl PodWrite<'_> {
@@ -286,23 +293,28 @@ impl PodWrite<'_> {
         } else {
             pod
         };
+        // In-place resize: the sidecars' resources first, through the resize subresource.
+        let resized = self.step == Step::Upgrade
+            && super::resize::needs_resize(&pod, self.entry, self.resizable);
+        let pod = if resized {
+            super::resize::resize_pod(&api, pod, self.entry).await?
+        } else {
+            pod
+        };
         let patch = match self.step {
-            Step::Upgrade => rollout::upgrade_patch(&pod, self.entry, self.now, self.revision),
+            Step::Upgrade => rollout::upgrade_patch_resized(
+                &pod,
+                self.entry,
+                self.now,
+                self.revision,
+                self.resizable,
+            ),
             Step::Reset => rollout::reset_patch(&pod, self.entry, self.now),
         };
         let Some(mut patch) = patch else {
             return Ok(None);
         };
-        // Only if the pod is still what we planned on (a stale cache or another leader).
-        if let Some(rv) = pod.resource_version() {
-            patch.0.insert(
-                0,
-                json_patch::PatchOperation::Test(json_patch::TestOperation {
-                    path: jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
-                    value: rv.into(),
-                }),
-            );
-        }
+        precondition(&pod, resized, &mut patch);
         api.patch(
             &pod.name_any(),
             &PatchParams::default(),
@@ -310,6 +322,52 @@ impl PodWrite<'_> {
         )
         .await
         .map(Some)
+    }
+}
+
+/// Only if the pod is still what we planned on (a stale cache or another leader): its
+/// resourceVersion; after a resize, its uid and hash annotation (the kubelet writes the pod's
+/// status as it takes the resize up, and that must not undo the upgrade's write).
+fn precondition(pod: &Pod, resized: bool, patch: &mut json_patch::Patch) {
+    let test = |path: jsonptr::PointerBuf, value: &str| {
+        json_patch::PatchOperation::Test(json_patch::TestOperation {
+            path,
+            value: value.into(),
+        })
+    };
+    let hash = pod
+        .annotations()
+        .get(sidecarset_core::api::ANNOTATION_HASH)
+        .cloned();
+    match (resized, pod.uid(), hash) {
+        (true, Some(uid), Some(hash)) => {
+            patch.0.insert(
+                0,
+                test(jsonptr::PointerBuf::from_tokens(["metadata", "uid"]), &uid),
+            );
+            patch.0.insert(
+                1,
+                test(
+                    jsonptr::PointerBuf::from_tokens([
+                        "metadata",
+                        "annotations",
+                        sidecarset_core::api::ANNOTATION_HASH,
+                    ]),
+                    &hash,
+                ),
+            );
+        }
+        _ => {
+            if let Some(rv) = pod.resource_version() {
+                patch.0.insert(
+                    0,
+                    test(
+                        jsonptr::PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+                        &rv,
+                    ),
+                );
+            }
+        }
     }
 }
 
@@ -456,3 +514,5 @@ pub use reports::{report_excluded, report_missing};
 
 #[cfg(test)]
 mod against_a_mock_api_server;
+#[cfg(test)]
+mod against_a_mock_api_server_resize;

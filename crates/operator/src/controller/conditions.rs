@@ -9,7 +9,8 @@
 //! * `Stalled`: the rollout cannot move without a change: `updateStrategy.paused`, `type:
 //!   NotUpdate` with pods on older sidecars, a pod whose in-place write the API server refuses
 //!   (the other pods go on meanwhile), pods that differ in more than images, a sidecar image the
-//!   kubelet cannot pull, or an invalid strategy.
+//!   kubelet cannot pull, a resize of sidecars the kubelet refused (in-place resize), or an
+//!   invalid strategy.
 //!
 //! A rollout held on purpose by `partition`, `updateStrategy.selector` or `maxUnavailable: 0` is
 //! neither progressing nor stalled; `Ready` is then False with the reason `Partitioned`,
@@ -154,6 +155,7 @@ impl<'a> Situation<'a> {
             .views
             .iter()
             .filter(|v| v.matched() && v.updated && !v.ready_and_consistent())
+            .filter(|v| v.resize_refused.is_none())
             .filter(|v| !failed_keys.contains(&v.key.as_str()))
             .count();
         Situation {
@@ -291,7 +293,32 @@ fn moving(s: &Situation) -> Option<Health> {
             ),
         ));
     }
-    (s.old == 0).then(|| s.waiting_for_pods())
+    resize_refused(s).or_else(|| (s.old == 0).then(|| s.waiting_for_pods()))
+}
+
+/// Pods whose sidecars' resize the kubelet refused (in-place resize): stalled, naming them and
+/// the kubelet's reason; they are left as they are (with their former resources) and the
+/// other pods go on.
+fn resize_refused(s: &Situation) -> Option<Health> {
+    let named: Vec<String> =
+        s.o.views
+            .iter()
+            .filter(|v| v.matched())
+            .filter_map(|v| Some(format!("{} ({})", v.key, v.resize_refused.as_deref()?)))
+            .collect();
+    if named.is_empty() {
+        return None;
+    }
+    Some(health(
+        Phase::Stalled,
+        "ResizeRefused",
+        format!(
+            "{}; the kubelet refused to resize the sidecars of {}: {}; they keep their former resources while the other pods go on: free the node's resources (Deferred), lower the SidecarSet's resources (Infeasible), or recreate the pods",
+            s.counts,
+            pods(named.len()),
+            some(named.iter().map(String::as_str))
+        ),
+    ))
 }
 
 /// Older pods kept on purpose (partition, update selector, `maxUnavailable: 0`) or that cannot

@@ -20,6 +20,7 @@ pub mod observe;
 pub mod plan;
 pub mod pods;
 pub mod queue;
+pub mod resize;
 pub mod retry;
 pub mod revisions;
 pub mod slim;
@@ -367,6 +368,10 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     default_sidecarset(&mut defaulted);
     let entry = Entry::new(Arc::new(defaulted)).map_err(|e| Error::Invalid(e.to_string()))?;
     let classifier = Classifier::new(&entry).map_err(Error::Invalid)?;
+    let classifier = match resize::resizable(&ctx, &entry) {
+        Some(r) => classifier.with_resize(r),
+        None => classifier,
+    };
     let pods = observe::observe_pods(&ctx, &entry).await;
     let without = observe::observe_missing(&ctx, &entry).await;
     // One full Pod at a time, dropped after its view is taken.

@@ -176,6 +176,7 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
             .as_ref()
             .map(|i| conditions::injection_condition(i, o.ss.metadata.generation, previous, o.now)),
     );
+    notes.extend(resize_refused_note(o.views));
     let status = SidecarSetStatus {
         observed_generation: o.ss.metadata.generation,
         matched_pods: counts.matched,
@@ -205,6 +206,25 @@ pub fn plan(o: &Observation) -> ReconcilePlan {
         notes,
         next: with_evictions(o, next),
     }
+}
+
+/// A Warning naming the pods whose sidecars' resize the kubelet refused (in-place resize):
+/// they keep their former resources; the other pods go on.
+fn resize_refused_note(views: &[PodView]) -> Option<Note> {
+    let refused: Vec<String> = views
+        .iter()
+        .filter(|v| v.matched())
+        .filter_map(|v| Some(format!("{} ({})", v.key, v.resize_refused.as_deref()?)))
+        .collect();
+    (!refused.is_empty()).then(|| Note {
+        kind: EventType::Warning,
+        reason: "ResizeRefused",
+        note: format!(
+            "the kubelet refused to resize the sidecars of {} pod(s), left as they are with their former resources: {}",
+            refused.len(),
+            preview(&refused)
+        ),
+    })
 }
 
 /// The `PinnedRevisionFound` condition of a SidecarSet that pins a revision, and, when the pin
@@ -278,10 +298,9 @@ fn next_for_rollout(o: &Observation, planned: &Result<rollout::Plan, String>) ->
 
 /// [`next_for_rollout`] for the pods in flight or being written.
 fn next_for_pods(o: &Observation, planned: &Result<rollout::Plan, String>) -> Next {
-    let in_flight = o
-        .views
-        .iter()
-        .any(|v| v.matched() && v.updated && !v.ready_and_consistent());
+    let in_flight = o.views.iter().any(|v| {
+        v.matched() && v.updated && !v.ready_and_consistent() && v.resize_refused.is_none()
+    });
     match planned {
         Ok(p) if !p.done && (in_flight || !p.upgrade.is_empty() || !p.reset.is_empty()) => {
             Next::After(IN_FLIGHT_RECHECK)

@@ -19,11 +19,12 @@
 use internment::ArcIntern;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodSpec,
-    PodStatus,
+    PodStatus, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use sidecarset_core::api::StrMap;
+use sidecarset_core::rollout;
 use std::collections::BTreeMap;
 
 /// An interned string (see the module's documentation).
@@ -178,6 +179,35 @@ pub struct SlimContainer {
     pub image: Option<IStr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<IStr>,
+    /// For in-place resize (the sidecars' and, for `resourcesPolicy`, the app's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Res>,
+}
+
+/// Resources (of a container's spec or status), kept as their interned JSON: the pods of a
+/// workload share one copy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Res(IStr);
+
+impl<'de> Deserialize<'de> for Res {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        Ok(Res(IStr::from(v.to_string().as_str())))
+    }
+}
+
+impl Serialize for Res {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde_json::from_str::<serde_json::Value>(&self.0)
+            .unwrap_or_default()
+            .serialize(s)
+    }
+}
+
+impl Res {
+    fn get(&self) -> Option<ResourceRequirements> {
+        serde_json::from_str(&self.0).ok()
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -211,6 +241,9 @@ pub struct SlimContainerStatus {
     /// Only `state.waiting.reason` is kept (an image that cannot be pulled stalls a rollout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<SlimContainerState>,
+    /// What the kubelet runs the container with (in-place resize).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Res>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -247,7 +280,7 @@ impl k8s_openapi::Metadata for SlimPod {
 impl SlimPod {
     /// Drops what the decoder kept but the controller never reads: managed fields, generateName,
     /// finalizers, owners other than the controller, annotations other than the injection and
-    /// hot-upgrade ones, conditions other than Ready and SidecarSetUpgradable.
+    /// hot-upgrade ones, conditions other than Ready, SidecarSetUpgradable and the kubelet's resize ones.
     pub fn trim(&mut self) {
         let m = &mut self.metadata;
         m.managed_fields = None;
@@ -278,7 +311,15 @@ impl SlimPod {
             }
         }
         if let Some(c) = self.status.as_mut().and_then(|s| s.conditions.as_mut()) {
-            c.retain(|c| c.type_ == "Ready" || c.type_ == "SidecarSetUpgradable");
+            c.retain(|c| {
+                matches!(
+                    c.type_.as_str(),
+                    "Ready"
+                        | "SidecarSetUpgradable"
+                        | rollout::resize::CONDITION_RESIZE_PENDING
+                        | rollout::resize::CONDITION_RESIZE_IN_PROGRESS
+                )
+            });
             for c in c.iter_mut() {
                 c.last_probe_time = None;
             }
@@ -315,6 +356,7 @@ impl SlimPod {
             name: owned(&c.name),
             image: c.image.as_ref().map(owned),
             restart_policy: c.restart_policy.as_ref().map(owned),
+            resources: c.resources.as_ref().and_then(Res::get),
             ..Default::default()
         };
         let status = |c: &SlimContainerStatus| ContainerStatus {
@@ -335,6 +377,7 @@ impl SlimPod {
                     }),
                     ..Default::default()
                 }),
+            resources: c.resources.as_ref().and_then(Res::get),
             ..Default::default()
         };
         Pod {
@@ -420,6 +463,7 @@ mod tests {
             name: c.name.clone(),
             image: c.image.clone(),
             restart_policy: c.restart_policy.clone(),
+            resources: c.resources.clone(),
             ..Default::default()
         };
         let spec = want.spec.as_ref().unwrap();

@@ -121,6 +121,11 @@ pub fn validate(ss: &SidecarSet) -> Result<(), ValidationErrors> {
     for (field, message) in super::native::check(ss) {
         errs.push(field, message);
     }
+    if let Some((field, message)) =
+        super::resize::check_resize_annotation(ss.metadata.annotations.as_ref())
+    {
+        errs.push(field, message);
+    }
     validate_spec(&ss.spec, &mut errs);
     errs.into_result()
 }

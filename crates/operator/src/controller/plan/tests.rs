@@ -419,3 +419,49 @@ fn how_pods_are_injected_shows_as_a_condition_only_in_policy_modes() {
         );
     }
 }
+
+#[test]
+fn a_refused_resize_is_named_and_blocks_only_its_pod() {
+    let ss = sidecarset(json!({"maxUnavailable": 1}), None);
+    let pods: Vec<_> = ["a/p1", "a/p2", "a/p3"]
+        .iter()
+        .map(|k| slim(k, None))
+        .collect();
+    // p1 was resized and the kubelet refused it; p2 and p3 are still to go.
+    let mut refused = view("a/p1", true, true, true);
+    refused.consistent = false;
+    refused.resize_refused = Some("Infeasible: Node didn't have enough capacity: cpu".into());
+    let views = vec![
+        refused,
+        view("a/p2", false, true, true),
+        view("a/p3", false, true, true),
+    ];
+    let p = plan_for(&ss, &pods, &views);
+    let step = p.rollout.as_ref().unwrap().as_ref().unwrap();
+    assert_eq!(
+        step.upgrade,
+        vec!["a/p2".to_string()],
+        "maxUnavailable not spent by p1"
+    );
+    let note = p
+        .notes
+        .iter()
+        .find(|n| n.reason == "ResizeRefused")
+        .unwrap();
+    assert!(note.note.contains("a/p1 (Infeasible"), "{}", note.note);
+    // Once the others are done: stalled, naming p1 and the kubelet's reason.
+    let views = vec![
+        views[0].clone(),
+        view("a/p2", true, true, true),
+        view("a/p3", true, true, true),
+    ];
+    let p = plan_for(&ss, &pods, &views);
+    assert_eq!(p.health.phase, conditions::Phase::Stalled);
+    assert_eq!(p.health.reason, "ResizeRefused");
+    assert!(
+        p.health.message.contains("a/p1 (Infeasible"),
+        "{}",
+        p.health.message
+    );
+    assert_eq!(p.next, Next::OnChange, "no recheck loop for a refusal");
+}
