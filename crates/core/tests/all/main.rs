@@ -3,5 +3,6 @@
 mod crate_graph;
 mod inject_fixtures;
 mod rollout_fixtures;
+mod rollout_model;
 mod schema;
 mod validate_fixtures;
