@@ -1,7 +1,7 @@
 //! The leader election checked over every interleaving of a small model: two or three replicas
 //! running the campaign loop of `controller/leader/campaign.rs` against one Lease, deciding with
 //! the real rules of `controller/leader/record.rs` ([`Timing::may_renew`],
-//! [`Timing::acting_until`], [`observe`], [`decide`]).
+//! [`Timing::acting_until`], [`observe`], [`decide`], [`adoptable`]).
 //!
 //! The model:
 //! * a lease duration `L` of 3 s (acting deadline 1.5 s, renew deadline 2 s, request timeout
@@ -31,7 +31,7 @@
 //! apart, and resourceVersions are renamed in order of appearance, so the state space is finite.
 
 use sidecarset_operator::controller::leader::{
-    Decision, Record, SeenRecord, Timing, decide, observe,
+    Decision, Record, SeenRecord, Timing, adoptable, decide, observe,
 };
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -355,12 +355,18 @@ impl Model<'_> {
                 r.seen = Some((rec, rel(self.base, obs.since)));
             }
             (Kind::Adopt, read) => {
+                let unconfirmed: Vec<(i64, Instant)> = r
+                    .unconfirmed
+                    .iter()
+                    .map(|&(t, sent)| (i64::from(t), at(self.base, sent)))
+                    .collect();
                 let adopted = match read {
-                    Some(Outcome::Read(Some(rec))) if usize::from(rec.holder) == i => r
-                        .unconfirmed
-                        .iter()
-                        .find(|(t, _)| *t == rec.token)
-                        .map(|&(_, sent)| (rec, sent)),
+                    Some(Outcome::Read(Some(rec))) => {
+                        let holder = format!("r{}", rec.holder);
+                        let token = Some(i64::from(rec.token));
+                        adoptable(&format!("r{i}"), Some(&holder), token, &unconfirmed)
+                            .map(|sent| (rec, rel(self.base, sent)))
+                    }
                     _ => None,
                 };
                 match adopted {
