@@ -32,7 +32,7 @@
 mod campaign;
 pub mod record;
 
-pub use record::{Decision, Record, SeenRecord, Timing, decide, observe};
+pub use record::{Decision, Record, SeenRecord, Timing, adoptable, decide, observe};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;

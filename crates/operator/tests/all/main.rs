@@ -9,6 +9,7 @@ mod common;
 mod conversion;
 mod house;
 mod kruise_conformance;
+mod lease_model;
 mod pinning;
 mod properties;
 mod responses;

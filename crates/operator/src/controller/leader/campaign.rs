@@ -1,7 +1,7 @@
 //! The election loop: renews the Lease while this replica may, otherwise observes it and takes
 //! it when the rules of [`super::record`] allow.
 
-use super::record::{Decision, Record, SeenRecord, decide, observe};
+use super::record::{Decision, Record, SeenRecord, adoptable, decide, observe};
 use super::{ElectionSettings, Shared};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -56,12 +56,13 @@ async fn adopt(shared: &Shared, unconfirmed: &[(i64, Instant)]) -> Option<(Lease
     .await
     .ok()?
     .ok()??;
-    let spec = current.spec.as_ref()?;
-    if spec.holder_identity.as_deref() != Some(shared.settings.identity.as_str()) {
-        return None;
-    }
-    let t = renew_micros(&current)?;
-    let sent = unconfirmed.iter().find(|(u, _)| *u == t)?.1;
+    let holder = current.spec.as_ref()?.holder_identity.as_deref();
+    let sent = adoptable(
+        &shared.settings.identity,
+        holder,
+        renew_micros(&current),
+        unconfirmed,
+    )?;
     Some((current, sent))
 }
 

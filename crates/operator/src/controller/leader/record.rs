@@ -1,6 +1,7 @@
 //! The Lease record and the pure rules of the election: the timing derived from the lease
 //! duration ([`Timing`]), what identifies one write of the Lease ([`Record`]), when this replica
-//! first saw it ([`observe`]) and whether a candidate may take it ([`decide`]).
+//! first saw it ([`observe`]), whether a candidate may take it ([`decide`]) and whether a
+//! renewal whose answer was lost landed ([`adoptable`]).
 
 use k8s_openapi::api::coordination::v1::Lease;
 use std::time::Duration;
@@ -139,6 +140,25 @@ pub fn decide(
             }
         }
     }
+}
+
+/// After a renewal's conflict, the Lease read back: if it holds one of this replica's renewals
+/// whose answer never came (`unconfirmed`: renewTime in microseconds, send time), that
+/// renewal's send time. Only a record naming `identity` with one of those renewTimes counts.
+pub fn adoptable(
+    identity: &str,
+    holder: Option<&str>,
+    renew_micros: Option<i64>,
+    unconfirmed: &[(i64, Instant)],
+) -> Option<Instant> {
+    if holder != Some(identity) {
+        return None;
+    }
+    let t = renew_micros?;
+    unconfirmed
+        .iter()
+        .find(|(u, _)| *u == t)
+        .map(|&(_, sent)| sent)
 }
 
 #[cfg(test)]
@@ -332,6 +352,31 @@ mod tests {
         // ... and a write that changed only the resourceVersion (same renewTime).
         let rv_only = observe(Some(o), rec(Some("b"), "t1", "12", Some(15)), s(14));
         assert_eq!(rv_only.since, s(14));
+    }
+
+    #[test]
+    fn only_a_lost_renewal_of_this_identity_is_adopted() {
+        let base = Instant::now();
+        let sent = base + Duration::from_secs(1);
+        let lost = [(100, base), (200, sent)];
+        assert_eq!(adoptable("a", Some("a"), Some(200), &lost), Some(sent));
+        assert_eq!(
+            adoptable("a", Some("a"), Some(300), &lost),
+            None,
+            "not ours"
+        );
+        assert_eq!(
+            adoptable("a", Some("b"), Some(200), &lost),
+            None,
+            "another holder"
+        );
+        assert_eq!(adoptable("a", None, Some(200), &lost), None, "released");
+        assert_eq!(adoptable("a", Some("a"), None, &lost), None, "no renewTime");
+        assert_eq!(
+            adoptable("a", Some("a"), Some(200), &[]),
+            None,
+            "nothing lost"
+        );
     }
 
     #[test]
