@@ -171,6 +171,8 @@ impl Config {
             created: i64::try_from(i).unwrap(),
             labels,
             reset: false,
+            // Resize refusals (in-place resize) are not in this model.
+            resize_refused: None,
         }
     }
 
