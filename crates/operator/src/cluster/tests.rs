@@ -496,3 +496,14 @@ async fn a_reconcile_ending_after_the_deletion_leaves_no_series() {
     assert_eq!(series_of(gone), Vec::<String>::new());
     assert_eq!(series_of(here).len(), 14);
 }
+
+#[test]
+fn a_forced_wakeup_is_told_apart_once() {
+    let w = super::watch::Wakeups::default();
+    w.push("a");
+    w.force("b");
+    assert_eq!(w.take(), ["a", "b"], "both wait, in order");
+    assert!(!w.take_forced("a"), "a plain wake-up is not forced");
+    assert!(w.take_forced("b"));
+    assert!(!w.take_forced("b"), "forgotten once asked");
+}

@@ -323,10 +323,27 @@ impl Departures {
 #[derive(Default)]
 pub struct Wakeups {
     pending: std::sync::Mutex<(Vec<String>, std::collections::HashSet<String>)>,
+    /// Names to reconcile although their object did not change (the controller otherwise
+    /// drops a wake-up of an unchanged SidecarSet): something else its status shows changed.
+    forced: std::sync::Mutex<std::collections::HashSet<String>>,
     notify: tokio::sync::Notify,
 }
 
 impl Wakeups {
+    /// Wakes `name` to be reconciled even though its object did not change (see
+    /// [`Self::take_forced`]).
+    pub fn force(&self, name: &str) {
+        if let Ok(mut f) = self.forced.lock() {
+            f.insert(name.to_string());
+        }
+        self.push(name);
+    }
+
+    /// Whether `name` was woken by [`Self::force`] since last asked (and forgets it).
+    pub fn take_forced(&self, name: &str) -> bool {
+        self.forced.lock().is_ok_and(|mut f| f.remove(name))
+    }
+
     pub fn push(&self, name: &str) {
         if let Ok(mut p) = self.pending.lock() {
             let (order, set) = &mut *p;

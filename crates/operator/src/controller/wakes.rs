@@ -18,20 +18,27 @@ use std::time::Duration;
 
 /// Wakes the SidecarSets whose own object changed ([`RelevantChanges`]) in [`Lane::Urgent`],
 /// ahead of their pods' wake-ups; one seen for the first time (created, or listed when the
-/// process starts) in [`Lane::Normal`]: a start is no reason to go ahead of the pods.
+/// process starts) in [`Lane::Normal`]: a start is no reason to go ahead of the pods. One woken
+/// by [`crate::cluster::watch::Wakeups::force`] (how its pods are injected changed: its
+/// `InjectedByPolicy` condition) in [`Lane::Normal`] too.
 pub(super) async fn own_changes(
     trigger: Arc<crate::cluster::watch::Wakeups>,
     sidecarsets: Store<StoredSidecarSet>,
     mut changes: RelevantChanges,
     queue: Arc<queue::ReconcileQueue>,
 ) {
+    let forced = trigger.clone();
     trigger
         .stream(sidecarsets)
         .for_each(move |ss| {
             let name = ss.name_any();
             let known = changes.knows(&name);
-            if changes.changed(&ss) {
+            let changed = changes.changed(&ss);
+            if changed {
                 queue.wake_in(if known { Lane::Urgent } else { Lane::Normal }, &name);
+            }
+            if forced.take_forced(&name) && !changed {
+                queue.wake_in(Lane::Normal, &name);
             }
             std::future::ready(())
         })

@@ -157,7 +157,7 @@ pub async fn keep_injection_policy(
                 Ok(modes) => {
                     for name in state.set_injection(Some(modes)) {
                         if let Some(w) = &wake {
-                            w.push(&name);
+                            w.force(&name);
                         }
                     }
                 }
