@@ -4,7 +4,7 @@
 //!   [`EMPTY`]) over [`HOT_PODS`] injected ready pods at `maxUnavailable: 1`, then a new image:
 //!   each pod's idle container gets it and becomes the working one, and once it is ready the old
 //!   one goes back to the empty image (the hand-over, as kwok models a kubelet).
-//! * `revision`: a SidecarSet with custom version `v1`, [`REVISION_PODS`] pods, then `v2` (a
+//! * `revision`: a SidecarSet with custom version `v1` (`spec.customVersion`, v1beta1), [`REVISION_PODS`] pods, then `v2` (a
 //!   new image) rolled out; then `v1` pinned for new pods (`injectionStrategy.revision`,
 //!   `customVersion: v1`, `policy: Always`) and two more pods created on it (then upgraded to the
 //!   latest, `v2`); then the spec rolled back to `v1`'s: its revision becomes the newest again and
@@ -38,7 +38,6 @@ pub const EVICT_ARGS: &[&str] = &[
     "--evictions-per-hour",
     "60",
 ];
-const CUSTOM_VERSION: &str = "apps.kruise.io/sidecarset-custom-version";
 const EVICT_ANNOTATION: &str = "sidecarset-operator.io/evict-pods-without-sidecars";
 const V1: &str = "registry.local/proxy:1";
 const V2: &str = "registry.local/proxy:2";
@@ -67,15 +66,14 @@ fn plain(image: &str) -> Value {
 
 pub async fn revision(run: &Run, watch: &PodWatch) -> anyhow::Result<()> {
     let n = REVISION_PODS;
-    let spec = json!({"containers": plain(V1),
+    let spec = json!({"containers": plain(V1), "customVersion": "v1",
                       "updateStrategy": {"maxUnavailable": REVISION_MAX_UNAVAILABLE}});
-    let generation = create_set_with(run, json!({"labels": {CUSTOM_VERSION: "v1"}}), spec).await?;
+    let generation = create_set_with(run, json!({}), spec).await?;
     injectable(run).await?;
     create_pods(run, n).await?;
     settled(run, generation, n, n).await?;
     watch.count_unavailable();
-    let v2 = json!({"metadata": {"labels": {CUSTOM_VERSION: "v2"}},
-                    "spec": {"containers": plain(V2)}});
+    let v2 = json!({"spec": {"containers": plain(V2), "customVersion": "v2"}});
     let generation = patch_set(run, v2, "v2 (a new image, custom version v2)").await?;
     settled(run, generation, n, n).await?;
     // New pods pinned to v1 (they are then upgraded to the latest, v2).
@@ -86,8 +84,7 @@ pub async fn revision(run: &Run, watch: &PodWatch) -> anyhow::Result<()> {
     create_pods_from(run, n, n + 2).await?;
     settled(run, generation, n + 2, n + 2).await?;
     // The rollback: v1's spec again.
-    let back = json!({"metadata": {"labels": {CUSTOM_VERSION: "v1"}},
-                      "spec": {"containers": plain(V1)}});
+    let back = json!({"spec": {"containers": plain(V1), "customVersion": "v1"}});
     let generation = patch_set(run, back, "the rollback to v1's spec").await?;
     settled(run, generation, n + 2, n + 2).await
 }
