@@ -332,7 +332,7 @@ async fn a_sibling_the_cache_missed_is_no_replacement() {
             .answer(200, as_pod(&a1));
         api.expect("GET", "/api/v1/namespaces/a/pods?")
             .await
-            .answer(200, siblings(&[late_meta.clone()]));
+            .answer(200, siblings(std::slice::from_ref(&late_meta)));
         let reserve = api
             .expect("PUT", &format!("{STATE}/{STATE_CONFIGMAP}"))
             .await;
