@@ -125,16 +125,23 @@ impl Scenario {
     }
 }
 
-/// The pod no SidecarSet selects (its label value is the run's, with `-no`).
+/// The pod no SidecarSet selects (its label value is the run's, with `-no`); retried while
+/// admission refuses it (the pod webhook, before its match conditions are written, is called
+/// for every pod, and refuses while the operator does not serve yet).
 async fn bystander(run: &Run) -> anyhow::Result<()> {
-    let p = pod(
+    let p = &pod(
         BYSTANDER,
         json!({"e2e-app": format!("{}-no", run.names.label)}),
     );
-    Api::<Pod>::namespaced(run.c.clone(), &run.names.pods_ns)
-        .create(&PostParams::default(), &p)
-        .await?;
-    Ok(())
+    let pods = &Api::<Pod>::namespaced(run.c.clone(), &run.names.pods_ns);
+    until(60, "the bystander pod created", move || async move {
+        match pods.create(&PostParams::default(), p).await {
+            Ok(_) => Ok(Some(())),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(())),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await
 }
 
 /// Polls `f` every 200 ms for up to `secs`; errors count as "not yet" (the last one is
