@@ -38,7 +38,7 @@ e2e-local: ## The e2e suite on a local kwok cluster built from source (operator 
 	hack/e2e-local.sh
 
 .PHONY: test-faults
-test-faults: ## The crash-after-write harness on every write of every reference scenario, on a local kwok cluster of its own (hack/faults.sh sweep; make test runs a sample); a failure prints its replay command
+test-faults: ## The fault harness (crash after each write; relist after, drop or coalesce each Pod event) on every point of the five reference scenarios, on a local kwok cluster of its own (hack/faults.sh sweep; make test runs a sample); a failure prints its replay command
 	hack/faults.sh sweep
 
 .PHONY: e2e-node

@@ -76,8 +76,11 @@ cargo test -p sidecarset-e2e --test check -- --ignored --nocapture --test-thread
 log "faults: a leader cut off by a partition, an API server restart and etcd down 10 s, mid-rollout"
 cargo test -p sidecarset-e2e --test faults -- --ignored --nocapture --test-threads=1
 
-log "faults: the operator crashed right after its k-th write, its Pod watch cut after its k-th event; one k of each per scenario (make test-faults: every k)"
+log "faults: the operator crashed right after its k-th write; its k-th Pod event followed by a relist, dropped, coalesced; one k of each for inject and rollout (make test-faults: every k of five scenarios)"
 SSO_FAULTS_POINTS=${SSO_FAULTS_POINTS:-sample:1} cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
+
+log "faults: regression: evict with the Pod watch cut right after its 4th event (an original pod the lagging cache missed was taken for a replacement and stopped the evictions)"
+SSO_FAULTS_SCENARIOS=evict SSO_FAULTS_PERTURBATIONS=relist SSO_FAULTS_POINTS=4 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
 
 log "migration from OpenKruise (recreates the SidecarSet CRD in OpenKruise's state; runs alone)"
 cargo test -p sidecarset-e2e --test migration -- --ignored --nocapture --test-threads=1

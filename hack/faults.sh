@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# The crash-after-write harness (crates/e2e/src/crashes, issue 43) on a local kwok cluster of its
-# own: every reference scenario run fault-free twice, then with the operator aborted right after
-# its k-th write and started again, the end state compared with the fault-free one.
+# The fault harness (crates/e2e/src/crashes, issue 43) on a local kwok cluster of its own: every
+# reference scenario run fault-free twice, then perturbed at each point (the operator aborted
+# right after its k-th write and started again; its k-th Pod event followed by a relist, never
+# delivered, or coalesced with its pod's next ones), checked during the run and at its end.
 #
-#   hack/faults.sh sweep                every write k of every scenario (`make test-faults`)
-#   hack/faults.sh sample [N]           N points per scenario and perturbation (default 1: what `make test` runs,
-#                                       inside hack/e2e-local.sh's cluster)
-#   hack/faults.sh replay SCENARIO K [crash|relist]
+#   hack/faults.sh sweep                every point of every scenario and perturbation (`make test-faults`)
+#   hack/faults.sh sample [N]           N points per scenario and perturbation (default 1; `make test`
+#                                       runs one of inject and rollout inside hack/e2e-local.sh's cluster)
+#   hack/faults.sh replay SCENARIO K [crash|relist|drop|coalesce]
 #                                       one point, as a failure prints it (after the scenario's
 #                                       two fault-free runs, which its end state is compared with);
 #                                       crash (default): the operator aborted right after its
-#                                       k-th write; relist: its Pod watch cut after the k-th event
+#                                       k-th write; relist: its Pod watch cut after the k-th Pod
+#                                       event; drop: that event never delivered; coalesce: that
+#                                       event and its pod's next ones within 2 s delivered as one
 #
-# Env: SSO_FAULTS_SCENARIOS (comma-separated, default every scenario), SSO_FAULTS_PERTURBATIONS
-# (crash,relist: the default), SSO_WORK, and what
-# hack/cluster.sh reads. The cluster is torn down at the end, also on failure.
+# Env: SSO_FAULTS_SCENARIOS (comma-separated, default every scenario: inject, rollout, hot,
+# revision, evict), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce: the default), SSO_WORK,
+# and what hack/cluster.sh reads. The cluster is torn down at the end, also on failure.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
@@ -23,13 +26,16 @@ export SSO_WORK=$WORK
 
 log() { printf '[faults] %s\n' "$*" >&2; }
 usage() {
-  sed -n '5,13p' "$0" >&2
+  sed -n '7,16p' "$0" >&2
   exit 2
 }
 
 case "${1:-}" in
   sweep) export SSO_FAULTS_POINTS=all ;;
-  sample) export SSO_FAULTS_POINTS="sample:${2:-1}" ;;
+  sample)
+    case "${2:-1}" in '' | *[!0-9]*) log "N must be a number, got '${2:-}'"; usage ;; esac
+    export SSO_FAULTS_POINTS="sample:${2:-1}"
+    ;;
   replay)
     [ $# -eq 3 ] || [ $# -eq 4 ] || usage
     case "$3" in '' | *[!0-9]*) log "K must be a number, got '$3'"; usage ;; esac
@@ -37,6 +43,8 @@ case "${1:-}" in
     ;;
   *) usage ;;
 esac
+
+export SSO_FAULTS_SCENARIOS=${SSO_FAULTS_SCENARIOS:-inject,rollout,hot,revision,evict}
 
 trap 'hack/cluster.sh down || true' EXIT
 trap 'exit 130' INT TERM

@@ -2,13 +2,16 @@
 //! run fault-free twice, then again with the operator aborted right after its k-th write and
 //! started again, its end state and invariants checked against the fault-free run.
 //!
-//! The same with the operator's Pod watch cut (410 Gone) right after its k-th Pod event: it
-//! lists again instead of seeing the events in between.
+//! The same with the operator's Pod watch cut (410 Gone) right after its k-th Pod event (it
+//! lists again instead of seeing the events in between), with its k-th Pod event never
+//! delivered (drop), and with its k-th Pod event coalesced with its pod's next ones.
 //!
-//! Env: `SSO_FAULTS_SCENARIOS` (comma-separated; default `inject,rollout`),
-//! `SSO_FAULTS_PERTURBATIONS` (`crash`, `relist`; default both), `SSO_FAULTS_POINTS` (`all`,
-//! `sample:N` or numbers `3,7`; default `sample:1`, what `make test` runs; `make test-faults`
-//! runs `all`). A failure prints its replay command (`hack/faults.sh replay SCENARIO K KIND`).
+//! Env: `SSO_FAULTS_SCENARIOS` (comma-separated: `inject`, `rollout`, `hot`, `revision`,
+//! `evict`; default `inject,rollout`, what `make test` runs; `hack/faults.sh` runs all five),
+//! `SSO_FAULTS_PERTURBATIONS` (`crash`, `relist`, `drop`, `coalesce`; default all four),
+//! `SSO_FAULTS_POINTS` (`all`, `sample:N` or numbers `3,7`; default `sample:1`, what `make test`
+//! runs; `make test-faults` runs `all`). A failure prints its replay command
+//! (`hack/faults.sh replay SCENARIO K KIND`).
 //!
 //! Local cluster only (the operator serves its webhooks on 127.0.0.1): `hack/e2e-local.sh` and
 //! `hack/faults.sh` run it with `--ignored`.
@@ -24,7 +27,7 @@ async fn the_end_state_after_a_crash_right_after_any_write_is_the_fault_free_one
     let points =
         Points::parse(&std::env::var("SSO_FAULTS_POINTS").unwrap_or_else(|_| "sample:1".into()))?;
     let kinds = std::env::var("SSO_FAULTS_PERTURBATIONS")
-        .unwrap_or_else(|_| "crash,relist".into())
+        .unwrap_or_else(|_| "crash,relist,drop,coalesce".into())
         .split(',')
         .filter(|s| !s.trim().is_empty())
         .map(Kind::parse)

@@ -18,37 +18,53 @@
 //!
 //! A second perturbation, "unobserved state": the operator's watch carrying its n-th Pod event
 //! ends right after it with `410 Gone`, so it lists again and never sees the events in between
-//! as events; the same checks (no crash expected).
+//! as events; the same checks (no crash expected). Two more on the same events: the n-th Pod
+//! event is never delivered (`drop`; the harness then nudges the pods while a wait lasts, so the
+//! operator hears of each again: what is checked is that it catches up), and the n-th Pod event
+//! and its pod's next ones within 2 s are delivered as the newest only (`coalesce`).
+//!
+//! Checked during every run (a watch of the pods): no pod created without its sidecar; never
+//! more pods mid-upgrade than `maxUnavailable`; a HotUpgrade pod, once ready, always has a
+//! container of its pair ready on a real image and its working container off the empty image.
+//! At the end: no pod the SidecarSet does not select written (a bystander pod in the same
+//! namespace, and every write's target), the status counts equal a recount from the pods, no
+//! pod evicted twice.
 //!
 //! Every violation prints the one command that replays its point: `hack/faults.sh replay
-//! SCENARIO K [crash|relist]`.
+//! SCENARIO K [crash|relist|drop|coalesce]`.
 
+pub mod more;
 pub mod run;
 pub mod scenarios;
 pub mod state;
 
-use run::{Run, counted_writes, describe, pod_events};
+use run::{Run, counted_writes, describe, evictions, pod_events, pods_written};
 use scenarios::{PodWatch, Scenario, Seen};
 use serde_json::Value;
-use sidecarset_operator::faults::{CRASH_ENV, RELIST_ENV};
+use sidecarset_operator::faults::{COALESCE_ENV, CRASH_ENV, DROP_ENV, RELIST_ENV};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-/// The perturbations: the operator crashed right after its k-th counted write, or its Pod
-/// watch cut with 410 Gone right after the k-th Pod event.
+/// The perturbations: the operator crashed right after its k-th counted write; its Pod watch
+/// cut with 410 Gone right after the k-th Pod event; the k-th Pod event never delivered; the
+/// k-th Pod event coalesced with its pod's next ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Crash,
     Relist,
+    Drop,
+    Coalesce,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 2] = [Kind::Crash, Kind::Relist];
+    pub const ALL: [Kind; 4] = [Kind::Crash, Kind::Relist, Kind::Drop, Kind::Coalesce];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Crash => "crash",
             Kind::Relist => "relist",
+            Kind::Drop => "drop",
+            Kind::Coalesce => "coalesce",
         }
     }
 
@@ -57,6 +73,8 @@ impl Kind {
         match self {
             Kind::Crash => CRASH_ENV,
             Kind::Relist => RELIST_ENV,
+            Kind::Drop => DROP_ENV,
+            Kind::Coalesce => COALESCE_ENV,
         }
     }
 
@@ -64,6 +82,8 @@ impl Kind {
         match self {
             Kind::Crash => "crash after write k",
             Kind::Relist => "relist after pod event k",
+            Kind::Drop => "drop pod event k",
+            Kind::Coalesce => "coalesce from pod event k",
         }
     }
 
@@ -71,7 +91,9 @@ impl Kind {
         Kind::ALL
             .into_iter()
             .find(|k| k.name() == s.trim())
-            .ok_or_else(|| anyhow::anyhow!("unknown perturbation {s:?}: crash or relist"))
+            .ok_or_else(|| {
+                anyhow::anyhow!("unknown perturbation {s:?}: crash, relist, drop or coalesce")
+            })
     }
 }
 
@@ -139,8 +161,8 @@ pub struct Outcome {
 
 /// Runs `scenario` once, perturbed at `point` if given.
 pub async fn run_once(scenario: Scenario, point: Option<(Kind, u64)>) -> anyhow::Result<Outcome> {
-    let run = Run::start(scenario.name(), point).await?;
-    let watch = PodWatch::start(&run);
+    let run = Run::start(scenario.name(), scenario.operator_args(), point).await?;
+    let watch = PodWatch::start(&run, scenario == Scenario::Evict);
     let driven = scenario.drive(&run, &watch).await;
     // Whatever the operator still does after the wanted status (it should do nothing more).
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -186,6 +208,8 @@ pub struct Reference {
     pub pod_writes: (usize, usize),
     /// The most sidecar images any pod's spec went through.
     pub images_per_pod: usize,
+    /// The most evictions a fault-free run made.
+    pub evictions: usize,
     pub secs: f64,
 }
 
@@ -245,6 +269,21 @@ pub async fn reference(scenario: Scenario) -> anyhow::Result<Reference> {
     for (k, w) in wa.iter().enumerate() {
         println!("[faults]   write {}: {w}", k + 1);
     }
+    let most_evictions = outs
+        .iter()
+        .map(|o| evictions(&o.records).len())
+        .max()
+        .unwrap_or(0);
+    for o in &outs {
+        let v = in_run_and_end_checks(scenario, o);
+        anyhow::ensure!(
+            v.is_empty(),
+            "a fault-free run of {} broke an invariant: {}\n{}",
+            scenario.name(),
+            v.join("\n"),
+            o.logs
+        );
+    }
     let events = pod_events(&a.records).len();
     println!(
         "[faults] {}: {events} and {} Pod events heard",
@@ -258,6 +297,7 @@ pub async fn reference(scenario: Scenario) -> anyhow::Result<Reference> {
         writes: wa,
         pod_writes,
         images_per_pod,
+        evictions: most_evictions,
         secs: a.secs + b.secs,
     })
 }
@@ -278,7 +318,9 @@ pub fn check(
         (Kind::Crash, true, other) => v.push(format!(
             "crashed after write {k} but the exit seen was {other:?}"
         )),
-        (Kind::Relist, _, Some(exit)) => v.push(format!("the operator exited: {exit:?}")),
+        (Kind::Relist | Kind::Drop | Kind::Coalesce, _, Some(exit)) => {
+            v.push(format!("the operator exited: {exit:?}"))
+        }
         // Not reached (this run made fewer writes or heard fewer events): nothing to check but
         // the rest.
         _ => {}
@@ -286,18 +328,13 @@ pub fn check(
     if o.exits.len() > 1 {
         v.push(format!("the restarted operator exited too: {:?}", o.exits));
     }
-    if !o.seen.bare.is_empty() {
+    v.extend(in_run_and_end_checks(scenario, o));
+    let evicted = evictions(&o.records);
+    if evicted.len() > r.evictions {
         v.push(format!(
-            "pods created without their sidecar: {:?}",
-            o.seen.bare
-        ));
-    }
-    if scenario == Scenario::Rollout && o.seen.max_unavailable > scenarios::MAX_UNAVAILABLE {
-        v.push(format!(
-            "{} pods unavailable at once (maxUnavailable {}): {:?}",
-            o.seen.max_unavailable,
-            scenarios::MAX_UNAVAILABLE,
-            o.seen.worst
+            "{} evictions (fault-free: at most {}): {evicted:?}",
+            evicted.len(),
+            r.evictions
         ));
     }
     for (pod, images) in &o.seen.images {
@@ -332,12 +369,60 @@ pub fn check(
     (v, diffs)
 }
 
-/// The write the operator crashed after, or the event after which its watch was cut (from its
-/// record), described.
+/// The invariants a run must keep whatever was perturbed (fault-free runs included): what the
+/// pod watch saw during the run, and the end state's own consistency.
+pub fn in_run_and_end_checks(scenario: Scenario, o: &Outcome) -> Vec<String> {
+    let mut v = Vec::new();
+    if !o.seen.bare.is_empty() {
+        v.push(format!(
+            "pods created without their sidecar: {:?}",
+            o.seen.bare
+        ));
+    }
+    if let Some(max) = scenario.max_unavailable()
+        && o.seen.max_unavailable > max
+    {
+        v.push(format!(
+            "{} pods mid-upgrade and unavailable at once (maxUnavailable {max}): {:?}",
+            o.seen.max_unavailable, o.seen.worst
+        ));
+    }
+    for (pod, why) in &o.seen.hot_broken {
+        v.push(format!("{pod} had no working sidecar: {why}"));
+    }
+    // Nothing the SidecarSet does not select touched.
+    let selected: BTreeSet<&String> = o.seen.images.keys().collect();
+    for pod in pods_written(&o.records) {
+        if !selected.contains(&pod) {
+            v.push(format!(
+                "the operator wrote to {pod}, a pod the SidecarSet does not select"
+            ));
+        }
+    }
+    let mut once = BTreeSet::new();
+    for pod in evictions(&o.records) {
+        if !once.insert(pod.clone()) {
+            v.push(format!("{pod} evicted twice"));
+        }
+    }
+    if let Some(s) = &o.snapshot {
+        v.extend(state::bystander_untouched(s));
+        v.extend(state::recount(s));
+    }
+    v
+}
+
+/// The write the operator crashed after, or the event after which its watch was cut, that it
+/// never heard, or that it heard coalesced (from its record), described.
 pub fn perturbed_at(o: &Outcome) -> Option<String> {
     o.records
         .iter()
-        .find(|(_, w)| w["crash"] == true || w["relist"] == true)
+        .find(|(_, w)| {
+            w["crash"] == true
+                || w["relist"] == true
+                || w["dropped"] == true
+                || w["coalesce"] == true
+        })
         .map(|(_, w)| describe(w))
 }
 
@@ -346,7 +431,7 @@ pub fn perturbed_at(o: &Outcome) -> Option<String> {
 pub struct Summary {
     pub scenario: String,
     pub kind: &'static str,
-    /// Writes (crash) or Pod events (relist) of the fault-free run: the points there are.
+    /// Writes (crash) or Pod events (the others) of the fault-free run: the points there are.
     pub of: usize,
     pub points: usize,
     /// Points where the perturbation happened (a run may make fewer writes than the reference).
@@ -379,7 +464,7 @@ pub async fn sweep(
     for (i, kind) in kinds.iter().enumerate() {
         let of = match kind {
             Kind::Crash => r.writes.len(),
-            Kind::Relist => r.events,
+            Kind::Relist | Kind::Drop | Kind::Coalesce => r.events,
         };
         let ks = points.pick(of as u64);
         println!(
@@ -423,11 +508,12 @@ async fn point(
     let at = at.unwrap_or_else(|| "nothing: not reached".into());
     if v.is_empty() && d.is_empty() {
         println!(
-            "[faults] {} {} k={} (after {at}): ok; exits {:?}, run {:.1} s",
+            "[faults] {} {} k={} (after {at}): ok; exits {:?}, {} pod versions checked during the run, run {:.1} s",
             scenario.name(),
             p.0.name(),
             p.1,
             o.exits,
+            o.seen.versions,
             o.secs
         );
     } else {

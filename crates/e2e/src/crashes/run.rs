@@ -25,10 +25,12 @@ pub struct Names {
     pub name: String,
     /// The value of the pods' `e2e-app` label the SidecarSet selects.
     pub label: String,
+    /// The scenario's own operator flags (every process of the run gets them).
+    pub args: Vec<String>,
 }
 
 impl Names {
-    fn new(scenario: &str) -> Names {
+    fn new(scenario: &str, args: &[&str]) -> Names {
         let s = suffix();
         Names {
             ns: format!("fx-{scenario}-{s}"),
@@ -36,6 +38,7 @@ impl Names {
             name: format!("fx-{scenario}-{s}"),
             label: format!("fx-{scenario}-{s}"),
             suffix: s,
+            args: args.iter().map(|a| a.to_string()).collect(),
         }
     }
 }
@@ -69,11 +72,15 @@ pub struct Run {
 const MAX_STARTS: usize = 4;
 
 impl Run {
-    /// Namespaces made, the operator started (perturbed at `point`, if given) and its webhooks
-    /// trusted by the API server.
-    pub async fn start(scenario: &str, point: Option<(Kind, u64)>) -> anyhow::Result<Run> {
+    /// Namespaces made, the operator started with the scenario's flags `args` (perturbed at
+    /// `point`, if given) and its webhooks trusted by the API server.
+    pub async fn start(
+        scenario: &str,
+        args: &[&str],
+        point: Option<(Kind, u64)>,
+    ) -> anyhow::Result<Run> {
         let c = client().await;
-        let names = Names::new(scenario);
+        let names = Names::new(scenario, args);
         create_namespace(&c, &names.ns, json!({})).await?;
         create_namespace(&c, &names.pods_ns, json!({})).await?;
         wait_default_sa(&c, &names.pods_ns).await?;
@@ -184,7 +191,14 @@ impl Run {
             .delete(name, &dp)
             .await;
         // The pods gone before the next run starts: its operator watches every namespace, and
-        // these deletions would be events it hears (and numbers) too.
+        // these deletions would be events it hears (and numbers) too. Their ReplicaSets first
+        // (they would make them again).
+        let _ = Api::<k8s_openapi::api::apps::v1::ReplicaSet>::namespaced(
+            self.c.clone(),
+            &self.names.pods_ns,
+        )
+        .delete_collection(&DeleteParams::default(), &Default::default())
+        .await;
         let pods: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(self.c.clone(), &self.names.pods_ns);
         let _ = pods
@@ -227,7 +241,7 @@ fn spawn(
     point: Option<(Kind, u64)>,
 ) -> anyhow::Result<Operator> {
     let url = format!("https://127.0.0.1:{port}");
-    let args = [
+    let mut args = vec![
         "--namespace",
         &names.ns,
         "--cert-secret-name",
@@ -251,6 +265,7 @@ fn spawn(
         // the cluster-wide CRD stays untouched.
         "--manage-crd-conversion=false",
     ];
+    args.extend(names.args.iter().map(String::as_str));
     let record = dir
         .join(format!("w{n}.jsonl"))
         .to_string_lossy()
@@ -310,6 +325,33 @@ pub fn counted_writes(records: &[(usize, Value)]) -> Vec<(usize, Value)> {
         .iter()
         .filter(|(_, v)| v["op"] == "write" && v["k"].is_u64())
         .cloned()
+        .collect()
+}
+
+/// The operator's successful evictions: the pods' names, in order.
+pub fn evictions(records: &[(usize, Value)]) -> Vec<String> {
+    records
+        .iter()
+        .filter(|(_, w)| {
+            w["op"] == "write"
+                && w["subresource"] == "eviction"
+                && w["status"].as_u64().is_some_and(|s| s < 400)
+        })
+        .map(|(_, w)| w["name"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// The pods the operator wrote to (any successful write: spec, metadata, status, eviction).
+pub fn pods_written(records: &[(usize, Value)]) -> std::collections::BTreeSet<String> {
+    records
+        .iter()
+        .filter(|(_, w)| {
+            w["op"] == "write"
+                && w["resource"] == "pods"
+                && (w["method"] != "POST" || w["subresource"] == "eviction")
+                && w["status"].as_u64().is_some_and(|s| s < 400)
+        })
+        .map(|(_, w)| w["name"].as_str().unwrap_or("").to_string())
         .collect()
 }
 

@@ -3,7 +3,7 @@
 //! comparison of a perturbed run's end state with the fault-free one up to those masks.
 
 use super::run::Run;
-use super::scenarios::SIDECAR;
+use super::scenarios::{BYSTANDER, is_sidecar, working};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -44,11 +44,21 @@ pub async fn snapshot(run: &Run) -> anyhow::Result<Value> {
         })
         .collect();
     revisions.sort_by_key(|v| v["revision"].as_i64());
+    let bystander = Api::<Pod>::namespaced(run.c.clone(), &n.pods_ns)
+        .get(BYSTANDER)
+        .await?;
+    let hash = ss
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kruise.io/sidecarset-hash"))
+        .cloned();
     let state = json!({
-        "sidecarset": {"generation": ss.metadata.generation, "status": ss.status},
+        "sidecarset": {"generation": ss.metadata.generation, "status": ss.status, "hash": hash},
         "pods": names,
         "podStates": multiset,
         "revisions": revisions,
+        "bystander": pod_state(&bystander),
     });
     // The run's names are the only thing that must differ between runs.
     let text = state.to_string().replace(&n.suffix, "<run>");
@@ -82,11 +92,12 @@ fn pod_state(p: &Pod) -> Value {
         .flatten()
         .map(|c| (c.name.clone(), c.restart_count))
         .collect();
+    let work = working(p);
     let running = st
         .container_statuses
         .iter()
         .flatten()
-        .find(|c| c.name == SIDECAR)
+        .find(|c| c.name == work)
         .map(|c| c.image.clone());
     let ready = st
         .conditions
@@ -193,6 +204,63 @@ pub fn compare(want: &Value, got: &Value, masks: &BTreeSet<String>) -> Vec<Strin
             format!("{p}: fault-free {}, here {}", show(&w), show(&g))
         })
         .collect()
+}
+
+/// The bystander pod (selected by no SidecarSet) as it was created: its one container, no
+/// `kruise.io/` annotation.
+pub fn bystander_untouched(s: &Value) -> Vec<String> {
+    let b = &s["bystander"];
+    let want = json!([["app", "registry.local/app:1"]]);
+    match b["containers"] == want
+        && b["annotations"] == json!({})
+        && b["initContainers"] == json!([])
+    {
+        true => Vec::new(),
+        false => vec![format!("the pod no SidecarSet selects was changed: {b}")],
+    }
+}
+
+/// The status counts against a recount from the end state's pods: matched (carrying the
+/// sidecar and the SidecarSet's hash annotation), updated (its hash the SidecarSet's), ready,
+/// updated and ready, and the selected pods without the sidecar.
+pub fn recount(s: &Value) -> Vec<String> {
+    let hash = s["sidecarset"]["hash"].as_str();
+    let st = &s["sidecarset"]["status"];
+    let pods = s["podStates"].as_array().cloned().unwrap_or_default();
+    let (mut matched, mut updated, mut ready, mut updated_ready, mut without) = (0, 0, 0, 0, 0);
+    for p in &pods {
+        let sidecar = p["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c[0].as_str().is_some_and(is_sidecar));
+        let entry = p["annotations"]["kruise.io/sidecarset-hash"]
+            .as_object()
+            .and_then(|m| m.values().next().cloned());
+        if !sidecar {
+            without += 1;
+            continue;
+        }
+        let Some(entry) = entry else { continue };
+        matched += 1;
+        let up = hash.is_some() && entry["hash"].as_str() == hash;
+        let r = p["ready"] == true;
+        updated += i64::from(up);
+        ready += i64::from(r);
+        updated_ready += i64::from(up && r);
+    }
+    let field = |f: &str| st[f].as_i64().unwrap_or(0);
+    [
+        ("matchedPods", matched),
+        ("updatedPods", updated),
+        ("readyPods", ready),
+        ("updatedReadyPods", updated_ready),
+        ("podsWithoutSidecars", without),
+    ]
+    .into_iter()
+    .filter(|(f, n)| field(f) != *n)
+    .map(|(f, n)| format!("status.{f} is {} but the pods recount {n}", field(f)))
+    .collect()
 }
 
 /// Successful writes of each pod (its spec or metadata: not its status, not evictions) by

@@ -256,6 +256,10 @@ async fn evictions_are_recorded_first_preconditioned_and_skip_what_must_not_go()
         api.expect("GET", "/api/v1/namespaces/a/pods/guarded")
             .await
             .answer(200, as_pod(&guarded, "8"));
+        // Its owner's pods of the second, read fresh (none here).
+        api.expect("GET", "/api/v1/namespaces/a/pods?")
+            .await
+            .answer(200, json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": {}, "items": []}));
         let reserve = api
             .expect("PUT", &format!("{STATE}/{}", missing::STATE_CONFIGMAP))
             .await;
@@ -296,6 +300,9 @@ async fn evictions_are_recorded_first_preconditioned_and_skip_what_must_not_go()
         api.expect("GET", "/api/v1/namespaces/a/pods/free")
             .await
             .answer(200, as_pod(&free, "9"));
+        api.expect("GET", "/api/v1/namespaces/a/pods?")
+            .await
+            .answer(200, json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": {}, "items": []}));
         let reserve = api
             .expect("PUT", &format!("{STATE}/{}", missing::STATE_CONFIGMAP))
             .await;

@@ -14,7 +14,7 @@ use super::state::{Evicted, STATE_CONFIGMAP, SidecarSetState, Stored, load, prun
 use crate::controller::slim::SlimPod;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -303,14 +303,56 @@ impl Evicting<'_> {
     /// Spends the token first, in the API: a leader that takes over sees it. The time is the
     /// eviction's, not the pass's start: the pass may have waited on the API for seconds, and a
     /// sibling created in between is no replacement.
+    ///
+    /// The owner's pods already there in that second are read from the API server, not only
+    /// from the cache: a cache that lags (a relist under way, a slow watch) may not hold a
+    /// sibling created a moment before, which would later look like a replacement that came
+    /// back without its sidecars and wrongly stop the owner's evictions.
     async fn spend_token(&mut self, pod_key: &str, uid: &str, owner: &str) -> ControlFlow<()> {
         let at = jiff::Timestamp::now().as_second();
+        let ns = pod_key
+            .split_once('/')
+            .map(|(ns, _)| ns)
+            .unwrap_or_default();
+        let mut same = same_second(self.pods, owner, at);
+        match self
+            .pods_api(ns)
+            .list_metadata(&ListParams::default())
+            .await
+        {
+            Ok(list) => {
+                for p in list.items {
+                    let owned = p
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| o.controller == Some(true) && o.uid == owner);
+                    let second = p
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| t.0.as_second());
+                    if let Some(u) = p.metadata.uid
+                        && owned
+                        && second == Some(at)
+                        && !same.contains(&u)
+                    {
+                        same.push(u);
+                    }
+                }
+            }
+            Err(e) => {
+                warn!(sidecarset = %self.name, pod = %pod_key, error = %e, "cannot list the pod's siblings; not evicted (tried again later)");
+                return ControlFlow::Break(());
+            }
+        }
         self.state.evictions.push(Evicted {
             at,
             pod: pod_key.to_string(),
             uid: uid.to_string(),
             owner: owner.to_string(),
-            same_second: same_second(self.pods, owner, at),
+            same_second: same,
         });
         self.stored
             .states

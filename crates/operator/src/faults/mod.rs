@@ -2,7 +2,7 @@
 //! API client of the process that records what the operator hears and writes, and can stop the
 //! process right after its k-th write, as Sieve's "intermediate state" tests do.
 //!
-//! Switched on only by two environment variables, read once at start ([`install_from_env`]):
+//! Switched on only by environment variables, read once at start ([`install_from_env`]):
 //!
 //! * `SSO_FAULTS_RECORD=PATH`: every write the operator sends (method, path, resource,
 //!   namespace, name, response status, its number among the counted writes) and every watch
@@ -18,24 +18,37 @@
 //!   server answers when the watch's resourceVersion is too old): the watcher lists again and
 //!   the controller sees the pods' state as a list, not as the events in between (Sieve's
 //!   "unobserved state"). The events after it in the same response are not delivered.
+//! * `SSO_FAULTS_DROP_EVENT=[KIND:]N` (N ≥ 1, KIND `Pod` when left out): the N-th event of that
+//!   kind (added, modified, deleted) is taken out of its watch: the operator never hears it, and
+//!   the watch goes on (it learns the object's state only from the object's next event).
+//! * `SSO_FAULTS_COALESCE_AFTER_EVENT=N` (N ≥ 1): the N-th Pod event is held back, and every later
+//!   event of the same pod on that watch within [`COALESCE_WINDOW`] replaces it; at the window's
+//!   end only the newest is delivered (the operator sees several states of one object as the
+//!   last one, as a slow informer would; the other objects' events pass meanwhile).
 //!
 //! Why environment variables and not a cargo feature: the e2e suite runs the one binary that
 //! `cargo build --bin sidecarset-operator` makes, and the workspace keeps one feature set for
 //! every build (hack/features.sh); a feature would mean a second operator binary, compiled again
-//! with everything above kube. With neither variable set (anything but a fault test), no layer
-//! is added at all: the clients are built exactly as before and this module does nothing. When
-//! one is set, the operator logs a warning at start that names it.
+//! with everything above kube. With no variable set (anything but a fault test), no layer is
+//! added at all: the clients are built exactly as before (`kube::Client::try_from`) and this
+//! module does nothing. When one is set, the operator logs a warning at start that names it.
+//!
+//! The watch-side hooks (recording, relist, drop, coalesce) are in [`watch`].
 
-use bytes::Bytes;
 use http::{Method, Request, Response};
 use kube::client::{Body, ClientBuilder, DynBody};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tower::BoxError;
 use tower::util::BoxService;
+
+mod watch;
+use watch::Heard;
 
 /// The service a [`ClientBuilder`] starts from (kube's `GenericService`).
 pub type Service = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
@@ -43,6 +56,12 @@ pub type Service = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 pub const RECORD_ENV: &str = "SSO_FAULTS_RECORD";
 pub const CRASH_ENV: &str = "SSO_FAULTS_CRASH_AFTER_WRITE";
 pub const RELIST_ENV: &str = "SSO_FAULTS_RELIST_AFTER_EVENT";
+pub const DROP_ENV: &str = "SSO_FAULTS_DROP_EVENT";
+pub const COALESCE_ENV: &str = "SSO_FAULTS_COALESCE_AFTER_EVENT";
+
+/// How long a coalesced pod's events are held back (kwok's pods go from an image change to
+/// ready in 1.6 s: a window this long folds a restart and its readiness into one event).
+pub const COALESCE_WINDOW: Duration = Duration::from_millis(2000);
 
 /// What the switches asked for.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -50,6 +69,51 @@ pub struct Settings {
     pub record: Option<std::path::PathBuf>,
     pub crash_after_write: Option<u64>,
     pub relist_after_event: Option<u64>,
+    /// The kind and number of the event never delivered.
+    pub drop_event: Option<(String, u64)>,
+    pub coalesce_after_event: Option<u64>,
+}
+
+/// The raw values of the switches, as read from the environment.
+#[derive(Debug, Default, Clone)]
+pub struct Switches {
+    pub record: Option<String>,
+    pub crash: Option<String>,
+    pub relist: Option<String>,
+    pub drop: Option<String>,
+    pub coalesce: Option<String>,
+}
+
+impl Switches {
+    fn from_env() -> Switches {
+        let var = |v: &str| std::env::var(v).ok();
+        Switches {
+            record: var(RECORD_ENV),
+            crash: var(CRASH_ENV),
+            relist: var(RELIST_ENV),
+            drop: var(DROP_ENV),
+            coalesce: var(COALESCE_ENV),
+        }
+    }
+}
+
+/// `[KIND:]N` of [`DROP_ENV`]: the kind (`Pod` when left out) and the number.
+fn kind_and_number(value: Option<&str>) -> Result<Option<(String, u64)>, String> {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let (kind, n) = match v.split_once(':') {
+        Some((kind, n)) => (kind.trim(), n),
+        None => ("Pod", v),
+    };
+    let what = "KIND:N or N (the N-th event of that kind, Pod by default, is never delivered)";
+    let bad_kind = kind.is_empty() || !kind.chars().all(|c| c.is_ascii_alphanumeric());
+    match ordinal(DROP_ENV, Some(n), what)? {
+        Some(_) if bad_kind => Err(format!(
+            "{DROP_ENV}={v:?}: the kind before ':' must be an object kind such as Pod or SidecarSet; unset it to run normally"
+        )),
+        n => Ok(n.map(|n| (kind.to_string(), n))),
+    }
 }
 
 /// A number of 1 or more from `var`'s value, None when unset or empty.
@@ -67,26 +131,30 @@ fn ordinal(var: &str, value: Option<&str>, what: &str) -> Result<Option<u64>, St
 
 impl Settings {
     /// From the variables' values; an error names the variable and what it takes.
-    pub fn parse(
-        record: Option<String>,
-        crash: Option<String>,
-        relist: Option<String>,
-    ) -> Result<Settings, String> {
+    pub fn parse(s: Switches) -> Result<Settings, String> {
         let crash_after_write = ordinal(
             CRASH_ENV,
-            crash.as_deref(),
+            s.crash.as_deref(),
             "the process aborts after that many counted writes",
         )?;
         let relist_after_event = ordinal(
             RELIST_ENV,
-            relist.as_deref(),
+            s.relist.as_deref(),
             "the watch ends with 410 Gone after that many Pod events",
         )?;
-        let record = record.filter(|p| !p.is_empty()).map(Into::into);
+        let drop_event = kind_and_number(s.drop.as_deref())?;
+        let coalesce_after_event = ordinal(
+            COALESCE_ENV,
+            s.coalesce.as_deref(),
+            "that Pod event and its pod's next ones are delivered as the newest",
+        )?;
+        let record = s.record.filter(|p| !p.is_empty()).map(Into::into);
         Ok(Settings {
             record,
             crash_after_write,
             relist_after_event,
+            drop_event,
+            coalesce_after_event,
         })
     }
 
@@ -94,6 +162,8 @@ impl Settings {
         self.record.is_some()
             || self.crash_after_write.is_some()
             || self.relist_after_event.is_some()
+            || self.drop_event.is_some()
+            || self.coalesce_after_event.is_some()
     }
 }
 
@@ -102,12 +172,16 @@ pub struct Recorder {
     file: Option<Mutex<std::fs::File>>,
     crash_after_write: Option<u64>,
     relist_after_event: Option<u64>,
+    drop_event: Option<(String, u64)>,
+    coalesce_after_event: Option<u64>,
     /// Every line written, in order (writes and watch events).
     seq: AtomicU64,
     /// Counted writes so far.
     writes: AtomicU64,
     /// Pod events heard so far.
     pod_events: AtomicU64,
+    /// Events of each other kind heard so far (for [`DROP_ENV`] with another kind).
+    kind_events: Mutex<BTreeMap<String, u64>>,
 }
 
 static RECORDER: OnceLock<Option<Arc<Recorder>>> = OnceLock::new();
@@ -115,20 +189,16 @@ static RECORDER: OnceLock<Option<Arc<Recorder>>> = OnceLock::new();
 /// Reads the switches (once per process) and installs the recorder they ask for. Called at
 /// the start of `run`, before any client is built; an unusable value fails the start.
 pub fn install_from_env() -> anyhow::Result<()> {
-    let settings = Settings::parse(
-        std::env::var(RECORD_ENV).ok(),
-        std::env::var(CRASH_ENV).ok(),
-        std::env::var(RELIST_ENV).ok(),
-    )
-    .map_err(anyhow::Error::msg)?;
+    let settings = Settings::parse(Switches::from_env()).map_err(anyhow::Error::msg)?;
     let recorder = match settings.active() {
         true => Some(Arc::new(Recorder::open(&settings)?)),
         false => None,
     };
     if recorder.is_some() {
         tracing::warn!(record = ?settings.record, crash_after_write = ?settings.crash_after_write,
-            relist_after_event = ?settings.relist_after_event,
-            "fault-testing hooks on ({RECORD_ENV} / {CRASH_ENV} / {RELIST_ENV}): for tests only, never in production");
+            relist_after_event = ?settings.relist_after_event, drop_event = ?settings.drop_event,
+            coalesce_after_event = ?settings.coalesce_after_event,
+            "fault-testing hooks on ({RECORD_ENV} / {CRASH_ENV} / {RELIST_ENV} / {DROP_ENV} / {COALESCE_ENV}): for tests only, never in production");
     }
     let _ = RECORDER.set(recorder);
     Ok(())
@@ -182,9 +252,12 @@ impl Recorder {
             file,
             crash_after_write: settings.crash_after_write,
             relist_after_event: settings.relist_after_event,
+            drop_event: settings.drop_event.clone(),
+            coalesce_after_event: settings.coalesce_after_event,
             seq: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             pod_events: AtomicU64::new(0),
+            kind_events: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -331,12 +404,7 @@ impl tower::Service<Request<Body>> for Recorded {
             }
             if watch && res.status().is_success() {
                 let (parts, body) = res.into_parts();
-                let heard: Box<DynBody> = Box::new(Heard {
-                    inner: body,
-                    recorder,
-                    line: Vec::new(),
-                    ended: false,
-                });
+                let heard: Box<DynBody> = Box::new(Heard::new(body, recorder));
                 return Ok(Response::from_parts(parts, heard));
             }
             Ok(res)
@@ -344,232 +412,5 @@ impl tower::Service<Request<Body>> for Recorded {
     }
 }
 
-/// What a watch response ends with when a relist is forced.
-const GONE: &[u8] = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version (fault-testing hook)","reason":"Expired","code":410}}"#;
-
-/// A watch response's body, passed on line by line (a partial line waits for its end); each
-/// event is recorded; after the chosen Pod event, the body ends with [`GONE`].
-struct Heard {
-    inner: Box<DynBody>,
-    recorder: Arc<Recorder>,
-    line: Vec<u8>,
-    ended: bool,
-}
-
-impl Heard {
-    /// The complete lines of `data` (with what was held back), to pass on.
-    fn scan(&mut self, mut data: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        while let Some(i) = data.iter().position(|b| *b == b'\n') {
-            self.line.extend_from_slice(&data[..i]);
-            data = &data[i + 1..];
-            let line = std::mem::take(&mut self.line);
-            let relist = self.heard(&line);
-            out.extend_from_slice(&line);
-            out.push(b'\n');
-            if relist {
-                out.extend_from_slice(GONE);
-                out.push(b'\n');
-                self.ended = true;
-                return out;
-            }
-        }
-        self.line.extend_from_slice(data);
-        out
-    }
-
-    /// Records one event line; whether the watch ends after it.
-    fn heard(&self, line: &[u8]) -> bool {
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
-            return false;
-        };
-        let o = &v["object"];
-        let m = &o["metadata"];
-        let pod_event = o["kind"] == "Pod"
-            && matches!(v["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED"));
-        let n = pod_event.then(|| self.recorder.pod_events.fetch_add(1, Ordering::SeqCst) + 1);
-        let relist = n.is_some() && n == self.recorder.relist_after_event;
-        self.recorder.line(serde_json::json!({
-            "op": "hear", "type": v["type"], "kind": o["kind"],
-            "namespace": m["namespace"], "name": m["name"],
-            "resourceVersion": m["resourceVersion"], "n": n, "relist": relist,
-        }));
-        relist
-    }
-}
-
-impl http_body::Body for Heard {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
-        loop {
-            if self.ended {
-                return Poll::Ready(None);
-            }
-            let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => {
-                    self.ended = true;
-                    let rest = std::mem::take(&mut self.line);
-                    if rest.is_empty() {
-                        return Poll::Ready(None);
-                    }
-                    return Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(rest)))));
-                }
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
-                Poll::Ready(Some(Ok(frame))) => frame,
-            };
-            match frame.into_data() {
-                Ok(data) => {
-                    let out = self.scan(&data);
-                    if !out.is_empty() {
-                        return Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(out)))));
-                    }
-                }
-                Err(other) => return Poll::Ready(Some(Ok(other))),
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.ended
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt;
-
-    #[test]
-    fn paths_name_their_target() {
-        let t = target("/api/v1/namespaces/ns/pods/p-0");
-        assert_eq!(
-            (
-                t.namespace.as_deref(),
-                t.resource.as_str(),
-                t.name.as_deref()
-            ),
-            (Some("ns"), "pods", Some("p-0"))
-        );
-        let t = target("/apis/apps.kruise.io/v1beta1/sidecarsets/s/status");
-        assert_eq!(
-            (
-                t.resource.as_str(),
-                t.name.as_deref(),
-                t.subresource.as_deref()
-            ),
-            ("sidecarsets", Some("s"), Some("status"))
-        );
-        let t = target("/apis/apps/v1/namespaces/ns/controllerrevisions");
-        assert_eq!((t.resource.as_str(), t.name), ("controllerrevisions", None));
-        let t = target("/api/v1/namespaces/ns");
-        assert_eq!(
-            (t.namespace, t.resource.as_str(), t.name.as_deref()),
-            (None, "namespaces", Some("ns"))
-        );
-    }
-
-    #[test]
-    fn the_switches_parse_or_name_the_variable() {
-        assert_eq!(
-            Settings::parse(None, None, None).unwrap(),
-            Settings::default()
-        );
-        let empty = Settings::parse(Some("".into()), Some(" ".into()), Some("".into()));
-        assert!(!empty.unwrap().active());
-        let s = Settings::parse(Some("/tmp/x".into()), Some("3".into()), Some("2".into())).unwrap();
-        assert_eq!(
-            (s.crash_after_write, s.relist_after_event),
-            (Some(3), Some(2))
-        );
-        for bad in ["0", "-1", "three"] {
-            let e = Settings::parse(None, Some(bad.into()), None).unwrap_err();
-            assert!(e.contains(CRASH_ENV) && e.contains("1 or more"), "{e}");
-            let e = Settings::parse(None, None, Some(bad.into())).unwrap_err();
-            assert!(e.contains(RELIST_ENV) && e.contains("1 or more"), "{e}");
-        }
-    }
-
-    #[test]
-    fn only_successful_writes_of_managed_objects_count() {
-        let w = |path: &str, query: &str| Write1 {
-            method: Method::PATCH,
-            path: path.into(),
-            query: query.into(),
-            target: target(path),
-            name: None,
-        };
-        assert!(counts(&w("/api/v1/namespaces/n/pods/p", ""), 200));
-        assert!(!counts(&w("/api/v1/namespaces/n/pods/p", ""), 409));
-        assert!(!counts(&w("/api/v1/namespaces/n/pods", "dryRun=All"), 201));
-        let lease = "/apis/coordination.k8s.io/v1/namespaces/n/leases/l";
-        assert!(!counts(&w(lease, ""), 200));
-        assert!(!counts(&w("/api/v1/namespaces/n/events", ""), 201));
-    }
-
-    #[test]
-    fn watch_lines_pass_whole_are_recorded_and_a_relist_ends_the_body() {
-        let path = std::env::temp_dir().join(format!("sso-faults-{}", std::process::id()));
-        let settings = Settings {
-            record: Some(path.clone()),
-            crash_after_write: None,
-            relist_after_event: Some(2),
-        };
-        let recorder = Arc::new(Recorder::open(&settings).unwrap());
-        let mut heard = Heard {
-            inner: Box::new(
-                http_body_util::Empty::<Bytes>::new()
-                    .map_err(|e: std::convert::Infallible| -> BoxError { match e {} }),
-            ),
-            recorder,
-            line: Vec::new(),
-            ended: false,
-        };
-        let ev = |kind: &str, name: &str| {
-            format!(
-                r#"{{"type":"MODIFIED","object":{{"kind":"{kind}","metadata":{{"namespace":"n","name":"{name}","resourceVersion":"7"}}}}}}"#
-            )
-        };
-        let (a, s, b, c) = (
-            ev("Pod", "a"),
-            ev("Secret", "s"),
-            ev("Pod", "b"),
-            ev("Pod", "c"),
-        );
-        // A partial line is held back until its end arrives.
-        assert!(heard.scan(&a.as_bytes()[..20]).is_empty());
-        let out = heard.scan(format!("{}\n{s}\n{}", &a[20..], &b[..10]).as_bytes());
-        assert_eq!(String::from_utf8(out).unwrap(), format!("{a}\n{s}\n"));
-        // b is the second Pod event (the Secret's does not count): it passes, then 410 Gone; c
-        // is never delivered.
-        let out = heard.scan(format!("{}\n{c}\n", &b[10..]).as_bytes());
-        assert_eq!(
-            out,
-            [format!("{b}\n").as_bytes(), GONE, &b"\n"[..]].concat()
-        );
-        assert!(heard.ended);
-        let text = std::fs::read_to_string(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(lines.len(), 3, "{text}");
-        let names: Vec<_> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["a", "s", "b"]);
-        assert_eq!(lines[0]["resourceVersion"], "7");
-        assert_eq!(
-            (lines[1]["n"].is_null(), lines[2]["n"].as_u64()),
-            (true, Some(2))
-        );
-        assert_eq!(
-            (lines[0]["relist"].as_bool(), lines[2]["relist"].as_bool()),
-            (Some(false), Some(true))
-        );
-    }
-}
+mod tests;

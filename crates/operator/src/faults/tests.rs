@@ -1,0 +1,247 @@
+use super::watch::{GONE, Heard};
+use super::*;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+
+#[test]
+fn paths_name_their_target() {
+    let t = target("/api/v1/namespaces/ns/pods/p-0");
+    assert_eq!(
+        (
+            t.namespace.as_deref(),
+            t.resource.as_str(),
+            t.name.as_deref()
+        ),
+        (Some("ns"), "pods", Some("p-0"))
+    );
+    let t = target("/apis/apps.kruise.io/v1beta1/sidecarsets/s/status");
+    assert_eq!(
+        (
+            t.resource.as_str(),
+            t.name.as_deref(),
+            t.subresource.as_deref()
+        ),
+        ("sidecarsets", Some("s"), Some("status"))
+    );
+    let t = target("/apis/apps/v1/namespaces/ns/controllerrevisions");
+    assert_eq!((t.resource.as_str(), t.name), ("controllerrevisions", None));
+    let t = target("/api/v1/namespaces/ns");
+    assert_eq!(
+        (t.namespace, t.resource.as_str(), t.name.as_deref()),
+        (None, "namespaces", Some("ns"))
+    );
+}
+
+#[test]
+fn the_switches_parse_or_name_the_variable() {
+    let sw = |record: &str, crash: &str, relist: &str, drop: &str, coalesce: &str| Switches {
+        record: Some(record.into()),
+        crash: Some(crash.into()),
+        relist: Some(relist.into()),
+        drop: Some(drop.into()),
+        coalesce: Some(coalesce.into()),
+    };
+    assert_eq!(
+        Settings::parse(Switches::default()).unwrap(),
+        Settings::default()
+    );
+    let empty = Settings::parse(sw("", " ", "", " ", ""));
+    assert!(!empty.unwrap().active());
+    let s = Settings::parse(sw("/tmp/x", "3", "2", "5", "4")).unwrap();
+    assert_eq!(
+        (
+            s.crash_after_write,
+            s.relist_after_event,
+            s.coalesce_after_event
+        ),
+        (Some(3), Some(2), Some(4))
+    );
+    assert_eq!(s.drop_event, Some(("Pod".into(), 5)));
+    let s = Settings::parse(sw("", "", "", "SidecarSet:2", "")).unwrap();
+    assert_eq!(s.drop_event, Some(("SidecarSet".into(), 2)));
+    for bad in ["0", "-1", "three"] {
+        for (i, var) in [CRASH_ENV, RELIST_ENV, DROP_ENV, COALESCE_ENV]
+            .into_iter()
+            .enumerate()
+        {
+            let mut v = ["", "", "", ""];
+            v[i] = bad;
+            let e = Settings::parse(sw("", v[0], v[1], v[2], v[3])).unwrap_err();
+            assert!(e.contains(var) && e.contains("1 or more"), "{e}");
+        }
+    }
+    let e = Settings::parse(sw("", "", "", "Pod s:3", "")).unwrap_err();
+    assert!(e.contains(DROP_ENV) && e.contains("object kind"), "{e}");
+}
+
+#[test]
+fn only_successful_writes_of_managed_objects_count() {
+    let w = |path: &str, query: &str| Write1 {
+        method: Method::PATCH,
+        path: path.into(),
+        query: query.into(),
+        target: target(path),
+        name: None,
+    };
+    assert!(counts(&w("/api/v1/namespaces/n/pods/p", ""), 200));
+    assert!(!counts(&w("/api/v1/namespaces/n/pods/p", ""), 409));
+    assert!(!counts(&w("/api/v1/namespaces/n/pods", "dryRun=All"), 201));
+    let lease = "/apis/coordination.k8s.io/v1/namespaces/n/leases/l";
+    assert!(!counts(&w(lease, ""), 200));
+    assert!(!counts(&w("/api/v1/namespaces/n/events", ""), 201));
+}
+
+#[test]
+fn watch_lines_pass_whole_are_recorded_and_a_relist_ends_the_body() {
+    let path = std::env::temp_dir().join(format!("sso-faults-{}", std::process::id()));
+    let settings = Settings {
+        record: Some(path.clone()),
+        relist_after_event: Some(2),
+        ..Default::default()
+    };
+    let mut heard = heard(&settings);
+    let (a, s, b, c) = (
+        ev("Pod", "a", 7),
+        ev("Secret", "s", 7),
+        ev("Pod", "b", 7),
+        ev("Pod", "c", 7),
+    );
+    // A partial line is held back until its end arrives.
+    assert!(heard.scan(&a.as_bytes()[..20]).is_empty());
+    let out = heard.scan(format!("{}\n{s}\n{}", &a[20..], &b[..10]).as_bytes());
+    assert_eq!(String::from_utf8(out).unwrap(), format!("{a}\n{s}\n"));
+    // b is the second Pod event (the Secret's does not count): it passes, then 410 Gone; c
+    // is never delivered.
+    let out = heard.scan(format!("{}\n{c}\n", &b[10..]).as_bytes());
+    assert_eq!(
+        out,
+        [format!("{b}\n").as_bytes(), GONE, &b"\n"[..]].concat()
+    );
+    assert!(heard.ended);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let names: Vec<_> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "s", "b"]);
+    assert_eq!(lines[0]["resourceVersion"], "7");
+    assert_eq!(
+        (lines[1]["n"].is_null(), lines[2]["n"].as_u64()),
+        (true, Some(2))
+    );
+    assert_eq!(
+        (lines[0]["relist"].as_bool(), lines[2]["relist"].as_bool()),
+        (Some(false), Some(true))
+    );
+}
+
+/// A body over nothing, recording to what `settings` say.
+fn heard(settings: &Settings) -> Heard {
+    let recorder = Arc::new(Recorder::open(settings).unwrap());
+    Heard::new(
+        Box::new(
+            http_body_util::Empty::<Bytes>::new()
+                .map_err(|e: std::convert::Infallible| -> BoxError { match e {} }),
+        ),
+        recorder,
+    )
+}
+
+/// A MODIFIED event of `kind` `n/name` at resourceVersion `rv`.
+fn ev(kind: &str, name: &str, rv: u32) -> String {
+    format!(
+        r#"{{"type":"MODIFIED","object":{{"kind":"{kind}","metadata":{{"namespace":"n","name":"{name}","resourceVersion":"{rv}"}}}}}}"#
+    )
+}
+
+fn lines(events: &[&String]) -> String {
+    events.iter().map(|e| format!("{e}\n")).collect()
+}
+
+fn recorded(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let _ = std::fs::remove_file(path);
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_dropped_event_is_never_delivered_and_the_watch_goes_on() {
+    let path = std::env::temp_dir().join(format!("sso-faults-drop-{}", std::process::id()));
+    let settings = Settings {
+        record: Some(path.clone()),
+        drop_event: Some(("Pod".into(), 2)),
+        ..Default::default()
+    };
+    let mut h = heard(&settings);
+    let (a, s, b, c) = (
+        ev("Pod", "a", 1),
+        ev("Secret", "s", 2),
+        ev("Pod", "b", 3),
+        ev("Pod", "c", 4),
+    );
+    let out = h.scan(lines(&[&a, &s, &b, &c]).as_bytes());
+    assert_eq!(String::from_utf8(out).unwrap(), lines(&[&a, &s, &c]));
+    assert!(!h.ended);
+    let rec = recorded(&path);
+    let dropped: Vec<_> = rec.iter().map(|l| l["dropped"] == true).collect();
+    assert_eq!(dropped, [false, false, true, false]);
+    // Another kind: its own numbering.
+    let settings = Settings {
+        drop_event: Some(("SidecarSet".into(), 2)),
+        ..Default::default()
+    };
+    let mut h = heard(&settings);
+    let (x, y, z) = (
+        ev("SidecarSet", "x", 1),
+        ev("Pod", "a", 2),
+        ev("SidecarSet", "y", 3),
+    );
+    let out = h.scan(lines(&[&x, &y, &z]).as_bytes());
+    assert_eq!(String::from_utf8(out).unwrap(), lines(&[&x, &y]));
+}
+
+#[tokio::test]
+async fn a_coalesced_pod_is_delivered_once_as_its_newest_event() {
+    let path = std::env::temp_dir().join(format!("sso-faults-coalesce-{}", std::process::id()));
+    let settings = Settings {
+        record: Some(path.clone()),
+        coalesce_after_event: Some(2),
+        ..Default::default()
+    };
+    let mut h = heard(&settings);
+    let (a1, b1, a2, b2, b3) = (
+        ev("Pod", "a", 1),
+        ev("Pod", "b", 2),
+        ev("Pod", "a", 3),
+        ev("Pod", "b", 4),
+        ev("Pod", "b", 5),
+    );
+    // b's first event is the second Pod event: held, and b's next ones replace it; a's pass.
+    let out = h.scan(lines(&[&a1, &b1, &a2, &b2, &b3]).as_bytes());
+    assert_eq!(String::from_utf8(out).unwrap(), lines(&[&a1, &a2]));
+    // At the window's end (or the body's), only the newest of b.
+    let released = h.release().unwrap();
+    assert_eq!(String::from_utf8(released).unwrap(), lines(&[&b3]));
+    assert!(h.release().is_none());
+    // The window is over: b's later events pass.
+    let b4 = ev("Pod", "b", 6);
+    assert_eq!(h.scan(lines(&[&b4]).as_bytes()), lines(&[&b4]).into_bytes());
+    let rec = recorded(&path);
+    let held: Vec<_> = rec
+        .iter()
+        .filter(|l| l["held"] == true)
+        .map(|l| l["resourceVersion"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(held, ["2", "4", "5"]);
+    assert_eq!(rec.iter().filter(|l| l["coalesce"] == true).count(), 1);
+    let release: Vec<_> = rec.iter().filter(|l| l["op"] == "release").collect();
+    assert_eq!(
+        (release.len(), release[0]["resourceVersion"].as_str()),
+        (1, Some("5"))
+    );
+}
