@@ -43,6 +43,7 @@ pub async fn keep_pod_match_conditions(
         if state.sidecarsets_synced() && coverage.ready() {
             let view = state.index();
             let want = (coverage.leads(), coverage.wanted(&view));
+            let abandoned = coverage.abandoned();
             memory.warn_when_too_long(&want.1);
             // Read back whenever what this replica wants changed, and at least every RESYNC.
             let due =
@@ -61,6 +62,7 @@ pub async fn keep_pod_match_conditions(
                 leading: want.0,
                 mine: &want.1,
                 view: &view,
+                abandoned: &abandoned,
             };
             match pass(&api, &config, &wanted, &mut memory).await {
                 Ok(live) => {
@@ -91,6 +93,8 @@ struct Wanted<'a> {
     /// Its view and its admissions.
     mine: &'a Published,
     view: &'a Index,
+    /// Entries of creates this replica refused ([`MatchCoverage::abandoned`]): dropped.
+    abandoned: &'a std::collections::BTreeSet<String>,
 }
 
 /// What the keeper remembers between passes.
@@ -222,6 +226,7 @@ async fn keep_one(
         } else {
             Published::widened(&live, wanted.mine)
         };
+        next.pending.retain(|id, _| !wanted.abandoned.contains(id));
         let mut expression = next.expression();
         if expression.is_some() && expression == memory.refused {
             next.refused = true;
@@ -234,6 +239,7 @@ async fn keep_one(
         // A follower leaves the configuration alone when its condition stays and it holds
         // this replica's entries; the leader when it is exactly what it would write.
         let unchanged = live_condition == expression.as_deref()
+            && !live.pending.keys().any(|k| wanted.abandoned.contains(k))
             && match wanted.leading {
                 true => ours && next == live,
                 false => wanted

@@ -47,6 +47,11 @@ struct Admitted {
     source: String,
     /// Bytes of its selector's CEL.
     bytes: usize,
+    /// Its admission was refused (the condition was not written in time) and the SidecarSet
+    /// it was for does not exist: the entry still counts against the budgets until
+    /// [`PENDING_TTL`], but this replica drops it from the record (see
+    /// [`MatchCoverage::abandoned`]).
+    refused: bool,
 }
 
 /// Pending SidecarSets are dropped after this long (their write never reached the index); the
@@ -220,9 +225,26 @@ impl MatchCoverage {
         .await;
         match waited {
             Ok(true) => Ok(()),
-            _ => Err(format!(
-                "the pod webhook's match condition does not cover this SidecarSet's selector yet (not written within {timeout:?}): pods it selects would be created without the webhook being called; retry in a moment"
-            )),
+            _ => {
+                // A create refused here is never stored: its entry (its uid is new) covers
+                // nothing that exists, and would keep the condition wider than the SidecarSets
+                // for PENDING_TTL (in policy mode: the pods the policy injects sent to the
+                // webhook too, refused while every replica is down). An update keeps its entry
+                // (the same id may be another review's of the same change).
+                let created =
+                    ss.metadata.uid.as_deref().is_some_and(|u| {
+                        !view.iter().any(|s| s.metadata.uid.as_deref() == Some(u))
+                    });
+                if created && let Ok(mut pending) = self.pending.lock() {
+                    if let Some(a) = pending.get_mut(&id) {
+                        a.refused = true;
+                    }
+                    self.wake.notify_one();
+                }
+                Err(format!(
+                    "the pod webhook's match condition does not cover this SidecarSet's selector yet (not written within {timeout:?}): pods it selects would be created without the webhook being called; retry in a moment"
+                ))
+            }
         }
     }
 
@@ -261,6 +283,7 @@ impl MatchCoverage {
             at: now,
             source: source.to_string(),
             bytes,
+            refused: false,
         };
         pending.insert(id.to_string(), admitted);
         Ok(())
@@ -293,10 +316,38 @@ impl MatchCoverage {
             now.duration_since(a.at) < PENDING_TTL
                 && !in_view.is_some_and(|c| c.covers(&a.entry.covers))
         });
-        for (id, a) in pending.iter() {
+        for (id, a) in pending.iter().filter(|(_, a)| !a.refused) {
             mine.pending.insert(id.clone(), a.entry.clone());
         }
         mine
+    }
+
+    /// The entries of creates this replica refused (their SidecarSets do not exist): every
+    /// writer drops them from the record at its next pass, followers included (a follower
+    /// narrows nothing but what only it had added, for an object that was never stored).
+    pub(super) fn abandoned(&self) -> std::collections::BTreeSet<String> {
+        let now = Instant::now();
+        self.pending.lock().map_or_else(
+            |_| Default::default(),
+            |p| {
+                p.iter()
+                    .filter(|(_, a)| a.refused && now.duration_since(a.at) < PENDING_TTL)
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            },
+        )
+    }
+
+    /// How many SidecarSets this replica is admitting or refused lately (the budgets count
+    /// both).
+    #[cfg(test)]
+    pub(super) fn admitting(&self) -> usize {
+        let now = Instant::now();
+        self.pending.lock().map_or(0, |p| {
+            p.values()
+                .filter(|a| now.duration_since(a.at) < PENDING_TTL)
+                .count()
+        })
     }
 }
 

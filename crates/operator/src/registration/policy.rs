@@ -149,12 +149,23 @@ pub async fn keep_injection_policy(
         cap: Default::default(),
         confirmed: Default::default(),
     };
+    // After a probe that did not see the policy applied yet, the next one comes this soon
+    // (doubling up to RESYNC): the API server compiles policies about once a second, so the
+    // SidecarSets' conditions follow a write within seconds rather than a resync later.
+    let mut reprobe = REPROBE;
     loop {
+        let mut wait = RESYNC;
         if state.sidecarsets_synced() {
             let view = state.index();
             match keeper.pass(&view, coverage.as_deref(), leads()).await {
                 // The SidecarSets whose injection changed get their condition written again.
                 Ok(modes) => {
+                    if modes.served && !modes.active && leads() {
+                        wait = reprobe;
+                        reprobe = (reprobe * 2).min(RESYNC);
+                    } else {
+                        reprobe = REPROBE;
+                    }
                     for name in state.set_injection(Some(modes)) {
                         if let Some(w) = &wake {
                             w.force(&name);
@@ -171,10 +182,13 @@ pub async fn keep_injection_policy(
         }
         tokio::select! {
             _ = state.index_changed() => {}
-            _ = tokio::time::sleep(RESYNC) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }
+
+/// The first wait before probing again a policy not yet seen applied.
+const REPROBE: Duration = Duration::from_secs(1);
 
 /// Whether the API server serves MutatingAdmissionPolicy at v1 (asked until it answers).
 async fn served(client: &Client) -> bool {
