@@ -100,6 +100,50 @@ async fn applied_token(c: &kube::Client, ns: &str) -> anyhow::Result<Option<Stri
     Ok(got.annotations().get(PROBE_ANNOTATION).cloned())
 }
 
+/// Waits until the API server's admission policies reflect every policy write made before this
+/// call. The API server compiles policies from its informers' stores about once a second, so a
+/// probe that answers as before proves nothing after a quick edit-and-restore: the snapshot may
+/// hold the edit a moment later. A marker policy created now comes after those writes in the
+/// policies' watch; once a pod gets the marker's mutation, the snapshot holds every earlier write.
+async fn policies_caught_up(c: &kube::Client, ns: &str, mark: &str) -> anyhow::Result<()> {
+    use sidecarset_core::policy::{API_VERSION, binding_resource};
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": API_VERSION, "kind": "MutatingAdmissionPolicy", "metadata": {"name": mark},
+        "spec": {
+            "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                "resources": ["pods"], "scope": "Namespaced"}]},
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                "expression": "Object{metadata: Object.metadata{annotations: {'e2e-mark': 'seen'}}}"}}],
+        }
+    }))?;
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": API_VERSION, "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": mark},
+        "spec": {"policyName": mark, "matchResources": {"objectSelector": {"matchLabels": {"e2e-mark": mark}}}}
+    }))?;
+    let bindings = Api::<DynamicObject>::all_with(c.clone(), &binding_resource());
+    for (api, obj) in [(policies(c), &policy), (bindings.clone(), &binding)] {
+        let _ = api.delete(mark, &DeleteParams::default()).await;
+        api.create(&PostParams::default(), obj).await?;
+    }
+    let seen = eventually(
+        20,
+        "a marker policy created after the last policy write in effect",
+        || {
+            let (c, ns, mark) = (c.clone(), ns.to_string(), mark.to_string());
+            async move {
+                let got = dry_run(&c, &ns, &pod("mark", json!({"e2e-mark": mark}))).await?;
+                Ok(got.annotations().contains_key("e2e-mark").then_some(()))
+            }
+        },
+    )
+    .await;
+    let _ = bindings.delete(mark, &DeleteParams::default()).await;
+    let _ = policies(c).delete(mark, &DeleteParams::default()).await;
+    seen
+}
+
 #[tokio::test]
 #[ignore = "starts operator processes reachable only from a local API server; run by hack/e2e-local.sh"]
 async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped()
@@ -193,6 +237,9 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
             async move { Ok(mutation(&c, &name).await?.filter(|m| m != NOTHING).map(|_| ())) }
         })
         .await?;
+        // The API server may still compile the edit after this (the restoration followed it
+        // within milliseconds): wait until it has seen both.
+        policies_caught_up(&c, &ns, &format!("e2e-polmark-{s}")).await?;
         // (Its token may have changed meanwhile: the controller records the SidecarSet's
         // revision, which the hash annotations carry.)
         eventually(30, "the restored policy in effect", || {
@@ -209,9 +256,17 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
         drop(op);
         let pods: Api<Pod> = Api::namespaced(c.clone(), &target);
         for i in 0..3 {
-            let p = pods
+            let created = pods
                 .create(&PostParams::default(), &pod(&format!("with-{i}"), json!({"e2e-app": label})))
-                .await?;
+                .await;
+            // On a refusal, what the pod webhook's condition held (the pod must be left out).
+            let p = match created {
+                Ok(p) => p,
+                Err(e) => anyhow::bail!(
+                    "with-{i} refused: {e}\npod webhook condition: {}",
+                    pod_condition(&c, &name).await.unwrap_or_default()
+                ),
+            };
             assert_eq!(container_names(&p), ["pol", "app"], "with-{i}");
             assert_eq!(p.annotations()["kruise.io/sidecarset-injected-list"], ss);
         }
@@ -243,6 +298,8 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
             }
         })
         .await?;
+        // The API server no longer applies the removed policy.
+        policies_caught_up(&c, &ns, &format!("e2e-polmark-{s}")).await?;
         // Back in webhook mode the condition goes.
         eventually(40, "the InjectedByPolicy condition removed in webhook mode", || {
             let (c, ss) = (c.clone(), ss.clone());
