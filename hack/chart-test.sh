@@ -1143,6 +1143,8 @@ for v in get patch update; do can "$v" sidecarsets.apps.kruise.io --subresource=
 for v in get list watch; do can "$v" namespaces; done
 for v in get list watch patch update; do can "$v" pods --all-namespaces; done
 for v in get patch update; do can "$v" pods --subresource=status --all-namespaces; done
+can patch pods --subresource=resize --all-namespaces
+can list nodes
 can create events -n default
 can create events.events.k8s.io -n default
 for v in get list watch; do can "$v" mutatingwebhookconfigurations; can "$v" validatingwebhookconfigurations; done
@@ -1168,6 +1170,8 @@ cannot list secrets -n "$NS"
 cannot get secrets/some-other-secret -n "$NS"
 cannot delete "secrets/$SECRET" -n "$NS"
 cannot delete namespaces
+cannot get nodes
+cannot patch nodes
 cannot create pods -n default
 cannot create pods -n "$NS"
 cannot create podtemplates -n default

@@ -54,6 +54,9 @@ SSO_OPERATOR_KUBECONFIG=$WORK/sa.kubeconfig SSO_MANAGE_WEBHOOKS=false KUBECTL=$W
 log "running the e2e suite with the operator up"
 cargo test -p sidecarset-e2e --tests -- --test-threads=4
 
+log "native sidecar mode refused while a node runs a kubelet older than 1.29 (runs alone: the node refuses every native SidecarSet)"
+cargo test -p sidecarset-e2e --test native_sidecars -- --ignored --nocapture --test-threads=1
+
 log "pods for the operator-down checks (an injected one, a plain one)"
 cargo test -p sidecarset-e2e --test operator_down prepare_pods -- --ignored
 

@@ -97,6 +97,8 @@ pub fn permissions(
     }
     v.push(n("patch", "", "pods/status"));
     v.push(n("patch", "", "pods/resize"));
+    // The kubelets' versions, when a SidecarSet turns native sidecar mode on.
+    v.push(n("list", "", "nodes"));
     if evict {
         v.push(n("create", "", "pods/eviction"));
         v.push(n("list", "policy", "poddisruptionbudgets"));

@@ -43,7 +43,7 @@ pub use hash::{
 };
 pub use native::{
     ANNOTATION_NATIVE_SIDECARS, NATIVE_SIDECARS_MIN_MINOR, NATIVE_SIDECARS_OFF, NATIVE_SIDECARS_ON,
-    native_sidecars, version_runs_native_sidecars,
+    kubelet_runs_native_sidecars, native_sidecars, version_runs_native_sidecars,
 };
 pub use opt_out::{
     ANNOTATION_OPT_OUT, INJECT_DISABLED, LABEL_INJECT, LABEL_INJECT_ONE_PREFIX, OPT_OUT_ALLOWED,

@@ -54,6 +54,27 @@ pub fn version_runs_native_sidecars(major: &str, minor: &str) -> Option<bool> {
     Some(major > 1 || (major == 1 && minor >= NATIVE_SIDECARS_MIN_MINOR))
 }
 
+/// Whether a kubelet of this version (a Node's `status.nodeInfo.kubeletVersion`, e.g.
+/// `"v1.28.15"`, `"v1.30.4-eks-a737599"`, `"v1.29.3+k3s1"`) runs native sidecars: 1.29 or later.
+/// An older kubelet does not know an init container's `restartPolicy: Always`: it waits for the
+/// sidecar to end before starting the app, and the pod never starts. `None` when the version
+/// cannot be read (a simulated node's `"fake"`, a development build's `v0.0.0`).
+pub fn kubelet_runs_native_sidecars(version: &str) -> Option<bool> {
+    let v = version.trim().trim_start_matches('v');
+    let mut parts = v.split(['.', '-', '+']);
+    let number = |s: Option<&str>| -> Option<u32> {
+        let s = s?;
+        (!s.is_empty() && s.chars().all(|c| c.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let (major, minor) = (number(parts.next())?, number(parts.next())?);
+    if major == 0 {
+        return None;
+    }
+    Some(major > 1 || minor >= NATIVE_SIDECARS_MIN_MINOR)
+}
+
 /// The annotation's value checked, and the features native sidecar mode cannot go with: each
 /// `(field, message)` names the annotation and what to change.
 ///
@@ -189,6 +210,28 @@ mod tests {
                     "{what}, {value:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn kubelet_versions() {
+        for (version, want) in [
+            ("v1.29.0", Some(true)),
+            ("v1.36.3", Some(true)),
+            ("v1.28.15", Some(false)),
+            ("v1.27.3+k3s1", Some(false)),
+            ("v1.30.4-eks-a737599", Some(true)),
+            ("v1.28.9-gke.1000000", Some(false)),
+            ("1.31.0", Some(true)),
+            ("v2.0.0", Some(true)),
+            ("v0.0.0-master+$Format:%H$", None),
+            ("fake", None),
+            ("kwok-v0.7.0", None),
+            ("", None),
+            ("v1", None),
+            ("v1.x.0", None),
+        ] {
+            assert_eq!(kubelet_runs_native_sidecars(version), want, "{version:?}");
         }
     }
 

@@ -58,6 +58,30 @@ pub(super) async fn endpoint(
         );
     }
     let mut answer = checked.or_else(|| decoded.as_ref().ok().map(&own_rules));
+    // Native sidecar mode turned on: every node's kubelet must run native sidecars.
+    if let (Some(lister), Ok(req), Some(resp)) =
+        (state.sidecarset_lister(), &decoded, answer.as_mut())
+        && resp.allowed
+        && let Some(name) = turns_native_sidecars_on(req)
+    {
+        match lister.old_kubelets().instrument(call.span().clone()).await {
+            Ok(old) if !old.is_empty() => {
+                crate::metrics::metrics()
+                    .validation_denials
+                    .get_or_create(&crate::metrics::reason(crate::metrics::denied::INVALID))
+                    .inc();
+                *resp = Response::deny(&req.uid, 422, old_kubelets_refusal(&name, &old));
+            }
+            Ok(_) => {}
+            Err(why) => {
+                tracing::warn!(sidecarset = %name, reason = %why, "native sidecar mode admitted without checking the nodes' kubelets");
+                resp.warnings.push(format!(
+                    "the nodes' kubelet versions were not checked ({why}): a node whose kubelet is older than 1.{} starts no container of a pod with a native sidecar until the sidecar ends, that is never",
+                    sidecarset_core::api::NATIVE_SIDECARS_MIN_MINOR
+                ));
+            }
+        }
+    }
     // Widen before narrowing: a SidecarSet is admitted only once the pod webhook's match
     // condition covers it (within a budget per source: see `registration::PER_SOURCE`).
     if let (Some(coverage), Ok(req), Some(resp)) =
@@ -82,6 +106,47 @@ pub(super) async fn endpoint(
         );
     }
     call.answer(decoded, |req| answer.unwrap_or_else(|| own_rules(req)))
+}
+
+/// The SidecarSet's name when the request turns native sidecar mode on (a create with the
+/// annotation, or an update adding it).
+fn turns_native_sidecars_on(req: &Request) -> Option<String> {
+    if !checks_conflicts(req) {
+        return None;
+    }
+    let new = req.object.as_deref().map(decode_sidecarset)?.ok()?;
+    let was_on = req
+        .old_object
+        .as_deref()
+        .and_then(|o| decode_sidecarset(o).ok())
+        .is_some_and(|o| o.ss.native_sidecars());
+    (new.ss.native_sidecars() && !was_on).then(|| new.ss.name().to_string())
+}
+
+/// At most this many nodes are named in a refusal (and the count of the rest).
+const NODES_NAMED: usize = 5;
+
+/// The refusal of native sidecar mode while nodes run kubelets older than 1.29.
+fn old_kubelets_refusal(name: &str, old: &[(String, String)]) -> String {
+    use sidecarset_core::api::{
+        ANNOTATION_NATIVE_SIDECARS, NATIVE_SIDECARS_MIN_MINOR, NATIVE_SIDECARS_ON,
+    };
+    let mut named: Vec<String> = old
+        .iter()
+        .take(NODES_NAMED)
+        .map(|(node, v)| format!("{node} ({v})"))
+        .collect();
+    if old.len() > NODES_NAMED {
+        named.push(format!("and {} more", old.len() - NODES_NAMED));
+    }
+    format!(
+        "SidecarSet {name:?} is invalid: metadata.annotations[{ANNOTATION_NATIVE_SIDECARS}]: {NATIVE_SIDECARS_ON:?} \
+         injects native sidecars, which the kubelets of {} node(s) cannot run (1.{NATIVE_SIDECARS_MIN_MINOR} or later \
+         is needed; an older kubelet waits for the sidecar to end before it starts the pod's containers): {}; \
+         upgrade or drain those nodes, or remove the annotation to inject the containers as containers",
+        old.len(),
+        named.join(", ")
+    )
 }
 
 /// How long a SidecarSet write waits for the pod webhook's match condition to cover it.
@@ -168,6 +233,57 @@ impl SidecarSetLister {
             Ok(r) => r,
             Err(_) => Err(format!(
                 "the API server did not list the SidecarSets within {:?}",
+                self.timeout
+            )),
+        }
+    }
+}
+
+impl SidecarSetLister {
+    /// The nodes whose kubelet cannot run native sidecars, by name with their kubelet version
+    /// (a version that cannot be read counts as able); listed in pages, within the same
+    /// timeout and budget as the SidecarSets' lists.
+    pub async fn old_kubelets(&self) -> Result<Vec<(String, String)>, String> {
+        let allowed = self
+            .budget
+            .lock()
+            .map(|mut b| b.take("list", std::time::Instant::now()))
+            .unwrap_or(false);
+        if !allowed {
+            return Err("too many SidecarSet writes at once to list the nodes for each".into());
+        }
+        let listing = async {
+            let api: kube::Api<k8s_openapi::api::core::v1::Node> =
+                kube::Api::all(self.client.clone());
+            let mut old = Vec::new();
+            let mut params = kube::api::ListParams::default().limit(500);
+            loop {
+                let page = api
+                    .list(&params)
+                    .await
+                    .map_err(|e| format!("cannot list the nodes: {e}"))?;
+                for node in &page.items {
+                    let version = node
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.node_info.as_ref())
+                        .map(|i| i.kubelet_version.clone())
+                        .unwrap_or_default();
+                    if sidecarset_core::api::kubelet_runs_native_sidecars(&version) == Some(false) {
+                        old.push((node.metadata.name.clone().unwrap_or_default(), version));
+                    }
+                }
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
+            Ok(old)
+        };
+        match tokio::time::timeout(self.timeout, listing).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "the API server did not list the nodes within {:?}",
                 self.timeout
             )),
         }
@@ -402,4 +518,80 @@ pub fn admit_sidecarset_validation_with(
         );
     }
     Response::allow(&req.uid)
+}
+
+#[cfg(test)]
+mod node_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str, kubelet: &str) -> serde_json::Value {
+        json!({"metadata": {"name": name}, "status": {"nodeInfo": {"kubeletVersion": kubelet,
+            "architecture": "", "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
+            "kubeProxyVersion": "", "machineID": "", "operatingSystem": "", "osImage": "",
+            "systemUUID": ""}}})
+    }
+
+    /// The nodes are read page by page; only those whose kubelet is known to be older than 1.29
+    /// are named (a simulated node's "fake" is not).
+    #[tokio::test]
+    async fn old_kubelets_are_found_across_pages() {
+        let (client, mut api) = crate::mock_api::client();
+        let lister = SidecarSetLister::new(client, std::time::Duration::from_secs(2));
+        let task = tokio::spawn(async move { lister.old_kubelets().await });
+        let first = api.expect("GET", "/api/v1/nodes").await;
+        assert!(first.uri.contains("limit=500"), "{}", first.uri);
+        first.answer(
+            200,
+            json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {"continue": "next"},
+                   "items": [node("a", "v1.28.3"), node("b", "v1.30.0")]}),
+        );
+        let second = api.expect("GET", "/api/v1/nodes").await;
+        assert!(second.uri.contains("continue=next"), "{}", second.uri);
+        second.answer(
+            200,
+            json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {},
+                   "items": [node("c", "fake"), node("d", "v1.27.1+k3s1")]}),
+        );
+        let old = task.await.unwrap().unwrap();
+        assert_eq!(
+            old,
+            [
+                ("a".to_string(), "v1.28.3".to_string()),
+                ("d".to_string(), "v1.27.1+k3s1".to_string())
+            ]
+        );
+    }
+
+    /// A refusal (the RBAC of an older chart): the check says why, and the write is not refused
+    /// for it.
+    #[tokio::test]
+    async fn a_list_that_fails_says_why() {
+        let (client, mut api) = crate::mock_api::client();
+        let lister = SidecarSetLister::new(client, std::time::Duration::from_secs(2));
+        let task = tokio::spawn(async move { lister.old_kubelets().await });
+        api.expect("GET", "/api/v1/nodes").await.answer(
+            403,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
+                   "code": 403, "message": "nodes is forbidden"}),
+        );
+        let why = task.await.unwrap().unwrap_err();
+        assert!(why.contains("cannot list the nodes"), "{why}");
+    }
+
+    #[test]
+    fn the_refusal_names_at_most_five_nodes_and_counts_the_rest() {
+        let old: Vec<(String, String)> = (0..7)
+            .map(|i| (format!("n{i}"), "v1.28.0".to_string()))
+            .collect();
+        let m = old_kubelets_refusal("mesh", &old);
+        assert!(m.contains("kubelets of 7 node(s)"), "{m}");
+        assert!(m.contains("n0 (v1.28.0)") && m.contains("n4 (v1.28.0)"), "{m}");
+        assert!(!m.contains("n5 ("), "{m}");
+        assert!(m.contains("and 2 more"), "{m}");
+        assert!(
+            m.contains("metadata.annotations[sidecarset-operator.io/native-sidecars]"),
+            "{m}"
+        );
+    }
 }
