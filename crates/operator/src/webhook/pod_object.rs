@@ -16,6 +16,29 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
+
+/// `T` from a JSON object only. A derived struct also accepts an array of its fields in order
+/// (`"spec": []` decodes as an empty spec), which the full decoder refuses and a JSON patch
+/// cannot address (`/spec/containers` under an array): found by the mutated-review property
+/// test, whose review had `"spec": []` and got a patch that did not apply.
+struct Obj<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData)).map(Obj)
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -27,20 +50,20 @@ struct SlimPod {
     #[serde(default)]
     metadata: Option<ObjectMeta>,
     #[serde(default)]
-    spec: Option<SlimSpec>,
+    spec: Option<Obj<SlimSpec>>,
     #[serde(default)]
-    status: Option<SlimStatus>,
+    status: Option<Obj<SlimStatus>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SlimSpec {
     #[serde(default)]
-    containers: Option<Vec<SlimContainer>>,
+    containers: Option<Vec<Obj<SlimContainer>>>,
     #[serde(default)]
-    init_containers: Option<Vec<SlimContainer>>,
+    init_containers: Option<Vec<Obj<SlimContainer>>>,
     #[serde(default)]
-    volumes: Option<Vec<Named>>,
+    volumes: Option<Vec<Obj<Named>>>,
     #[serde(default)]
     image_pull_secrets: Option<Vec<LocalObjectReference>>,
 }
@@ -74,6 +97,13 @@ struct SlimStatus {
     phase: Option<String>,
 }
 
+impl Obj<SlimContainer> {
+    fn into_container(self) -> Container {
+        let Obj(c) = self;
+        c.into_container()
+    }
+}
+
 impl SlimContainer {
     fn into_container(self) -> Container {
         Container {
@@ -90,7 +120,7 @@ impl SlimContainer {
 
 /// The pod in `raw` with what injection reads, or what is wrong with it and where.
 pub fn decode_for_injection(raw: &serde_json::value::RawValue) -> Result<Pod, String> {
-    let slim = match serde_json::from_str::<SlimPod>(raw.get()) {
+    let slim = match serde_json::from_str::<Obj<SlimPod>>(raw.get()).map(|Obj(p)| p) {
         Ok(p)
             if p.api_version.as_deref().is_none_or(|v| v == "v1")
                 && p.kind.as_deref().is_none_or(|k| k == "Pod") =>
@@ -102,19 +132,19 @@ pub fn decode_for_injection(raw: &serde_json::value::RawValue) -> Result<Pod, St
     };
     Ok(Pod {
         metadata: slim.metadata.unwrap_or_default(),
-        spec: slim.spec.map(|s| PodSpec {
+        spec: slim.spec.map(|Obj(s)| PodSpec {
             containers: s
                 .containers
                 .unwrap_or_default()
                 .into_iter()
-                .map(SlimContainer::into_container)
+                .map(Obj::into_container)
                 .collect(),
             init_containers: s
                 .init_containers
-                .map(|l| l.into_iter().map(SlimContainer::into_container).collect()),
+                .map(|l| l.into_iter().map(Obj::into_container).collect()),
             volumes: s.volumes.map(|l| {
                 l.into_iter()
-                    .map(|v| Volume {
+                    .map(|Obj(v)| Volume {
                         name: v.name.unwrap_or_default(),
                         ..Default::default()
                     })
@@ -123,7 +153,7 @@ pub fn decode_for_injection(raw: &serde_json::value::RawValue) -> Result<Pod, St
             image_pull_secrets: s.image_pull_secrets,
             ..Default::default()
         }),
-        status: slim.status.map(|s| PodStatus {
+        status: slim.status.map(|Obj(s)| PodStatus {
             phase: s.phase,
             ..Default::default()
         }),
@@ -219,6 +249,18 @@ mod tests {
                 serde_json::json!({"metadata": {"labels": {"a": 1}}}),
                 "metadata.labels.a",
             ),
+            // Arrays where objects belong (a derived struct would take them as its fields).
+            (serde_json::json!({"spec": []}), "spec"),
+            (serde_json::json!({"status": []}), "status"),
+            (
+                serde_json::json!({"spec": {"containers": [[]]}}),
+                "spec.containers[0]",
+            ),
+            (
+                serde_json::json!({"spec": {"volumes": [["v"]]}}),
+                "spec.volumes[0]",
+            ),
+            (serde_json::json!([]), "sequence"),
         ] {
             let err = decode_for_injection(&raw(pod.clone())).unwrap_err();
             assert!(err.contains(says), "{pod}: {err}");

@@ -586,7 +586,10 @@ mod node_tests {
             .collect();
         let m = old_kubelets_refusal("mesh", &old);
         assert!(m.contains("kubelets of 7 node(s)"), "{m}");
-        assert!(m.contains("n0 (v1.28.0)") && m.contains("n4 (v1.28.0)"), "{m}");
+        assert!(
+            m.contains("n0 (v1.28.0)") && m.contains("n4 (v1.28.0)"),
+            "{m}"
+        );
         assert!(!m.contains("n5 ("), "{m}");
         assert!(m.contains("and 2 more"), "{m}");
         assert!(
