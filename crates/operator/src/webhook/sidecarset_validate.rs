@@ -205,12 +205,7 @@ impl SidecarSetLister {
             {
                 return Ok(all.clone());
             }
-            let allowed = self
-                .budget
-                .lock()
-                .map(|mut b| b.take("list", std::time::Instant::now()))
-                .unwrap_or(false);
-            if !allowed {
+            if !self.take_budget() {
                 return Err("too many SidecarSet writes at once to list them for each".to_string());
             }
             let started = std::time::Instant::now();
@@ -229,27 +224,39 @@ impl SidecarSetLister {
             *last = Some((started, all.clone()));
             Ok(all)
         };
-        match tokio::time::timeout(self.timeout, listing).await {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "the API server did not list the SidecarSets within {:?}",
-                self.timeout
-            )),
-        }
+        self.within("the SidecarSets", listing).await
     }
-}
 
-impl SidecarSetLister {
+    /// One list from the budget shared by the lists of SidecarSets and of nodes; false when
+    /// it is spent.
+    fn take_budget(&self) -> bool {
+        self.budget
+            .lock()
+            .map(|mut b| b.take("list", std::time::Instant::now()))
+            .unwrap_or(false)
+    }
+
+    /// `listing` within the lister's timeout (`what`: what it lists, for the message).
+    async fn within<T>(
+        &self,
+        what: &str,
+        listing: impl std::future::Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        tokio::time::timeout(self.timeout, listing)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "the API server did not list {what} within {:?}",
+                    self.timeout
+                ))
+            })
+    }
+
     /// The nodes whose kubelet cannot run native sidecars, by name with their kubelet version
     /// (a version that cannot be read counts as able); listed in pages, within the same
     /// timeout and budget as the SidecarSets' lists.
     pub async fn old_kubelets(&self) -> Result<Vec<(String, String)>, String> {
-        let allowed = self
-            .budget
-            .lock()
-            .map(|mut b| b.take("list", std::time::Instant::now()))
-            .unwrap_or(false);
-        if !allowed {
+        if !self.take_budget() {
             return Err("too many SidecarSet writes at once to list the nodes for each".into());
         }
         let listing = async {
@@ -280,13 +287,7 @@ impl SidecarSetLister {
             }
             Ok(old)
         };
-        match tokio::time::timeout(self.timeout, listing).await {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "the API server did not list the nodes within {:?}",
-                self.timeout
-            )),
-        }
+        self.within("the nodes", listing).await
     }
 }
 
