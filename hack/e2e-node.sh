@@ -296,6 +296,36 @@ fi
 [ -z "$(k get clusterrole -l app.kubernetes.io/instance="$RELEASE" -o name | grep test-check || true)" ] \
   || die "helm test left its ClusterRole behind after succeeding"
 pass "helm test: sidecarset-operator check in the chart's test pod, all 11 checks ok, its RBAC removed ($((SECONDS - t)) s)"
+# The install's NOTES as Helm rendered them: steps 4 and 5 (a SidecarSet, a namespace, a pod it
+# selects, what to look at) run as written, each `# -> EXPECTED` line compared with what the
+# command before it printed, then the NOTES' clean-up line. (The pod has no toleration of the
+# real node's taint: it lands on the kwok node, which is all admission needs.)
+t=$SECONDS
+hack/node.sh exec env PATH="$README_BIN:$PATH" helm get notes "$RELEASE" -n "$NS" >"$WORK/notes.txt"
+notes_cmds=$(awk '/^4\. /{on=1; next} /^   Clean up:/{on=0} on && /^     /{sub(/^     /, ""); print}' "$WORK/notes.txt")
+notes_cleanup=$(sed -n 's/^   Clean up: //p' "$WORK/notes.txt")
+grep -q '^kubectl -n sidecar-demo run hello ' <<<"$notes_cmds" && grep -q '^# -> ' <<<"$notes_cmds" && [ -n "$notes_cleanup" ] \
+  || { cat "$WORK/notes.txt" >&2; die "NOTES.txt has no step 4/5 with a pod, an expected output (# -> ...) and a clean-up line"; }
+# Each expectation follows its command: run the commands up to it, compare the last output line.
+expected_n=0
+script=""
+while IFS= read -r line; do
+  if [[ $line == '# -> '* ]]; then
+    want=${line#'# -> '}
+    want=${want%%'  '*}
+    out=$(hack/node.sh exec env PATH="$README_BIN:$PATH" bash -euo pipefail -c "$script" 2>&1) \
+      || die "NOTES.txt's commands before '# -> $want' failed: $(tail -n3 <<<"$out")"
+    got=$(tail -n1 <<<"$out")
+    [ "$got" = "$want" ] || die "NOTES.txt says '# -> $want' but the command before it printed '$got'"
+    expected_n=$((expected_n + 1))
+    script=""
+  else
+    script+=$line$'\n'
+  fi
+done <<<"$notes_cmds"
+[ -n "$script" ] && { hack/node.sh exec env PATH="$README_BIN:$PATH" bash -euo pipefail -c "$script" >/dev/null 2>&1 || die "NOTES.txt's step 5 commands failed"; }
+hack/node.sh exec env PATH="$README_BIN:$PATH" bash -euo pipefail -c "$notes_cleanup" >/dev/null 2>&1 || die "NOTES.txt's clean-up line failed: $notes_cleanup"
+pass "NOTES.txt's steps 4 and 5 run as Helm rendered them, $expected_n printed result as the NOTES say, clean-up line done ($((SECONDS - t)) s)"
 probes=$(k -n "$NS" get deploy "$RELEASE" -o jsonpath='{.spec.template.spec.containers[0].startupProbe.httpGet.path} {.spec.template.spec.containers[0].livenessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.path} {.spec.template.spec.containers[0].readinessProbe.httpGet.scheme}')
 [ "$probes" = "/healthz /healthz /readyz HTTPS" ] || die "probes: $probes"
 restarts=$(k -n "$NS" get pods -l "$OPERATOR_PODS" -o jsonpath='{.items[*].status.containerStatuses[0].restartCount}')
