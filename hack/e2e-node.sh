@@ -304,8 +304,10 @@ t=$SECONDS
 hack/node.sh exec env PATH="$README_BIN:$PATH" helm get notes "$RELEASE" -n "$NS" >"$WORK/notes.txt"
 notes_cmds=$(awk '/^4\. /{on=1; next} /^   Clean up:/{on=0} on && /^     /{sub(/^     /, ""); print}' "$WORK/notes.txt")
 notes_cleanup=$(sed -n 's/^   Clean up: //p' "$WORK/notes.txt")
-grep -q '^kubectl -n sidecar-demo run hello ' <<<"$notes_cmds" && grep -q '^# -> ' <<<"$notes_cmds" && [ -n "$notes_cleanup" ] \
-  || { cat "$WORK/notes.txt" >&2; die "NOTES.txt has no step 4/5 with a pod, an expected output (# -> ...) and a clean-up line"; }
+if ! { grep -q '^kubectl -n sidecar-demo run hello ' <<<"$notes_cmds" && grep -q '^# -> ' <<<"$notes_cmds" && [ -n "$notes_cleanup" ]; }; then
+  cat "$WORK/notes.txt" >&2
+  die "NOTES.txt has no step 4/5 with a pod, an expected output (# -> ...) and a clean-up line"
+fi
 # Each expectation follows its command: run the commands up to it, compare the last output line.
 expected_n=0
 script=""
