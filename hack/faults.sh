@@ -2,21 +2,23 @@
 # The fault harness (crates/e2e/src/crashes, issue 43) on a local kwok cluster of its own: every
 # reference scenario run fault-free twice, then perturbed at each point (the operator aborted
 # right after its k-th write and started again; its k-th Pod event followed by a relist, never
-# delivered, or coalesced with its pod's next ones), checked during the run and at its end.
+# delivered, coalesced with its pod's next ones, or sending its view of the pods back to its
+# first list for 3 s), checked during the run and at its end.
 #
 #   hack/faults.sh sweep                every point of every scenario and perturbation (`make test-faults`)
 #   hack/faults.sh sample [N]           N points per scenario and perturbation (default 1; `make test`
 #                                       runs one of inject and rollout inside hack/e2e-local.sh's cluster)
-#   hack/faults.sh replay SCENARIO K [crash|relist|drop|coalesce]
+#   hack/faults.sh replay SCENARIO K [crash|relist|drop|coalesce|stale]
 #                                       one point, as a failure prints it (after the scenario's
 #                                       two fault-free runs, which its end state is compared with);
 #                                       crash (default): the operator aborted right after its
 #                                       k-th write; relist: its Pod watch cut after the k-th Pod
 #                                       event; drop: that event never delivered; coalesce: that
-#                                       event and its pod's next ones within 2 s delivered as one
+#                                       event and its pod's next ones within 2 s delivered as one;
+#                                       stale: the pods' next list is the first one, 3 s behind
 #
 # Env: SSO_FAULTS_SCENARIOS (comma-separated, default every scenario: inject, rollout, hot,
-# revision, evict), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce: the default), SSO_WORK,
+# revision, evict), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce,stale: the default), SSO_WORK,
 # and what hack/cluster.sh reads. The cluster is torn down at the end, also on failure.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,7 +28,7 @@ export SSO_WORK=$WORK
 
 log() { printf '[faults] %s\n' "$*" >&2; }
 usage() {
-  sed -n '7,16p' "$0" >&2
+  sed -n '8,18p' "$0" >&2
   exit 2
 }
 
@@ -57,7 +59,8 @@ log "the SidecarSet CRD"
 "$WORK/bin/kubectl" apply --server-side -f charts/sidecarset-operator/crds/sidecarsets.apps.kruise.io.yaml >/dev/null
 # (kubectl wait fails at once while the new CRD has no conditions at all yet)
 for _ in $(seq 120); do
-  est=$("$WORK/bin/kubectl" get crd sidecarsets.apps.kruise.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')
+  # (and this jsonpath errors out while it has none: not yet, not a failure)
+  est=$("$WORK/bin/kubectl" get crd sidecarsets.apps.kruise.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null || true)
   [ "$est" = True ] && break
   sleep 0.5
 done

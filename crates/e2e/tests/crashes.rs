@@ -4,11 +4,12 @@
 //!
 //! The same with the operator's Pod watch cut (410 Gone) right after its k-th Pod event (it
 //! lists again instead of seeing the events in between), with its k-th Pod event never
-//! delivered (drop), and with its k-th Pod event coalesced with its pod's next ones.
+//! delivered (drop), with its k-th Pod event coalesced with its pod's next ones, and with its
+//! view of the pods sent back to its first list at its k-th Pod event (stale).
 //!
 //! Env: `SSO_FAULTS_SCENARIOS` (comma-separated: `inject`, `rollout`, `hot`, `revision`,
 //! `evict`; default `inject,rollout`, what `make test` runs; `hack/faults.sh` runs all five),
-//! `SSO_FAULTS_PERTURBATIONS` (`crash`, `relist`, `drop`, `coalesce`; default all four),
+//! `SSO_FAULTS_PERTURBATIONS` (`crash`, `relist`, `drop`, `coalesce`, `stale`; default all five),
 //! `SSO_FAULTS_POINTS` (`all`, `sample:N` or numbers `3,7`; default `sample:1`, what `make test`
 //! runs; `make test-faults` runs `all`). A failure prints its replay command
 //! (`hack/faults.sh replay SCENARIO K KIND`).
@@ -27,7 +28,7 @@ async fn the_end_state_after_a_crash_right_after_any_write_is_the_fault_free_one
     let points =
         Points::parse(&std::env::var("SSO_FAULTS_POINTS").unwrap_or_else(|_| "sample:1".into()))?;
     let kinds = std::env::var("SSO_FAULTS_PERTURBATIONS")
-        .unwrap_or_else(|_| "crash,relist,drop,coalesce".into())
+        .unwrap_or_else(|_| "crash,relist,drop,coalesce,stale".into())
         .split(',')
         .filter(|s| !s.trim().is_empty())
         .map(Kind::parse)

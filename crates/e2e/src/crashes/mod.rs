@@ -21,7 +21,10 @@
 //! as events; the same checks (no crash expected). Two more on the same events: the n-th Pod
 //! event is never delivered (`drop`; the harness then nudges the pods while a wait lasts, so the
 //! operator hears of each again: what is checked is that it catches up), and the n-th Pod event
-//! and its pod's next ones within 2 s are delivered as the newest only (`coalesce`).
+//! and its pod's next ones within 2 s are delivered as the newest only (`coalesce`). And
+//! "stale state": at the n-th Pod event the watch ends, the list after it is answered with the
+//! first pod list the process received, so the operator acts on the pods as they were for 3 s
+//! before its watch replays what changed since (`stale`).
 //!
 //! Checked during every run (a watch of the pods): no pod created without its sidecar; never
 //! more pods mid-upgrade than `maxUnavailable`; a HotUpgrade pod, once ready, always has a
@@ -31,7 +34,7 @@
 //! pod evicted twice.
 //!
 //! Every violation prints the one command that replays its point: `hack/faults.sh replay
-//! SCENARIO K [crash|relist|drop|coalesce]`.
+//! SCENARIO K [crash|relist|drop|coalesce|stale]`.
 
 pub mod more;
 pub mod run;
@@ -41,23 +44,31 @@ pub mod state;
 use run::{Run, counted_writes, describe, evictions, pod_events, pods_written};
 use scenarios::{PodWatch, Scenario, Seen};
 use serde_json::Value;
-use sidecarset_operator::faults::{COALESCE_ENV, CRASH_ENV, DROP_ENV, RELIST_ENV};
+use sidecarset_operator::faults::{COALESCE_ENV, CRASH_ENV, DROP_ENV, RELIST_ENV, STALE_ENV};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// The perturbations: the operator crashed right after its k-th counted write; its Pod watch
 /// cut with 410 Gone right after the k-th Pod event; the k-th Pod event never delivered; the
-/// k-th Pod event coalesced with its pod's next ones.
+/// k-th Pod event coalesced with its pod's next ones; at the k-th Pod event the view of the pods
+/// goes back to the first list and catches up 3 s later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Crash,
     Relist,
     Drop,
     Coalesce,
+    Stale,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Crash, Kind::Relist, Kind::Drop, Kind::Coalesce];
+    pub const ALL: [Kind; 5] = [
+        Kind::Crash,
+        Kind::Relist,
+        Kind::Drop,
+        Kind::Coalesce,
+        Kind::Stale,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -65,6 +76,7 @@ impl Kind {
             Kind::Relist => "relist",
             Kind::Drop => "drop",
             Kind::Coalesce => "coalesce",
+            Kind::Stale => "stale",
         }
     }
 
@@ -75,6 +87,7 @@ impl Kind {
             Kind::Relist => RELIST_ENV,
             Kind::Drop => DROP_ENV,
             Kind::Coalesce => COALESCE_ENV,
+            Kind::Stale => STALE_ENV,
         }
     }
 
@@ -84,6 +97,7 @@ impl Kind {
             Kind::Relist => "relist after pod event k",
             Kind::Drop => "drop pod event k",
             Kind::Coalesce => "coalesce from pod event k",
+            Kind::Stale => "stale pod view at pod event k",
         }
     }
 
@@ -92,7 +106,9 @@ impl Kind {
             .into_iter()
             .find(|k| k.name() == s.trim())
             .ok_or_else(|| {
-                anyhow::anyhow!("unknown perturbation {s:?}: crash, relist, drop or coalesce")
+                anyhow::anyhow!(
+                    "unknown perturbation {s:?}: crash, relist, drop, coalesce or stale"
+                )
             })
     }
 }
@@ -165,7 +181,14 @@ pub async fn run_once(scenario: Scenario, point: Option<(Kind, u64)>) -> anyhow:
     let watch = PodWatch::start(&run, scenario == Scenario::Evict);
     let driven = scenario.drive(&run, &watch).await;
     // Whatever the operator still does after the wanted status (it should do nothing more).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A stale view (`SSO_FAULTS_STALE_AFTER_EVENT`) may have begun at the scenario's last event:
+    // the operator acts on the old view for STALE_FOR, then has to catch up; what is checked is
+    // the state it converges to within 2 s of catching up.
+    let mut quiet = Duration::from_millis(1500);
+    if point.is_some_and(|(k, _)| k == Kind::Stale) {
+        quiet += sidecarset_operator::faults::stale::STALE_FOR + Duration::from_secs(2);
+    }
+    tokio::time::sleep(quiet).await;
     let snapshot = state::snapshot(&run).await;
     let seen = watch.finish();
     let mut error = driven.err().map(|e| format!("{e:#}"));
@@ -318,7 +341,7 @@ pub fn check(
         (Kind::Crash, true, other) => v.push(format!(
             "crashed after write {k} but the exit seen was {other:?}"
         )),
-        (Kind::Relist | Kind::Drop | Kind::Coalesce, _, Some(exit)) => {
+        (Kind::Relist | Kind::Drop | Kind::Coalesce | Kind::Stale, _, Some(exit)) => {
             v.push(format!("the operator exited: {exit:?}"))
         }
         // Not reached (this run made fewer writes or heard fewer events): nothing to check but
@@ -413,7 +436,8 @@ pub fn in_run_and_end_checks(scenario: Scenario, o: &Outcome) -> Vec<String> {
 }
 
 /// The write the operator crashed after, or the event after which its watch was cut, that it
-/// never heard, or that it heard coalesced (from its record), described.
+/// never heard, that it heard coalesced, or at which its view went stale (from its record),
+/// described.
 pub fn perturbed_at(o: &Outcome) -> Option<String> {
     o.records
         .iter()
@@ -422,6 +446,7 @@ pub fn perturbed_at(o: &Outcome) -> Option<String> {
                 || w["relist"] == true
                 || w["dropped"] == true
                 || w["coalesce"] == true
+                || w["stale"] == true
         })
         .map(|(_, w)| describe(w))
 }
@@ -464,7 +489,7 @@ pub async fn sweep(
     for (i, kind) in kinds.iter().enumerate() {
         let of = match kind {
             Kind::Crash => r.writes.len(),
-            Kind::Relist | Kind::Drop | Kind::Coalesce => r.events,
+            Kind::Relist | Kind::Drop | Kind::Coalesce | Kind::Stale => r.events,
         };
         let ks = points.pick(of as u64);
         println!(

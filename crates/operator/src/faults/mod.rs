@@ -25,6 +25,11 @@
 //!   event of the same pod on that watch within [`COALESCE_WINDOW`] replaces it; at the window's
 //!   end only the newest is delivered (the operator sees several states of one object as the
 //!   last one, as a slow informer would; the other objects' events pass meanwhile).
+//! * `SSO_FAULTS_STALE_AFTER_EVENT=[KIND:]N` (N ≥ 1, KIND `Pod` when left out): at the N-th
+//!   event of that kind, the watch carrying it ends with `410 Gone`, the list that follows is
+//!   answered with the first list of that collection the process received (the view goes back
+//!   in time), and the watch from that old list waits [`stale::STALE_FOR`] before the API server
+//!   replays what changed since (Sieve's "stale state"; see [`stale`]).
 //!
 //! Why environment variables and not a cargo feature: the e2e suite runs the one binary that
 //! `cargo build --bin sidecarset-operator` makes, and the workspace keeps one feature set for
@@ -33,7 +38,8 @@
 //! added at all: the clients are built exactly as before (`kube::Client::try_from`) and this
 //! module does nothing. When one is set, the operator logs a warning at start that names it.
 //!
-//! The watch-side hooks (recording, relist, drop, coalesce) are in [`watch`].
+//! The watch-side hooks (recording, relist, drop, coalesce) are in [`watch`], the stale view's
+//! lists in [`stale`].
 
 use http::{Method, Request, Response};
 use kube::client::{Body, ClientBuilder, DynBody};
@@ -47,6 +53,7 @@ use std::time::Duration;
 use tower::BoxError;
 use tower::util::BoxService;
 
+pub mod stale;
 mod watch;
 use watch::Heard;
 
@@ -58,6 +65,7 @@ pub const CRASH_ENV: &str = "SSO_FAULTS_CRASH_AFTER_WRITE";
 pub const RELIST_ENV: &str = "SSO_FAULTS_RELIST_AFTER_EVENT";
 pub const DROP_ENV: &str = "SSO_FAULTS_DROP_EVENT";
 pub const COALESCE_ENV: &str = "SSO_FAULTS_COALESCE_AFTER_EVENT";
+pub const STALE_ENV: &str = "SSO_FAULTS_STALE_AFTER_EVENT";
 
 /// How long a coalesced pod's events are held back (kwok's pods go from an image change to
 /// ready in 1.6 s: a window this long folds a restart and its readiness into one event).
@@ -72,6 +80,8 @@ pub struct Settings {
     /// The kind and number of the event never delivered.
     pub drop_event: Option<(String, u64)>,
     pub coalesce_after_event: Option<u64>,
+    /// The kind and number of the event after which the view goes stale.
+    pub stale_after_event: Option<(String, u64)>,
 }
 
 /// The raw values of the switches, as read from the environment.
@@ -82,6 +92,7 @@ pub struct Switches {
     pub relist: Option<String>,
     pub drop: Option<String>,
     pub coalesce: Option<String>,
+    pub stale: Option<String>,
 }
 
 impl Switches {
@@ -93,12 +104,18 @@ impl Switches {
             relist: var(RELIST_ENV),
             drop: var(DROP_ENV),
             coalesce: var(COALESCE_ENV),
+            stale: var(STALE_ENV),
         }
     }
 }
 
-/// `[KIND:]N` of [`DROP_ENV`]: the kind (`Pod` when left out) and the number.
-fn kind_and_number(value: Option<&str>) -> Result<Option<(String, u64)>, String> {
+/// `[KIND:]N` of [`DROP_ENV`] or [`STALE_ENV`] (`var`): the kind (`Pod` when left out) and the
+/// number; `what` says what the variable does.
+fn kind_and_number(
+    var: &str,
+    value: Option<&str>,
+    what: &str,
+) -> Result<Option<(String, u64)>, String> {
     let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
@@ -106,11 +123,11 @@ fn kind_and_number(value: Option<&str>) -> Result<Option<(String, u64)>, String>
         Some((kind, n)) => (kind.trim(), n),
         None => ("Pod", v),
     };
-    let what = "KIND:N or N (the N-th event of that kind, Pod by default, is never delivered)";
+    let what = format!("KIND:N or N (at the N-th event of that kind, Pod by default, {what})");
     let bad_kind = kind.is_empty() || !kind.chars().all(|c| c.is_ascii_alphanumeric());
-    match ordinal(DROP_ENV, Some(n), what)? {
+    match ordinal(var, Some(n), &what)? {
         Some(_) if bad_kind => Err(format!(
-            "{DROP_ENV}={v:?}: the kind before ':' must be an object kind such as Pod or SidecarSet; unset it to run normally"
+            "{var}={v:?}: the kind before ':' must be an object kind such as Pod or SidecarSet; unset it to run normally"
         )),
         n => Ok(n.map(|n| (kind.to_string(), n))),
     }
@@ -142,7 +159,13 @@ impl Settings {
             s.relist.as_deref(),
             "the watch ends with 410 Gone after that many Pod events",
         )?;
-        let drop_event = kind_and_number(s.drop.as_deref())?;
+        let drop_event =
+            kind_and_number(DROP_ENV, s.drop.as_deref(), "that event is never delivered")?;
+        let stale_after_event = kind_and_number(
+            STALE_ENV,
+            s.stale.as_deref(),
+            "the view goes back to the first list of its collection",
+        )?;
         let coalesce_after_event = ordinal(
             COALESCE_ENV,
             s.coalesce.as_deref(),
@@ -155,6 +178,7 @@ impl Settings {
             relist_after_event,
             drop_event,
             coalesce_after_event,
+            stale_after_event,
         })
     }
 
@@ -164,6 +188,7 @@ impl Settings {
             || self.relist_after_event.is_some()
             || self.drop_event.is_some()
             || self.coalesce_after_event.is_some()
+            || self.stale_after_event.is_some()
     }
 }
 
@@ -174,6 +199,9 @@ pub struct Recorder {
     relist_after_event: Option<u64>,
     drop_event: Option<(String, u64)>,
     coalesce_after_event: Option<u64>,
+    stale_after_event: Option<(String, u64)>,
+    /// The kept lists of [`STALE_ENV`] (only when it is set).
+    stale: Option<stale::Stale>,
     /// Every line written, in order (writes and watch events).
     seq: AtomicU64,
     /// Counted writes so far.
@@ -198,7 +226,8 @@ pub fn install_from_env() -> anyhow::Result<()> {
         tracing::warn!(record = ?settings.record, crash_after_write = ?settings.crash_after_write,
             relist_after_event = ?settings.relist_after_event, drop_event = ?settings.drop_event,
             coalesce_after_event = ?settings.coalesce_after_event,
-            "fault-testing hooks on ({RECORD_ENV} / {CRASH_ENV} / {RELIST_ENV} / {DROP_ENV} / {COALESCE_ENV}): for tests only, never in production");
+            stale_after_event = ?settings.stale_after_event,
+            "fault-testing hooks on ({RECORD_ENV} / {CRASH_ENV} / {RELIST_ENV} / {DROP_ENV} / {COALESCE_ENV} / {STALE_ENV}): for tests only, never in production");
     }
     let _ = RECORDER.set(recorder);
     Ok(())
@@ -254,6 +283,11 @@ impl Recorder {
             relist_after_event: settings.relist_after_event,
             drop_event: settings.drop_event.clone(),
             coalesce_after_event: settings.coalesce_after_event,
+            stale_after_event: settings.stale_after_event.clone(),
+            stale: settings
+                .stale_after_event
+                .is_some()
+                .then(stale::Stale::default),
             seq: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             pod_events: AtomicU64::new(0),
@@ -396,20 +430,61 @@ impl tower::Service<Request<Body>> for Recorded {
         let recorder = self.recorder.clone();
         let write = writes(req.method()).then(|| write_of(&req));
         let watch = write.is_none() && req.uri().query().is_some_and(|q| q.contains("watch=true"));
+        let key = recorder
+            .stale
+            .as_ref()
+            .and_then(|_| stale::collection(&req));
         let fut = self.inner.call(req);
         Box::pin(async move {
+            let held = match (&recorder.stale, &key) {
+                (Some(st), Some(k)) if watch => st.take_watch(k),
+                _ => false,
+            };
+            if held {
+                recorder.line(serde_json::json!({"op": "stale-watch", "collection": key}));
+                tokio::time::sleep(stale::STALE_FOR).await;
+            }
             let res = fut.await?;
             if let Some(w) = &write {
                 recorder.wrote(w, res.status().as_u16());
             }
             if watch && res.status().is_success() {
                 let (parts, body) = res.into_parts();
-                let heard: Box<DynBody> = Box::new(Heard::new(body, recorder));
+                let heard: Box<DynBody> = Box::new(Heard::new(body, recorder, key));
                 return Ok(Response::from_parts(parts, heard));
             }
-            Ok(res)
+            match (&recorder.stale, key) {
+                (Some(st), Some(k)) if !watch && res.status().is_success() => {
+                    listed(&recorder, st, &k, res).await
+                }
+                _ => Ok(res),
+            }
         })
     }
+}
+
+/// A list response of collection `key` with [`STALE_ENV`] on: kept when it is the first one,
+/// replaced by the first one when the collection is marked.
+async fn listed(
+    recorder: &Recorder,
+    st: &stale::Stale,
+    key: &str,
+    res: Response<Box<DynBody>>,
+) -> Result<Response<Box<DynBody>>, BoxError> {
+    if let Some(old) = st.take_list(key) {
+        recorder.line(serde_json::json!({
+            "op": "stale-list", "collection": key, "resourceVersion": stale::version(&old),
+        }));
+        let (parts, _) = res.into_parts();
+        return Ok(stale::respond(parts, old));
+    }
+    if !st.wants_first(key) {
+        return Ok(res);
+    }
+    let (parts, body) = res.into_parts();
+    let bytes = stale::collect(body).await?;
+    st.keep_first(key, &bytes);
+    Ok(stale::respond(parts, bytes))
 }
 
 #[cfg(test)]

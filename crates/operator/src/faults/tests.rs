@@ -2,6 +2,7 @@ use super::watch::{GONE, Heard};
 use super::*;
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use tower::Service as _;
 
 #[test]
 fn paths_name_their_target() {
@@ -40,6 +41,7 @@ fn the_switches_parse_or_name_the_variable() {
         relist: Some(relist.into()),
         drop: Some(drop.into()),
         coalesce: Some(coalesce.into()),
+        stale: None,
     };
     assert_eq!(
         Settings::parse(Switches::default()).unwrap(),
@@ -72,6 +74,28 @@ fn the_switches_parse_or_name_the_variable() {
     }
     let e = Settings::parse(sw("", "", "", "Pod s:3", "")).unwrap_err();
     assert!(e.contains(DROP_ENV) && e.contains("object kind"), "{e}");
+    let stale = |v: &str| {
+        Settings::parse(Switches {
+            stale: Some(v.into()),
+            ..Default::default()
+        })
+    };
+    assert_eq!(
+        stale("4").unwrap().stale_after_event,
+        Some(("Pod".into(), 4))
+    );
+    let s = stale("SidecarSet:1").unwrap();
+    assert!(s.active());
+    assert_eq!(s.stale_after_event, Some(("SidecarSet".into(), 1)));
+    for bad in ["0", "Pod:x"] {
+        let e = stale(bad).unwrap_err();
+        assert!(
+            e.contains(STALE_ENV) && e.contains("first list"),
+            "{bad}: {e}"
+        );
+    }
+    let e = stale(":2").unwrap_err();
+    assert!(e.contains(STALE_ENV) && e.contains("object kind"), "{e}");
 }
 
 #[test]
@@ -147,6 +171,7 @@ fn heard(settings: &Settings) -> Heard {
                 .map_err(|e: std::convert::Infallible| -> BoxError { match e {} }),
         ),
         recorder,
+        None,
     )
 }
 
@@ -244,4 +269,102 @@ async fn a_coalesced_pod_is_delivered_once_as_its_newest_event() {
         (release.len(), release[0]["resourceVersion"].as_str()),
         (1, Some("5"))
     );
+}
+
+/// A body of `text`.
+fn text_body(text: String) -> Box<DynBody> {
+    Box::new(
+        http_body_util::Full::new(Bytes::from(text))
+            .map_err(|e: std::convert::Infallible| -> BoxError { match e {} }),
+    )
+}
+
+/// The stale view: the first pod list kept; at the second Pod event the watch ends with 410;
+/// the list after it gets the first list (its old resourceVersion) although the API server
+/// answered a newer one; the watch after that waits STALE_FOR; later lists are the API server's.
+#[tokio::test(start_paused = true)]
+async fn a_stale_view_goes_back_to_the_first_list_then_catches_up() {
+    let settings = Settings {
+        stale_after_event: Some(("Pod".into(), 2)),
+        ..Default::default()
+    };
+    let recorder = Arc::new(Recorder::open(&settings).unwrap());
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    let inner: Service = BoxService::new(tower::service_fn(move |req: Request<Body>| {
+        let n = c.fetch_add(1, Ordering::SeqCst) + 1;
+        let watch = req.uri().query().unwrap_or("").contains("watch=true");
+        async move {
+            let text = match watch {
+                true => lines(&[
+                    &ev("Pod", "a", 10),
+                    &ev("Pod", "b", 11),
+                    &ev("Pod", "c", 12),
+                ]),
+                false => format!(
+                    r#"{{"kind":"PodList","metadata":{{"resourceVersion":"{n}"}},"items":[]}}"#
+                ),
+            };
+            Ok::<_, BoxError>(Response::new(text_body(text)))
+        }
+    }));
+    let mut svc = Recorded {
+        inner,
+        recorder: recorder.clone(),
+    };
+    let mut get = async |query: &str| -> String {
+        let req = Request::get(format!("/api/v1/pods?{query}"))
+            .body(Body::empty())
+            .unwrap();
+        let res = tower::ServiceExt::ready(&mut svc)
+            .await
+            .unwrap()
+            .call(req)
+            .await
+            .unwrap();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    };
+    let version = |list: &str| stale::version(list.as_bytes());
+    assert_eq!(version(&get("limit=500").await), "1");
+    let watched = get("watch=true&resourceVersion=1").await;
+    let (a, b) = (ev("Pod", "a", 10), ev("Pod", "b", 11));
+    let gone = String::from_utf8(GONE.to_vec()).unwrap();
+    assert_eq!(watched, format!("{a}\n{b}\n{gone}\n"));
+    // The API server answers list 3; the operator gets list 1 again.
+    assert_eq!(version(&get("limit=500").await), "1");
+    let start = tokio::time::Instant::now();
+    get("watch=true&resourceVersion=1").await;
+    assert!(start.elapsed() >= stale::STALE_FOR, "{:?}", start.elapsed());
+    // Once: the next list and watch are the API server's, at once.
+    assert_eq!(version(&get("limit=500").await), "5");
+    let start = tokio::time::Instant::now();
+    get("watch=true&resourceVersion=5").await;
+    assert!(start.elapsed() < stale::STALE_FOR);
+    assert_eq!(calls.load(Ordering::SeqCst), 6);
+}
+
+#[test]
+fn a_collection_is_a_get_without_a_name_with_its_selectors() {
+    let key = |method: &str, uri: &str| {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .unwrap();
+        stale::collection(&req)
+    };
+    assert_eq!(
+        key(
+            "GET",
+            "/api/v1/pods?watch=true&resourceVersion=3&labelSelector=a%3Db"
+        ),
+        key("GET", "/api/v1/pods?labelSelector=a%3Db&limit=500"),
+    );
+    assert_ne!(
+        key("GET", "/api/v1/pods?labelSelector=a%3Db"),
+        key("GET", "/api/v1/pods")
+    );
+    assert_eq!(key("GET", "/api/v1/namespaces/n/pods/p"), None);
+    assert_eq!(key("PATCH", "/api/v1/namespaces/n/pods"), None);
 }

@@ -45,16 +45,23 @@ pub(super) struct Heard {
     line: Vec<u8>,
     pub(super) ended: bool,
     held: Option<Held>,
+    /// The collection watched (only with the stale-view hook on).
+    collection: Option<String>,
 }
 
 impl Heard {
-    pub(super) fn new(inner: Box<DynBody>, recorder: Arc<Recorder>) -> Heard {
+    pub(super) fn new(
+        inner: Box<DynBody>,
+        recorder: Arc<Recorder>,
+        collection: Option<String>,
+    ) -> Heard {
         Heard {
             inner,
             recorder,
             line: Vec::new(),
             ended: false,
             held: None,
+            collection,
         }
     }
 
@@ -97,18 +104,26 @@ impl Heard {
         let event = matches!(v["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED"));
         let r = &self.recorder;
         let n = (event && kind == "Pod").then(|| r.pod_events.fetch_add(1, Ordering::SeqCst) + 1);
-        let relist = n.is_some() && n == r.relist_after_event;
-        let dropped = event
-            && match &r.drop_event {
-                Some((k, at)) if k == kind && k == "Pod" => n == Some(*at),
-                Some((k, at)) if k == kind => {
-                    let mut counts = r.kind_events.lock().unwrap_or_else(|e| e.into_inner());
-                    let c = counts.entry(k.clone()).or_default();
-                    *c += 1;
-                    *c == *at
-                }
+        // The event's number among its kind's (Pod: n), for the switches that name a kind.
+        let nth = match (event, n) {
+            (false, _) => None,
+            (true, Some(n)) => Some(n),
+            (true, None) if r.drop_event.is_some() || r.stale_after_event.is_some() => {
+                let mut counts = r.kind_events.lock().unwrap_or_else(|e| e.into_inner());
+                let c = counts.entry(kind.to_string()).or_default();
+                *c += 1;
+                Some(*c)
+            }
+            (true, None) => None,
+        };
+        let chosen = |at: &Option<(String, u64)>| matches!(at, Some((k, at)) if k == kind && nth == Some(*at));
+        let dropped = chosen(&r.drop_event);
+        let stale = chosen(&r.stale_after_event)
+            && match (&r.stale, &self.collection) {
+                (Some(st), Some(c)) => st.mark(c),
                 _ => false,
             };
+        let relist = (n.is_some() && n == r.relist_after_event) || stale;
         let key = format!(
             "{}/{}",
             m["namespace"].as_str().unwrap_or(""),
@@ -122,7 +137,7 @@ impl Heard {
             "op": "hear", "type": v["type"], "kind": o["kind"],
             "namespace": m["namespace"], "name": m["name"],
             "resourceVersion": m["resourceVersion"], "n": n, "relist": relist,
-            "dropped": dropped, "coalesce": coalesce, "held": held,
+            "dropped": dropped, "coalesce": coalesce, "held": held, "stale": stale,
         }));
         if dropped {
             return Fate::Drop;
