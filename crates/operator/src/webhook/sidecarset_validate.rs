@@ -115,12 +115,20 @@ fn turns_native_sidecars_on(req: &Request) -> Option<String> {
         return None;
     }
     let new = req.object.as_deref().map(decode_sidecarset)?.ok()?;
-    let was_on = req
+    let old = req
         .old_object
         .as_deref()
-        .and_then(|o| decode_sidecarset(o).ok())
-        .is_some_and(|o| o.ss.native_sidecars());
-    (new.ss.native_sidecars() && !was_on).then(|| new.ss.name().to_string())
+        .and_then(|o| decode_sidecarset(o).ok());
+    turns_native_on(&new.ss, old.as_ref().map(|o| &o.ss)).then(|| new.ss.name().to_string())
+}
+
+/// Whether a write of `new` (over `old`, an update's) turns native sidecar mode on: what both
+/// the cluster's and the nodes' version checks refuse.
+fn turns_native_on(
+    new: &sidecarset_core::api::SidecarSet,
+    old: Option<&sidecarset_core::api::SidecarSet>,
+) -> bool {
+    new.native_sidecars() && old.is_none_or(|o| !o.native_sidecars())
 }
 
 /// At most this many nodes are named in a refusal (and the count of the rest).
@@ -386,7 +394,7 @@ fn native_sidecars_refused(
     use sidecarset_core::api::{
         ANNOTATION_NATIVE_SIDECARS, NATIVE_SIDECARS_MIN_MINOR, NATIVE_SIDECARS_ON,
     };
-    let turned_on = ss.native_sidecars() && old.is_none_or(|o| !o.ss.native_sidecars());
+    let turned_on = turns_native_on(ss, old.map(|o| &o.ss));
     (turned_on && !state.cluster.native_sidecars()).then(|| {
         Response::deny(
             &req.uid,
