@@ -2,8 +2,8 @@
 # The fault harness (crates/e2e/src/crashes, issue 43) on a local kwok cluster of its own: every
 # reference scenario run fault-free twice, then perturbed at each point (the operator aborted
 # right after its k-th write and started again; its k-th Pod event followed by a relist, never
-# delivered, coalesced with its pod's next ones, or sending its view of the pods back to its
-# first list for 3 s), checked during the run and at its end.
+# delivered, coalesced with its pod's next ones, or sending its view of the pods four events
+# back for 3 s), checked during the run and at its end.
 #
 #   hack/faults.sh sweep                every point of every scenario and perturbation (`make test-faults`)
 #   hack/faults.sh sample [N]           N points per scenario and perturbation (default 1; `make test`
@@ -15,7 +15,7 @@
 #                                       k-th write; relist: its Pod watch cut after the k-th Pod
 #                                       event; drop: that event never delivered; coalesce: that
 #                                       event and its pod's next ones within 2 s delivered as one;
-#                                       stale: the pods' next list is the first one, 3 s behind
+#                                       stale: the pods' next list four events back, for 3 s
 #
 # Env: SSO_FAULTS_SCENARIOS (comma-separated, default every scenario: inject, rollout, hot,
 # revision, evict), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce,stale: the default), SSO_WORK,

@@ -5,7 +5,7 @@
 //! The same with the operator's Pod watch cut (410 Gone) right after its k-th Pod event (it
 //! lists again instead of seeing the events in between), with its k-th Pod event never
 //! delivered (drop), with its k-th Pod event coalesced with its pod's next ones, and with its
-//! view of the pods sent back to its first list at its k-th Pod event (stale).
+//! view of the pods sent four events back at its k-th Pod event (stale).
 //!
 //! Env: `SSO_FAULTS_SCENARIOS` (comma-separated: `inject`, `rollout`, `hot`, `revision`,
 //! `evict`; default `inject,rollout`, what `make test` runs; `hack/faults.sh` runs all five),

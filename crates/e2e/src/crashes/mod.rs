@@ -23,7 +23,7 @@
 //! operator hears of each again: what is checked is that it catches up), and the n-th Pod event
 //! and its pod's next ones within 2 s are delivered as the newest only (`coalesce`). And
 //! "stale state": at the n-th Pod event the watch ends, the list after it is answered with the
-//! first pod list the process received, so the operator acts on the pods as they were for 3 s
+//! pods as they were four Pod events earlier, so the operator acts on that old view for 3 s
 //! before its watch replays what changed since (`stale`).
 //!
 //! Checked during every run (a watch of the pods): no pod created without its sidecar; never
@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 /// The perturbations: the operator crashed right after its k-th counted write; its Pod watch
 /// cut with 410 Gone right after the k-th Pod event; the k-th Pod event never delivered; the
 /// k-th Pod event coalesced with its pod's next ones; at the k-th Pod event the view of the pods
-/// goes back to the first list and catches up 3 s later.
+/// goes back four events and catches up 3 s later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Crash,

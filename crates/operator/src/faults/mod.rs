@@ -27,9 +27,9 @@
 //!   last one, as a slow informer would; the other objects' events pass meanwhile).
 //! * `SSO_FAULTS_STALE_AFTER_EVENT=[KIND:]N` (N ≥ 1, KIND `Pod` when left out): at the N-th
 //!   event of that kind, the watch carrying it ends with `410 Gone`, the list that follows is
-//!   answered with the first list of that collection the process received (the view goes back
-//!   in time), and the watch from that old list waits [`stale::STALE_FOR`] before the API server
-//!   replays what changed since (Sieve's "stale state"; see [`stale`]).
+//!   answered with the collection as it was [`stale::STALE_LAG`] events earlier (the view goes
+//!   back in time), and the watch from that old state waits [`stale::STALE_FOR`] before the API
+//!   server replays what changed since (Sieve's "stale state"; see [`stale`]).
 //!
 //! Why environment variables and not a cargo feature: the e2e suite runs the one binary that
 //! `cargo build --bin sidecarset-operator` makes, and the workspace keeps one feature set for
@@ -164,7 +164,7 @@ impl Settings {
         let stale_after_event = kind_and_number(
             STALE_ENV,
             s.stale.as_deref(),
-            "the view goes back to the first list of its collection",
+            "the view of its collection goes back a few events",
         )?;
         let coalesce_after_event = ordinal(
             COALESCE_ENV,
@@ -200,7 +200,7 @@ pub struct Recorder {
     drop_event: Option<(String, u64)>,
     coalesce_after_event: Option<u64>,
     stale_after_event: Option<(String, u64)>,
-    /// The kept lists of [`STALE_ENV`] (only when it is set).
+    /// The collections' copies of [`STALE_ENV`] (only when it is set).
     stale: Option<stale::Stale>,
     /// Every line written, in order (writes and watch events).
     seq: AtomicU64,
@@ -463,8 +463,8 @@ impl tower::Service<Request<Body>> for Recorded {
     }
 }
 
-/// A list response of collection `key` with [`STALE_ENV`] on: kept when it is the first one,
-/// replaced by the first one when the collection is marked.
+/// A list response of collection `key` with [`STALE_ENV`] on: copied, or replaced by the old
+/// state when the collection is marked.
 async fn listed(
     recorder: &Recorder,
     st: &stale::Stale,
@@ -478,12 +478,9 @@ async fn listed(
         let (parts, _) = res.into_parts();
         return Ok(stale::respond(parts, old));
     }
-    if !st.wants_first(key) {
-        return Ok(res);
-    }
     let (parts, body) = res.into_parts();
     let bytes = stale::collect(body).await?;
-    st.keep_first(key, &bytes);
+    st.listed(key, &bytes);
     Ok(stale::respond(parts, bytes))
 }
 

@@ -90,7 +90,7 @@ fn the_switches_parse_or_name_the_variable() {
     for bad in ["0", "Pod:x"] {
         let e = stale(bad).unwrap_err();
         assert!(
-            e.contains(STALE_ENV) && e.contains("first list"),
+            e.contains(STALE_ENV) && e.contains("goes back a few events"),
             "{bad}: {e}"
         );
     }
@@ -279,34 +279,35 @@ fn text_body(text: String) -> Box<DynBody> {
     )
 }
 
-/// The stale view: the first pod list kept; at the second Pod event the watch ends with 410;
-/// the list after it gets the first list (its old resourceVersion) although the API server
-/// answered a newer one; the watch after that waits STALE_FOR; later lists are the API server's.
+/// The stale view: the hook copies the pod list and its events; at the sixth Pod event the watch
+/// ends with 410; the list after it is the collection STALE_LAG (4) events back, after the
+/// second event (pods a and b at resourceVersion 11), although the API server answered a newer
+/// one; the watch after that waits STALE_FOR; later lists are the API server's.
 #[tokio::test(start_paused = true)]
-async fn a_stale_view_goes_back_to_the_first_list_then_catches_up() {
+async fn a_stale_view_goes_back_a_few_events_then_catches_up() {
     let settings = Settings {
-        stale_after_event: Some(("Pod".into(), 2)),
+        stale_after_event: Some(("Pod".into(), 6)),
         ..Default::default()
     };
     let recorder = Arc::new(Recorder::open(&settings).unwrap());
     let calls = Arc::new(AtomicU64::new(0));
     let c = calls.clone();
+    let events: Vec<String> = ["a", "b", "c", "d", "e", "f", "g"]
+        .iter()
+        .zip(10..)
+        .map(|(name, rv)| ev("Pod", name, rv))
+        .collect();
+    let watch_body = lines(&events.iter().collect::<Vec<_>>());
     let inner: Service = BoxService::new(tower::service_fn(move |req: Request<Body>| {
         let n = c.fetch_add(1, Ordering::SeqCst) + 1;
         let watch = req.uri().query().unwrap_or("").contains("watch=true");
-        async move {
-            let text = match watch {
-                true => lines(&[
-                    &ev("Pod", "a", 10),
-                    &ev("Pod", "b", 11),
-                    &ev("Pod", "c", 12),
-                ]),
-                false => format!(
-                    r#"{{"kind":"PodList","metadata":{{"resourceVersion":"{n}"}},"items":[]}}"#
-                ),
-            };
-            Ok::<_, BoxError>(Response::new(text_body(text)))
-        }
+        let text = match watch {
+            true => watch_body.clone(),
+            false => {
+                format!(r#"{{"kind":"PodList","metadata":{{"resourceVersion":"{n}"}},"items":[]}}"#)
+            }
+        };
+        async move { Ok::<_, BoxError>(Response::new(text_body(text))) }
     }));
     let mut svc = Recorded {
         inner,
@@ -328,13 +329,27 @@ async fn a_stale_view_goes_back_to_the_first_list_then_catches_up() {
     let version = |list: &str| stale::version(list.as_bytes());
     assert_eq!(version(&get("limit=500").await), "1");
     let watched = get("watch=true&resourceVersion=1").await;
-    let (a, b) = (ev("Pod", "a", 10), ev("Pod", "b", 11));
     let gone = String::from_utf8(GONE.to_vec()).unwrap();
-    assert_eq!(watched, format!("{a}\n{b}\n{gone}\n"));
-    // The API server answers list 3; the operator gets list 1 again.
-    assert_eq!(version(&get("limit=500").await), "1");
+    let delivered: String = events[..6].iter().map(|e| format!("{e}\n")).collect();
+    assert_eq!(watched, format!("{delivered}{gone}\n"));
+    // The API server answers list 3; the operator gets the pods as after event 2.
+    let old: serde_json::Value = serde_json::from_str(&get("limit=500").await).unwrap();
+    let names: Vec<&str> = old["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        (
+            old["metadata"]["resourceVersion"].as_str(),
+            names,
+            old["kind"].as_str()
+        ),
+        (Some("11"), vec!["a", "b"], Some("PodList"))
+    );
     let start = tokio::time::Instant::now();
-    get("watch=true&resourceVersion=1").await;
+    get("watch=true&resourceVersion=11").await;
     assert!(start.elapsed() >= stale::STALE_FOR, "{:?}", start.elapsed());
     // Once: the next list and watch are the API server's, at once.
     assert_eq!(version(&get("limit=500").await), "5");

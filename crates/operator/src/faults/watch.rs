@@ -118,11 +118,16 @@ impl Heard {
         };
         let chosen = |at: &Option<(String, u64)>| matches!(at, Some((k, at)) if k == kind && nth == Some(*at));
         let dropped = chosen(&r.drop_event);
-        let stale = chosen(&r.stale_after_event)
-            && match (&r.stale, &self.collection) {
-                (Some(st), Some(c)) => st.mark(c),
-                _ => false,
-            };
+        // The copy of the collection takes the event; the chosen one marks it (an old state to
+        // list, recorded with its resourceVersion).
+        let mut stale_from = None;
+        if let (Some(st), Some(c)) = (&r.stale, &self.collection) {
+            if chosen(&r.stale_after_event) {
+                stale_from = st.mark(c);
+            }
+            st.heard(c, &v);
+        }
+        let stale = stale_from.is_some();
         let relist = (n.is_some() && n == r.relist_after_event) || stale;
         let key = format!(
             "{}/{}",
@@ -138,6 +143,7 @@ impl Heard {
             "namespace": m["namespace"], "name": m["name"],
             "resourceVersion": m["resourceVersion"], "n": n, "relist": relist,
             "dropped": dropped, "coalesce": coalesce, "held": held, "stale": stale,
+            "staleFrom": stale_from,
         }));
         if dropped {
             return Fate::Drop;
