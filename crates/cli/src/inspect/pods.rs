@@ -157,7 +157,7 @@ impl Rollout {
             Some(p) if !plan.upgrade.is_empty() => held(
                 Hold::MaxUnavailable,
                 format!(
-                    "a later step: maxUnavailable {} is taken by the pods of the next step; this pod is number {} of {} in the rollout order",
+                    "waits for a later step (the next step's pods take all of maxUnavailable {}); number {} of {} in the rollout order",
                     plan.max_unavailable,
                     p + 1,
                     self.order.len()
