@@ -24,6 +24,8 @@
 //! API server applies this version of the policy ([`Compiled::token`]): bindings take effect
 //! asynchronously and policies have no status.
 
+mod from_pod;
+mod items;
 mod literal;
 mod render;
 
@@ -36,6 +38,7 @@ use crate::inject::{Rendered, render_alone};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use from_pod::MAX_SHARED_MOUNTS;
 pub use literal::{string as cel_string, value as cel_value};
 
 /// The API version of the policy objects the compiler writes.
@@ -337,16 +340,6 @@ pub fn unsupported(ss: &SidecarSet) -> Option<String> {
     for (field, list) in lists {
         for (i, c) in list.iter().enumerate() {
             let at = format!("spec.{field}[{i}]");
-            if !c.transfer_env.is_empty() {
-                return Some(format!(
-                    "{at}.transferEnv copies env from the pod's containers, which the policy does not compile yet"
-                ));
-            }
-            if c.share_volumes() || c.share_volume_devices() {
-                return Some(format!(
-                    "{at}.shareVolumePolicy shares the pod's volume mounts, which the policy does not compile yet"
-                ));
-            }
             if c.resources_policy.is_some() {
                 return Some(format!(
                     "{at}.resourcesPolicy computes resources from the pod's containers; CEL in the API server cannot multiply or divide quantities"

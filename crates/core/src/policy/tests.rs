@@ -41,17 +41,26 @@ fn what_the_policy_cannot_express_is_named_with_its_field() {
     let base = "apiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: s}\nspec:\n  selector: {matchLabels: {app: a}}\n";
     for (extra, want) in [
         ("  containers:\n  - {name: c, image: i}\n", None),
+        // Built from the pod's containers, in CEL: compiled.
         (
             "  containers:\n  - {name: c, image: i, transferEnv: [{sourceContainerName: main, envName: X}]}\n",
-            Some("spec.containers[0].transferEnv"),
+            None,
         ),
         (
-            "  containers:\n  - {name: c, image: i}\n  - {name: d, image: i, shareVolumePolicy: {type: enabled}}\n",
-            Some("spec.containers[1].shareVolumePolicy"),
+            "  containers:\n  - {name: c, image: i, transferEnv: [{sourceContainerNameFrom: {fieldRef: {fieldPath: \"metadata.labels['app']\"}}, envNames: [X, Y]}]}\n",
+            None,
+        ),
+        (
+            "  containers:\n  - {name: c, image: i}\n  - {name: d, image: i, shareVolumePolicy: {type: enabled}, shareVolumeDevicePolicy: {type: enabled}}\n",
+            None,
         ),
         (
             "  initContainers:\n  - {name: c, image: i, shareVolumePolicy: {type: enabled}}\n",
-            Some("spec.initContainers[0].shareVolumePolicy"),
+            None,
+        ),
+        (
+            "  containers:\n  - {name: c, image: i}\n  - {name: d, image: i, resourcesPolicy: {targetContainersMode: sum, resourcesExpr: {limits: {cpu: 'cpu*50%'}}}}\n",
+            Some("spec.containers[1].resourcesPolicy"),
         ),
         (
             "  containers:\n  - {name: c, image: i}\n  injectionStrategy: {revision: {customVersion: v1, policy: Always}}\n",
@@ -91,15 +100,14 @@ fn what_the_policy_cannot_express_is_named_with_its_field() {
 
 #[test]
 fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
-    let mut transfer = basic("b-transfer", "t", "web");
-    transfer.spec.containers[0].transfer_env = vec![
-        serde_json::from_value(json!({"sourceContainerName": "main", "envName": "X"})).unwrap(),
-    ];
+    let mut merge = basic("b-merge", "t", "web");
+    merge.spec.patch_pod_metadata =
+        vec![serde_json::from_value(json!({"annotations": {"a.io/x": "{}"}, "patchPolicy": "MergePatchJson"})).unwrap()];
     let mut paused = basic("d-paused", "p", "web");
     paused.spec.injection_strategy.paused = true;
     let idx = index(vec![
         basic("a-first", "proxy", "web"),
-        transfer,
+        merge,
         basic("c-clash", "proxy", "api"),
         paused,
         basic("e-other", "logger", "web"),
@@ -127,8 +135,8 @@ fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
         .map(|f| (f.sidecarset.as_str(), f.reason.as_str()))
         .collect();
     assert_eq!(reasons.len(), 1, "{reasons:?}");
-    assert_eq!(reasons[0].0, "b-transfer");
-    assert!(reasons[0].1.contains("transferEnv"));
+    assert_eq!(reasons[0].0, "b-merge");
+    assert!(reasons[0].1.contains("MergePatchJson"));
     // The policy leaves to the webhook every pod a fallback could select.
     assert_eq!(
         expression("any").as_deref(),
