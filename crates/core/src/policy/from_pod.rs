@@ -64,7 +64,10 @@ pub(super) fn any_shares(units: &[Unit]) -> bool {
 /// The CEL test of a pod small enough for the shared mounts to be computed within the API
 /// server's cost bound ([`MAX_SHARED_MOUNTS`]).
 pub(super) fn within_cost() -> String {
-    format!("size(variables.mounts) + size(variables.devices) <= {MAX_SHARED_MOUNTS}")
+    format!(
+        "variables.containers.map(a, (has(a.volumeMounts) ? size(a.volumeMounts) : 0) + \
+         (has(a.volumeDevices) ? size(a.volumeDevices) : 0)).sum() <= {MAX_SHARED_MOUNTS}"
+    )
 }
 
 /// The pod-wide variables the sidecars built from the pod read: its containers, those a

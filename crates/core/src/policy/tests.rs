@@ -101,8 +101,12 @@ fn what_the_policy_cannot_express_is_named_with_its_field() {
 #[test]
 fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
     let mut merge = basic("b-merge", "t", "web");
-    merge.spec.patch_pod_metadata =
-        vec![serde_json::from_value(json!({"annotations": {"a.io/x": "{}"}, "patchPolicy": "MergePatchJson"})).unwrap()];
+    merge.spec.patch_pod_metadata = vec![
+        serde_json::from_value(
+            json!({"annotations": {"a.io/x": "{}"}, "patchPolicy": "MergePatchJson"}),
+        )
+        .unwrap(),
+    ];
     let mut paused = basic("d-paused", "p", "web");
     paused.spec.injection_strategy.paused = true;
     let idx = index(vec![
