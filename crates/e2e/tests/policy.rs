@@ -4,7 +4,8 @@
 //! (its patch computed in process by the same core, then created), and a case with a SidecarSet
 //! the policy cannot express is left untouched by the policy (the webhook's, whole).
 //! Opt-outs (a pod and a namespace declining a SidecarSet that allows it, next to a mandatory one)
-//! are among the project's own cases.
+//! and sidecars built from the pod's containers (transferEnv, shared mounts and devices; a pod of
+//! more mounts than the policy computes is left to the webhook) are among the project's own cases.
 //!
 //! The policy is bound to the operator's namespace only, which the operator's webhook never
 //! sees: nothing else in the cluster, and no SidecarSet of the other tests, is involved. No

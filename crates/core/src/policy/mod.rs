@@ -9,15 +9,19 @@
 //! policy's CEL decides per pod which SidecarSets select it (pod labels, and the namespace's
 //! labels through `namespaceObject`) and builds the webhook's patch from literals: every sidecar,
 //! volume and annotation value is rendered by the webhook's own code ([`render_alone`]) when the
-//! policy is compiled, so the two cannot drift.
+//! policy is compiled, so the two cannot drift. What a sidecar takes from the pod's own
+//! containers (`transferEnv`, `shareVolumePolicy`, `shareVolumeDevicePolicy`, and the volumes
+//! shared mounts name) is CEL over them, with the webhook's rules (`from_pod`); the end-to-end
+//! suite compares both on the API server.
 //!
 //! **The webhook keeps the rest, whole pods at a time.** A SidecarSet the policy cannot express
 //! (see [`Fallback`]) stays on the webhook; the policy then leaves alone every pod such a
 //! SidecarSet could select (the same label-only test as the webhook's match condition), so a pod
 //! is injected entirely by the policy or entirely by the webhook, never by both. The policy also
 //! leaves to the webhook pods that arrive with injection annotations already (their hash
-//! annotation is merged as JSON, which CEL cannot do) and pods with repeated image pull secrets
-//! (the webhook removes the repeats). The webhook sees a pod the policy injected with every
+//! annotation is merged as JSON, which CEL cannot do), pods with repeated image pull secrets
+//! (the webhook removes the repeats) and, when a sidecar shares mounts, pods of more than
+//! [`MAX_SHARED_MOUNTS`] mounts and devices (the API server bounds each evaluation's cost). The webhook sees a pod the policy injected with every
 //! SidecarSet recorded in its hash annotation, and so changes nothing.
 //!
 //! A marker label ([`PROBE_LABEL`]) lets the operator see, with a server-side dry run, when the
