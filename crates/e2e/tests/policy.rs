@@ -112,7 +112,8 @@ fn from_pod_cases() -> Vec<Value> {
                        {"name": "C", "value": "c1"}, {"name": "B", "value": "b1"}, {"name": "C", "value": "c1-second"}]},
                    {"name": "app2", "image": "nginx:1.27", "env": [
                        {"name": "A", "value": "a2"}, {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                       {"name": "C", "value": "c2"}, {"name": "D", "value": "d2"}, {"name": "E", "value": "e2"}]}]}})
+                       {"name": "C", "value": "c2"}, {"name": "D", "valueFrom": {"secretKeyRef": {"name": "s", "key": "d", "optional": true}}},
+                       {"name": "E", "value": "e2"}]}]}})
     };
     let share = ss(
         "ff-share",
@@ -155,7 +156,8 @@ fn from_pod_cases() -> Vec<Value> {
                  "volumeMounts": [{"name": "cache", "mountPath": "/injected"}]},
                 {"name": "helper", "image": "alpine:3.20", "env": [{"name": "H", "value": "h"}],
                  "volumeMounts": [{"name": "cache", "mountPath": "/srv"}, {"name": "cache", "mountPath": "/cache", "subPathExpr": "$(H)"},
-                                  {"name": "logs", "mountPath": "/logs", "readOnly": true}]}],
+                                  {"name": "logs", "mountPath": "/logs", "readOnly": true, "recursiveReadOnly": "IfPossible"},
+                                  {"name": "data", "mountPath": "/prop", "mountPropagation": "HostToContainer", "subPath": "p"}]}],
             "volumes": [{"name": "logs", "emptyDir": {}}, {"name": "data", "emptyDir": {}},
                         {"name": "cache", "emptyDir": {}}, {"name": "blk", "persistentVolumeClaim": {"claimName": "blk"}}]}});
     let mut share_pod_valid = share_pod.clone();
