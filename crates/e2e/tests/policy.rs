@@ -4,7 +4,8 @@
 //! (its patch computed in process by the same core, then created), and a case with a SidecarSet
 //! the policy cannot express is left untouched by the policy (the webhook's, whole).
 //! Opt-outs (a pod and a namespace declining a SidecarSet that allows it, next to a mandatory one)
-//! are among the project's own cases.
+//! and sidecars built from the pod's containers (transferEnv, shared mounts and devices; a pod of
+//! more mounts than the policy computes is left to the webhook) are among the project's own cases.
 //!
 //! The policy is bound to the operator's namespace only, which the operator's webhook never
 //! sees: nothing else in the cluster, and no SidecarSet of the other tests, is involved. No
@@ -18,7 +19,9 @@ use serde_json::{Value, json};
 use sidecarset_core::api::{self, SidecarSet, convert, default_sidecarset};
 use sidecarset_core::index::{Index, namespace_labels};
 use sidecarset_core::inject;
-use sidecarset_core::policy::{self, Compiled, Options, PROBE_ANNOTATION, PROBE_LABEL};
+use sidecarset_core::policy::{
+    self, Compiled, MAX_SHARED_MOUNTS, Options, PROBE_ANNOTATION, PROBE_LABEL,
+};
 use sidecarset_e2e::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -59,7 +62,195 @@ fn own_cases() -> Vec<Value> {
                    "kruise": {"sidecarsets": stored}})
     })
     .chain(opt_out_cases())
+    .chain(from_pod_cases())
     .collect()
+}
+
+/// One own case: its SidecarSets (all stored) and its pod.
+fn own_case(name: &str, sets: Value, pod: Value) -> Value {
+    let stored: Vec<Value> = sets
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| json!({"metadata": {"name": s["metadata"]["name"]}}))
+        .collect();
+    json!({"case": name, "input": {"sidecarsets": sets, "pod": pod}, "kruise": {"sidecarsets": stored}})
+}
+
+/// Sidecars built from the pod's containers: transferEnv by name, label and annotation (the
+/// source's env in the order of the names, the first of a name, the sidecar's own first,
+/// missing ones skipped), a hot-upgrade pair and an init container among them; shared mounts and
+/// devices from several containers (an injected one skipped, a path the sidecar mounts skipped,
+/// the subPathExpr's env), and the SidecarSet volumes the shared mounts name.
+fn from_pod_cases() -> Vec<Value> {
+    let ss = |name: &str, spec: Value| {
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    let transfer = ss(
+        "ee-transfer",
+        json!({"selector": {"matchLabels": {"e": "yes"}},
+            "containers": [
+                {"name": "agent", "image": "agent:1", "env": [{"name": "A", "value": "own"}],
+                 "transferEnv": [
+                    {"sourceContainerName": "app2", "envNames": ["B", "A", "MISSING", "B", "C"]},
+                    {"sourceContainerNameFrom": {"fieldRef": {"fieldPath": "metadata.labels['src']"}}, "envName": "C"},
+                    {"sourceContainerNameFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.annotations['example.com/src']"}}, "envNames": ["D", "E"]},
+                    {"sourceContainerNameFrom": {"fieldRef": {"fieldPath": "metadata.annotations['example.com/absent']"}}, "envName": "F"},
+                    {"sourceContainerName": "nonexistent", "envName": "G"}]},
+                {"name": "hot", "image": "hot:1", "transferEnv": [{"sourceContainerName": "app1", "envName": "C"}],
+                 "upgradeStrategy": {"upgradeType": "HotUpgrade", "hotUpgradeEmptyImage": "hot-empty:1"}}],
+            "initContainers": [
+                {"name": "zz-init", "image": "init:1", "transferEnv": [{"sourceContainerName": "app1", "envNames": ["C", "B"]}]},
+                {"name": "aa-init", "image": "init:1"}]}),
+    );
+    let pod = |labels: Value, annotations: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "transfer-0", "labels": labels, "annotations": annotations},
+               "spec": {"automountServiceAccountToken": false, "containers": [
+                   {"name": "app1", "image": "nginx:1.27", "env": [
+                       {"name": "C", "value": "c1"}, {"name": "B", "value": "b1"}, {"name": "C", "value": "c1-second"}]},
+                   {"name": "app2", "image": "nginx:1.27", "env": [
+                       {"name": "A", "value": "a2"}, {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                       {"name": "C", "value": "c2"}, {"name": "D", "valueFrom": {"secretKeyRef": {"name": "s", "key": "d", "optional": true}}},
+                       {"name": "E", "value": "e2"}]}]}})
+    };
+    let share = ss(
+        "ff-share",
+        json!({"selector": {"matchLabels": {"f": "yes"}},
+            "containers": [
+                {"name": "shipper", "image": "shipper:1", "shareVolumePolicy": {"type": "enabled"},
+                 "shareVolumeDevicePolicy": {"type": "enabled"},
+                 "volumeMounts": [{"name": "own", "mountPath": "/var/log/app"}, {"name": "logs", "mountPath": "/elsewhere"}],
+                 "env": [{"name": "POD_NAME", "value": "own"}]},
+                {"name": "plain", "image": "plain:1", "volumeMounts": [{"name": "plain-vol", "mountPath": "/plain"}]}],
+            "initContainers": [
+                {"name": "prep", "image": "prep:1", "shareVolumePolicy": {"type": "enabled"},
+                 "volumeMounts": [{"name": "own", "mountPath": "/data"}]}],
+            "volumes": [{"name": "plain-vol", "emptyDir": {}}, {"name": "own", "emptyDir": {}},
+                        {"name": "from-ss", "emptyDir": {"medium": "Memory"}}, {"name": "logs", "emptyDir": {}},
+                        {"name": "unused", "emptyDir": {}}]}),
+    );
+    let other = ss(
+        "gg-other",
+        json!({"selector": {"matchLabels": {"f": "yes"}},
+            "containers": [{"name": "other", "image": "other:1", "shareVolumePolicy": {"type": "enabled"},
+                            "volumeMounts": [{"name": "from-ss", "mountPath": "/other"}]}],
+            "volumes": [{"name": "from-ss", "hostPath": {"path": "/tmp"}}]}),
+    );
+    let share_pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "share-0", "labels": {"f": "yes"}},
+        "spec": {"automountServiceAccountToken": false,
+            "initContainers": [{"name": "init", "image": "alpine:3.20",
+                                "volumeMounts": [{"name": "logs", "mountPath": "/init-logs"}]}],
+            "containers": [
+                {"name": "main", "image": "nginx:1.27",
+                 "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                         {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                         {"name": "NS", "value": "second"}],
+                 "volumeMounts": [{"name": "logs", "mountPath": "/var/log/app"},
+                                  {"name": "data", "mountPath": "/srv", "subPathExpr": "$(NS)/$(POD_NAME)/$(NONE)"},
+                                  {"name": "from-ss", "mountPath": "/ss"}],
+                 "volumeDevices": [{"name": "blk", "devicePath": "/dev/xvda"}]},
+                {"name": "injected", "image": "envoy:1.31", "env": [{"name": "IS_INJECTED", "value": "true"}],
+                 "volumeMounts": [{"name": "cache", "mountPath": "/injected"}]},
+                {"name": "helper", "image": "alpine:3.20", "env": [{"name": "H", "value": "h"}],
+                 "volumeMounts": [{"name": "cache", "mountPath": "/srv"}, {"name": "cache", "mountPath": "/cache", "subPathExpr": "$(H)"},
+                                  {"name": "logs", "mountPath": "/logs", "readOnly": true, "recursiveReadOnly": "IfPossible"},
+                                  {"name": "data", "mountPath": "/prop", "mountPropagation": "HostToContainer", "subPath": "p"}]}],
+            "volumes": [{"name": "logs", "emptyDir": {}}, {"name": "data", "emptyDir": {}},
+                        {"name": "cache", "emptyDir": {}}, {"name": "blk", "persistentVolumeClaim": {"claimName": "blk"}}]}});
+    let mut share_pod_valid = share_pod.clone();
+    share_pod_valid["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "from-ss", "emptyDir": {}}));
+    vec![
+        own_case(
+            "own-transfer-env",
+            json!([transfer]),
+            pod(
+                json!({"e": "yes", "src": "app1"}),
+                json!({"example.com/src": "app2"}),
+            ),
+        ),
+        own_case(
+            "own-transfer-env-no-label",
+            json!([transfer]),
+            pod(
+                json!({"e": "yes"}),
+                json!({"example.com/src": "nonexistent"}),
+            ),
+        ),
+        own_case(
+            "own-share-volumes",
+            json!([share, other]),
+            share_pod.clone(),
+        ),
+        own_case(
+            "own-share-volumes-most",
+            json!([share, other]),
+            many_mounts(share_pod_valid.clone(), MAX_SHARED_MOUNTS),
+        ),
+        own_case(
+            "own-share-volumes-too-many",
+            json!([share]),
+            many_mounts(share_pod_valid, MAX_SHARED_MOUNTS + 1),
+        ),
+    ]
+}
+
+/// The pod with more containers, of `total` volume mounts and devices in all.
+fn many_mounts(mut pod: Value, total: usize) -> Value {
+    let count = |pod: &Value| -> usize {
+        pod["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                ["volumeMounts", "volumeDevices"]
+                    .iter()
+                    .map(|k| c[k].as_array().map_or(0, Vec::len))
+                    .sum::<usize>()
+            })
+            .sum()
+    };
+    let mut n = 0;
+    while count(&pod) < total {
+        let left = total - count(&pod);
+        let mounts: Vec<Value> = (0..left.min(100))
+            .map(|k| json!({"name": "cache", "mountPath": format!("/many/{n}/{k}")}))
+            .collect();
+        pod["spec"]["containers"].as_array_mut().unwrap().push(
+            json!({"name": format!("many-{n}"), "image": "alpine:3.20", "volumeMounts": mounts}),
+        );
+        n += 1;
+    }
+    pod
+}
+
+/// True when the policy leaves the pod to the webhook for its size: a sidecar shares the pod's
+/// mounts, and they are more than the policy computes.
+fn too_many_mounts(pod: &Value, sets: &[SidecarSet]) -> bool {
+    let shares = sets.iter().any(|s| {
+        s.spec
+            .containers
+            .iter()
+            .chain(s.spec.init_containers.iter())
+            .any(|c| c.share_volumes() || c.share_volume_devices())
+    });
+    let mounts: usize = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            ["volumeMounts", "volumeDevices"]
+                .iter()
+                .map(|k| c[k].as_array().map_or(0, Vec::len))
+                .sum::<usize>()
+        })
+        .sum();
+    shares && mounts > MAX_SHARED_MOUNTS
 }
 
 /// Opt-outs: `cc-mesh` allows them, `dd-logs` is mandatory; declined by the pod's label, by
@@ -237,7 +428,20 @@ fn comparable(p: &Pod) -> Value {
 async fn as_the_webhook_sees_it(c: &kube::Client, ns: &str, pod: &Value) -> anyhow::Result<Value> {
     let mut probe = pod.clone();
     probe["metadata"]["labels"][PROBE_LABEL] = json!("1");
-    let got = dry_run(c, ns, &serde_json::from_value(probe)?).await?;
+    let got = match dry_run(c, ns, &serde_json::from_value(probe)?).await {
+        // A pod valid only once injected (an app container mounts a volume the SidecarSet
+        // brings): the webhook sees it as sent, but for the defaults, which the API server
+        // gives the injected pod as well (its ServiceAccount token must be off).
+        Err(kube::Error::Api(e)) if e.code == 422 => {
+            assert_eq!(
+                pod["spec"]["automountServiceAccountToken"],
+                json!(false),
+                "{e}"
+            );
+            return Ok(pod.clone());
+        }
+        got => got?,
+    };
     let mut v = serde_json::to_value(&got)?;
     let meta = v["metadata"].as_object_mut().unwrap();
     for k in [
@@ -363,7 +567,8 @@ async fn compiled_sidecarsets_inject_in_the_api_server_as_the_webhook_does() -> 
                 || [api::ANNOTATION_HASH, api::ANNOTATION_INJECTED_LIST]
                     .iter()
                     .any(|k| pod["metadata"]["annotations"][k].is_string());
-            if compiled.fallbacks.is_empty() && !annotated {
+            let large = too_many_mounts(&pod, &sets);
+            if compiled.fallbacks.is_empty() && !annotated && !large {
                 let want = by_webhook
                     .as_ref()
                     .with_context(|| format!("{case_name}: the webhook injects nothing"))?;
@@ -383,6 +588,11 @@ async fn compiled_sidecarsets_inject_in_the_api_server_as_the_webhook_does() -> 
                     comparable(&serde_json::from_value(untouched)?),
                     "{case_name}: the policy must leave this pod to the webhook"
                 );
+                if large {
+                    left.push(format!(
+                        "{case_name}: a sidecar shares the pod's mounts, more than {MAX_SHARED_MOUNTS}"
+                    ));
+                }
                 if annotated {
                     left.push(format!(
                         "{case_name}: the pod arrives with injection annotations or repeated pull secrets"

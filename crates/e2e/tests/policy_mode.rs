@@ -198,17 +198,18 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
         .await?;
         println!("policy in effect, token {token:?}");
         // Each SidecarSet says how its pods are injected: this one by the API server; one the
-        // policy cannot express (transferEnv) by the webhook, and why.
+        // policy cannot express (a MergePatchJson patch) by the webhook, and why.
         create_sidecarset(&c, json!({
             "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": env_ss},
             "spec": {"selector": {"matchLabels": {"e2e-app": format!("{label}-env")}},
-                     "containers": [{"name": "polenv", "image": "registry.local/pol:1",
-                                     "transferEnv": [{"sourceContainerName": "app", "envName": "X"}]}]}
+                     "containers": [{"name": "polenv", "image": "registry.local/pol:1"}],
+                     "patchPodMetadata": [{"annotations": {"e2e.example.com/merged": "{}"},
+                                           "patchPolicy": "MergePatchJson"}]}
         }))
         .await?;
         for (set, status, reason, says) in [
             (&ss, "True", "PolicyActive", "API server injects"),
-            (&env_ss, "False", "LeftToWebhook", "transferEnv"),
+            (&env_ss, "False", "LeftToWebhook", "MergePatchJson"),
         ] {
             eventually(40, &format!("{set}'s InjectedByPolicy condition {status}"), || {
                 let (c, set) = (c.clone(), set.clone());

@@ -9,21 +9,27 @@
 //! policy's CEL decides per pod which SidecarSets select it (pod labels, and the namespace's
 //! labels through `namespaceObject`) and builds the webhook's patch from literals: every sidecar,
 //! volume and annotation value is rendered by the webhook's own code ([`render_alone`]) when the
-//! policy is compiled, so the two cannot drift.
+//! policy is compiled, so the two cannot drift. What a sidecar takes from the pod's own
+//! containers (`transferEnv`, `shareVolumePolicy`, `shareVolumeDevicePolicy`, and the volumes
+//! shared mounts name) is CEL over them, with the webhook's rules (`from_pod`); the end-to-end
+//! suite compares both on the API server.
 //!
 //! **The webhook keeps the rest, whole pods at a time.** A SidecarSet the policy cannot express
 //! (see [`Fallback`]) stays on the webhook; the policy then leaves alone every pod such a
 //! SidecarSet could select (the same label-only test as the webhook's match condition), so a pod
 //! is injected entirely by the policy or entirely by the webhook, never by both. The policy also
 //! leaves to the webhook pods that arrive with injection annotations already (their hash
-//! annotation is merged as JSON, which CEL cannot do) and pods with repeated image pull secrets
-//! (the webhook removes the repeats). The webhook sees a pod the policy injected with every
+//! annotation is merged as JSON, which CEL cannot do), pods with repeated image pull secrets
+//! (the webhook removes the repeats) and, when a sidecar shares mounts, pods of more than
+//! [`MAX_SHARED_MOUNTS`] mounts and devices (the API server bounds each evaluation's cost). The webhook sees a pod the policy injected with every
 //! SidecarSet recorded in its hash annotation, and so changes nothing.
 //!
 //! A marker label ([`PROBE_LABEL`]) lets the operator see, with a server-side dry run, when the
 //! API server applies this version of the policy ([`Compiled::token`]): bindings take effect
 //! asynchronously and policies have no status.
 
+mod from_pod;
+mod items;
 mod literal;
 mod render;
 
@@ -36,6 +42,7 @@ use crate::inject::{Rendered, render_alone};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use from_pod::MAX_SHARED_MOUNTS;
 pub use literal::{string as cel_string, value as cel_value};
 
 /// The API version of the policy objects the compiler writes.
@@ -337,16 +344,6 @@ pub fn unsupported(ss: &SidecarSet) -> Option<String> {
     for (field, list) in lists {
         for (i, c) in list.iter().enumerate() {
             let at = format!("spec.{field}[{i}]");
-            if !c.transfer_env.is_empty() {
-                return Some(format!(
-                    "{at}.transferEnv copies env from the pod's containers, which the policy does not compile yet"
-                ));
-            }
-            if c.share_volumes() || c.share_volume_devices() {
-                return Some(format!(
-                    "{at}.shareVolumePolicy shares the pod's volume mounts, which the policy does not compile yet"
-                ));
-            }
             if c.resources_policy.is_some() {
                 return Some(format!(
                     "{at}.resourcesPolicy computes resources from the pod's containers; CEL in the API server cannot multiply or divide quantities"

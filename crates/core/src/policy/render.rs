@@ -1,11 +1,13 @@
 //! The policy's spec: its match condition, its variables and its one JSONPatch mutation, as
 //! CEL text.
 
-use super::literal::{pointer_token, string, value};
+use super::from_pod;
+use super::items::{Item, Literal, literal_variables, literals, new_items, pod_volumes};
+use super::literal::{pointer_token, string};
 use super::{
     ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE, ANNOTATION_INJECTED_LIST,
-    ANNOTATION_WORKING_HOT_UPGRADE, Options, PROBE_ANNOTATION, PROBE_LABEL, PodInjectPolicy, Unit,
-    before, object_entries,
+    ANNOTATION_WORKING_HOT_UPGRADE, Options, PROBE_ANNOTATION, PROBE_LABEL, Unit, before,
+    object_entries,
 };
 use crate::index::Entry;
 use crate::index::cel::{PodCoverage, selector_expression, selector_expression_over};
@@ -46,6 +48,7 @@ pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Val
         }
         variables.push(var(&m(i), &expr));
     }
+    variables.extend(from_pod::pod_variables(units));
     variables.extend(literal_variables(units));
     let webhook = webhook_variables(fallbacks, &mut variables);
     let any: Vec<String> = (0..units.len())
@@ -54,6 +57,9 @@ pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Val
     let mut any = format!("({})", or(&any));
     for w in webhook {
         any.push_str(&format!(" && !variables.{w}"));
+    }
+    if from_pod::any_shares(units) {
+        any.push_str(&format!(" && {}", from_pod::within_cost()));
     }
     variables.push(var("any", &any));
     for (name, field, side) in [
@@ -64,7 +70,11 @@ pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Val
     ] {
         variables.push(var(name, &sidecars(units, field, side)));
     }
-    variables.push(var("volumes", &new_items(units, Item::Volume)));
+    if units.iter().any(from_pod::volumes_read_pod) {
+        variables.extend(pod_volumes(units));
+    } else {
+        variables.push(var("volumes", &new_items(units, Item::Volume)));
+    }
     variables.push(var("secrets", &new_items(units, Item::Secret)));
     let mutation = mutation(units);
     let token = token(&condition, &variables, &mutation);
@@ -97,11 +107,11 @@ pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Val
     (spec, token)
 }
 
-fn var(name: &str, expression: &str) -> Value {
+pub(super) fn var(name: &str, expression: &str) -> Value {
     json!({"name": name, "expression": expression})
 }
 
-fn m(i: usize) -> String {
+pub(super) fn m(i: usize) -> String {
     format!("m{i}")
 }
 
@@ -258,91 +268,8 @@ fn sidecars(units: &[Unit], field: &str, side: bool) -> String {
     }))
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Literal {
-    Container,
-    Init,
-    Volume,
-}
-
-impl Literal {
-    /// The variable holding a SidecarSet's items of this kind, as a list.
-    fn variable(self, unit: usize) -> String {
-        match self {
-            Literal::Container => format!("c{unit}"),
-            Literal::Init => format!("i{unit}"),
-            Literal::Volume => format!("v{unit}"),
-        }
-    }
-
-    fn items<'u>(self, u: &'u Unit) -> Vec<(PodInjectPolicy, &'u Value)> {
-        match self {
-            Literal::Container => u.rendered.containers.iter().map(|(p, c)| (*p, c)).collect(),
-            Literal::Init => u
-                .rendered
-                .init_containers
-                .iter()
-                .map(|(p, c)| (*p, c))
-                .collect(),
-            Literal::Volume => u
-                .rendered
-                .volumes
-                .iter()
-                .map(|v| (PodInjectPolicy::AfterAppContainer, v))
-                .collect(),
-        }
-    }
-}
-
-/// One rendered item of a SidecarSet, by reference to its variable.
-struct ItemRef {
-    unit: usize,
-    name: String,
-    placement: PodInjectPolicy,
-    /// `variables.c3[0]`.
-    reference: String,
-}
-
-/// The items of one kind of every SidecarSet, in order.
-fn literals(units: &[Unit], kind: Literal) -> Vec<ItemRef> {
-    units
-        .iter()
-        .enumerate()
-        .flat_map(|(i, u)| {
-            kind.items(u)
-                .into_iter()
-                .enumerate()
-                .map(move |(k, (placement, v))| ItemRef {
-                    unit: i,
-                    name: v["name"].as_str().unwrap_or_default().to_string(),
-                    placement,
-                    reference: format!("variables.{}[{k}]", kind.variable(i)),
-                })
-        })
-        .collect()
-}
-
-/// The variables holding each SidecarSet's rendered items: every literal once, referenced from
-/// the mutation (the API server bounds the length of each expression).
-fn literal_variables(units: &[Unit]) -> Vec<Value> {
-    let mut out = Vec::new();
-    for (i, u) in units.iter().enumerate() {
-        for kind in [Literal::Container, Literal::Init, Literal::Volume] {
-            let items: Vec<String> = kind
-                .items(u)
-                .iter()
-                .map(|(_, v)| format!("dyn({})", value(v)))
-                .collect();
-            if !items.is_empty() {
-                out.push(var(&kind.variable(i), &format!("[{}]", items.join(", "))));
-            }
-        }
-    }
-    out
-}
-
 /// `(cond ? [item] : []) + …`, or `[]`.
-fn concat(items: impl Iterator<Item = (String, String)>) -> String {
+pub(super) fn concat(items: impl Iterator<Item = (String, String)>) -> String {
     let parts: Vec<String> = items
         .map(|(cond, item)| format!("({cond} ? [{item}] : [])"))
         .collect();
@@ -351,70 +278,6 @@ fn concat(items: impl Iterator<Item = (String, String)>) -> String {
     } else {
         parts.join(" + ")
     }
-}
-
-/// The position of `u` among `units`.
-fn index(units: &[Unit], u: &Unit) -> usize {
-    units
-        .iter()
-        .position(|x| std::ptr::eq(x, u))
-        .unwrap_or_default()
-}
-
-#[derive(Clone, Copy)]
-enum Item {
-    Volume,
-    Secret,
-}
-
-/// Volumes (or pull secrets) of the injected SidecarSets the pod does not have by name; of one
-/// name, the first SidecarSet's.
-fn new_items(units: &[Unit], kind: Item) -> String {
-    let list = |u: &Unit| -> Vec<(String, String)> {
-        match kind {
-            Item::Volume => u
-                .rendered
-                .volumes
-                .iter()
-                .enumerate()
-                .map(|(k, v)| {
-                    let name = v["name"].as_str().unwrap_or_default().to_string();
-                    let at = index(units, u);
-                    (
-                        name,
-                        format!("variables.{}[{k}]", Literal::Volume.variable(at)),
-                    )
-                })
-                .collect(),
-            Item::Secret => u
-                .rendered
-                .image_pull_secrets
-                .iter()
-                .map(|s| (s.clone(), value(&json!({"name": s}))))
-                .collect(),
-        }
-    };
-    let pod_names = match kind {
-        Item::Volume => "volumeNames",
-        Item::Secret => "secretNames",
-    };
-    let mut items = Vec::new();
-    for (i, u) in units.iter().enumerate() {
-        for (name, literal) in list(u) {
-            let mut cond = format!(
-                "variables.{} && !({} in variables.{pod_names})",
-                m(i),
-                string(&name)
-            );
-            for (j, earlier) in units[..i].iter().enumerate() {
-                if list(earlier).iter().any(|(n, _)| *n == name) {
-                    cond.push_str(&format!(" && !variables.{}", m(j)));
-                }
-            }
-            items.push((cond, literal));
-        }
-    }
-    concat(items.into_iter())
 }
 
 fn op(op: &str, path: &str, value: &str) -> String {

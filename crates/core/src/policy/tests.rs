@@ -41,17 +41,26 @@ fn what_the_policy_cannot_express_is_named_with_its_field() {
     let base = "apiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: s}\nspec:\n  selector: {matchLabels: {app: a}}\n";
     for (extra, want) in [
         ("  containers:\n  - {name: c, image: i}\n", None),
+        // Built from the pod's containers, in CEL: compiled.
         (
             "  containers:\n  - {name: c, image: i, transferEnv: [{sourceContainerName: main, envName: X}]}\n",
-            Some("spec.containers[0].transferEnv"),
+            None,
         ),
         (
-            "  containers:\n  - {name: c, image: i}\n  - {name: d, image: i, shareVolumePolicy: {type: enabled}}\n",
-            Some("spec.containers[1].shareVolumePolicy"),
+            "  containers:\n  - {name: c, image: i, transferEnv: [{sourceContainerNameFrom: {fieldRef: {fieldPath: \"metadata.labels['app']\"}}, envNames: [X, Y]}]}\n",
+            None,
+        ),
+        (
+            "  containers:\n  - {name: c, image: i}\n  - {name: d, image: i, shareVolumePolicy: {type: enabled}, shareVolumeDevicePolicy: {type: enabled}}\n",
+            None,
         ),
         (
             "  initContainers:\n  - {name: c, image: i, shareVolumePolicy: {type: enabled}}\n",
-            Some("spec.initContainers[0].shareVolumePolicy"),
+            None,
+        ),
+        (
+            "  containers:\n  - {name: c, image: i}\n  - {name: d, image: i, resourcesPolicy: {targetContainersMode: sum, resourcesExpr: {limits: {cpu: 'cpu*50%'}}}}\n",
+            Some("spec.containers[1].resourcesPolicy"),
         ),
         (
             "  containers:\n  - {name: c, image: i}\n  injectionStrategy: {revision: {customVersion: v1, policy: Always}}\n",
@@ -91,15 +100,18 @@ fn what_the_policy_cannot_express_is_named_with_its_field() {
 
 #[test]
 fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
-    let mut transfer = basic("b-transfer", "t", "web");
-    transfer.spec.containers[0].transfer_env = vec![
-        serde_json::from_value(json!({"sourceContainerName": "main", "envName": "X"})).unwrap(),
+    let mut merge = basic("b-merge", "t", "web");
+    merge.spec.patch_pod_metadata = vec![
+        serde_json::from_value(
+            json!({"annotations": {"a.io/x": "{}"}, "patchPolicy": "MergePatchJson"}),
+        )
+        .unwrap(),
     ];
     let mut paused = basic("d-paused", "p", "web");
     paused.spec.injection_strategy.paused = true;
     let idx = index(vec![
         basic("a-first", "proxy", "web"),
-        transfer,
+        merge,
         basic("c-clash", "proxy", "api"),
         paused,
         basic("e-other", "logger", "web"),
@@ -127,8 +139,8 @@ fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
         .map(|f| (f.sidecarset.as_str(), f.reason.as_str()))
         .collect();
     assert_eq!(reasons.len(), 1, "{reasons:?}");
-    assert_eq!(reasons[0].0, "b-transfer");
-    assert!(reasons[0].1.contains("transferEnv"));
+    assert_eq!(reasons[0].0, "b-merge");
+    assert!(reasons[0].1.contains("MergePatchJson"));
     // The policy leaves to the webhook every pod a fallback could select.
     assert_eq!(
         expression("any").as_deref(),
@@ -253,4 +265,106 @@ fn a_sidecarset_that_allows_opting_out_is_compiled_with_its_opt_out_labels() {
     ] {
         assert!(s1.contains(want), "{s1}\nshould contain\n{want}");
     }
+}
+
+/// The expression of the compiled policy's variable `name`.
+fn variable(c: &Compiled, name: &str) -> Option<String> {
+    c.policy["spec"]["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .map(|v| v["expression"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn transferred_env_is_read_from_the_source_container_in_the_order_of_the_names() {
+    let set = ss(
+        "apiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: s}\nspec:\n  selector: {matchLabels: {app: a}}\n  containers:\n  - name: agent\n    image: i\n    env: [{name: A, value: own}]\n    transferEnv:\n    - {sourceContainerName: app, envNames: [B, A]}\n    - {sourceContainerNameFrom: {fieldRef: {fieldPath: \"metadata.labels['src']\"}}, envName: C}\n    - {sourceContainerNameFrom: {fieldRef: {fieldPath: \"metadata.annotations['x.io/src']\"}}, envName: D}\n    - {sourceContainerNameFrom: {fieldRef: {fieldPath: metadata.name}}, envName: E}\n  - name: hot\n    image: i\n    upgradeStrategy: {upgradeType: HotUpgrade, hotUpgradeEmptyImage: empty}\n    transferEnv: [{sourceContainerName: app, envName: B}]\n  - {name: plain, image: i}\n",
+    );
+    let c = compile(&index(vec![set]), &opts());
+    assert_eq!(c.included, ["s"]);
+    // By name, by label, by annotation; `metadata.name` (which the webhook cannot read
+    // either) copies nothing.
+    let env = variable(&c, "x0c0e").unwrap();
+    let from = |cond: &str| format!("variables.containers.filter(a, {cond}).map(a, has(a.env) ? ");
+    let parts: Vec<&str> = env.split(".flatten() : []).flatten()").collect();
+    assert_eq!(parts.len(), 4, "{env}");
+    assert!(parts[0].starts_with(&from("a.name == 'app'")), "{env}");
+    assert!(
+        parts[0].ends_with("['B', 'A'].map(n, a.env.filter(e, e.name == n))"),
+        "{env}"
+    );
+    assert!(parts[1].contains(&from("has(object.metadata.labels) && 'src' in object.metadata.labels && a.name == object.metadata.labels['src']")), "{env}");
+    assert!(parts[2].contains(&from("has(object.metadata.annotations) && 'x.io/src' in object.metadata.annotations && a.name == object.metadata.annotations['x.io/src']")), "{env}");
+    assert_eq!(parts[3], "");
+    assert_eq!(
+        variable(&c, "x0c0n").unwrap(),
+        "variables.x0c0e.map(x, x.name)"
+    );
+    // The sidecar's own env first, then the pod's whose names it lacks, each name once.
+    let containers = variable(&c, "c0").unwrap();
+    assert!(containers.contains("'env': dyn([dyn({'name': dyn('A'), 'value': dyn('own')}), dyn({'name': dyn('IS_INJECTED'), 'value': dyn('true')})] + variables.x0c0e.transformList(k, e, !(e.name in ['A', 'IS_INJECTED']) && variables.x0c0n.indexOf(e.name) == k, e))"), "{containers}");
+    // A hot-upgrade pair: both get the env, before their two version vars.
+    assert_eq!(containers.matches("variables.x0c1e.transformList(k, e, !(e.name in ['IS_INJECTED']) && variables.x0c1n.indexOf(e.name) == k, e) + [dyn({'name': dyn('SIDECARSET_VERSION')").count(), 2, "{containers}");
+    // The plain sidecar stays a literal; nothing is shared, so no mounts are read.
+    assert!(variable(&c, "x0c2e").is_none());
+    assert!(variable(&c, "mounts").is_none());
+    assert!(!variable(&c, "any").unwrap().contains("<= 1000"));
+}
+
+#[test]
+fn shared_mounts_skip_the_sidecars_paths_and_name_the_sidecarsets_volumes() {
+    let set = ss(
+        "apiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: s}\nspec:\n  selector: {matchLabels: {app: a}}\n  initContainers:\n  - {name: prep, image: i, shareVolumePolicy: {type: enabled}}\n  containers:\n  - name: shipper\n    image: i\n    shareVolumePolicy: {type: enabled}\n    shareVolumeDevicePolicy: {type: enabled}\n    volumeMounts: [{name: own, mountPath: /own}]\n    volumeDevices: [{name: blk, devicePath: /dev/own}]\n  volumes: [{name: own, emptyDir: {}}, {name: extra, emptyDir: {}}, {name: own, hostPath: {path: /tmp}}]\n",
+    );
+    let other = basic("t", "other", "a");
+    let c = compile(&index(vec![set, other]), &opts());
+    assert_eq!(c.included, ["s", "t"]);
+    assert_eq!(
+        variable(&c, "x0c0m").unwrap(),
+        "variables.mounts.transformList(k, m, !(m.mountPath in ['/own']) && variables.mountPaths.indexOf(m.mountPath) == k, k)"
+    );
+    assert_eq!(
+        variable(&c, "x0c0d").unwrap(),
+        "variables.devices.transformList(k, m, !(m.devicePath in ['/dev/own']) && variables.devicePaths.indexOf(m.devicePath) == k, k)"
+    );
+    assert_eq!(
+        variable(&c, "x0i0m").unwrap(),
+        "variables.mounts.transformList(k, m, variables.mountPaths.indexOf(m.mountPath) == k, k)"
+    );
+    // The subPathExpr's env of the mounts kept.
+    assert_eq!(
+        variable(&c, "x0c0e").unwrap(),
+        "variables.x0c0m.map(k, variables.mountEnv[k]).flatten()"
+    );
+    let containers = variable(&c, "c0").unwrap();
+    assert!(containers.contains("'volumeMounts': dyn([dyn({'mountPath': dyn('/own'), 'name': dyn('own')})] + variables.x0c0m.map(k, variables.mounts[k]))"), "{containers}");
+    assert!(containers.contains("'volumeDevices': dyn([dyn({'devicePath': dyn('/dev/own'), 'name': dyn('blk')})] + variables.x0c0d.map(k, variables.devices[k]))"), "{containers}");
+    // No mounts of its own: present only when something is shared.
+    let init = variable(&c, "i0").unwrap();
+    assert!(init.contains("?'volumeMounts': size(variables.x0i0m) > 0 ? optional.of(dyn(variables.x0i0m.map(k, variables.mounts[k]))) : optional.none()"), "{init}");
+    // Volumes: init containers' first, of each its mounts then its devices; the first of a
+    // name in the SidecarSet.
+    assert_eq!(
+        variable(&c, "vn0").unwrap(),
+        "variables.x0i0m.map(k, variables.mounts[k].name) + ['own'] + variables.x0c0m.map(k, variables.mounts[k].name) + ['blk'] + variables.x0c0d.map(k, variables.devices[k].name)"
+    );
+    let map = variable(&c, "v0").unwrap();
+    assert_eq!(map.matches("'own': ").count(), 1, "{map}");
+    assert!(
+        map.contains("'emptyDir'") && !map.contains("hostPath"),
+        "{map}"
+    );
+    assert_eq!(
+        variable(&c, "vall").unwrap(),
+        "(variables.m0 ? variables.vn0.filter(n, n in variables.v0).map(n, variables.v0[n]) : [])"
+    );
+    // Shared from the pod's containers but injected sidecars; the pod's size bounded.
+    assert!(variable(&c, "apps").unwrap().contains("'IS_INJECTED'"));
+    assert!(
+        variable(&c, "any")
+            .unwrap()
+            .ends_with(&format!(") <= {MAX_SHARED_MOUNTS}"))
+    );
 }

@@ -828,7 +828,10 @@ fn policy_prints_the_compiled_policy_and_names_what_stays_on_the_webhook() {
         "apiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: logger}\n\
          spec:\n  selector: {matchLabels: {app: web}}\n  containers:\n  - {name: logger, image: busybox:1.36}\n\
          ---\napiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: shipper}\n\
-         spec:\n  selector: {matchLabels: {app: api}}\n  containers:\n  - {name: shipper, image: busybox:1.36, shareVolumePolicy: {type: enabled}}\n",
+         spec:\n  selector: {matchLabels: {app: api}}\n  containers:\n  - {name: shipper, image: busybox:1.36, shareVolumePolicy: {type: enabled}}\n\
+         ---\napiVersion: apps.kruise.io/v1alpha1\nkind: SidecarSet\nmetadata: {name: merger}\n\
+         spec:\n  selector: {matchLabels: {app: db}}\n  containers:\n  - {name: merger, image: busybox:1.36}\n\
+         \x20 patchPodMetadata:\n  - {annotations: {a.example.com/x: '{}'}, patchPolicy: MergePatchJson}\n",
     );
     let out = bin(&["policy", "-f", &file]);
     assert!(
@@ -846,10 +849,15 @@ fn policy_prints_the_compiled_policy_and_names_what_stays_on_the_webhook() {
     assert!(docs[0].to_string().contains("busybox:1.36"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("shipper: spec.containers[0].shareVolumePolicy"),
+        stderr.contains("merger: spec.patchPodMetadata uses MergePatchJson"),
         "{stderr}"
     );
-    assert!(!stderr.contains("logger"), "{stderr}");
+    // Sidecars built from the pod's containers (shareVolumePolicy) are compiled.
+    assert!(
+        !stderr.contains("logger") && !stderr.contains("shipper"),
+        "{stderr}"
+    );
+    assert!(docs[0].to_string().contains("variables.mounts"));
 
     let empty = tmp(
         "policy-empty.yaml",
