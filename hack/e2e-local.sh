@@ -79,11 +79,14 @@ cargo test -p sidecarset-e2e --test check -- --ignored --nocapture --test-thread
 log "faults: a leader cut off by a partition, an API server restart and etcd down 10 s, mid-rollout"
 cargo test -p sidecarset-e2e --test faults -- --ignored --nocapture --test-threads=1
 
-log "faults: the operator crashed right after its k-th write; its k-th Pod event followed by a relist, dropped, coalesced; one k of each for inject and rollout (make test-faults: every k of five scenarios)"
+log "faults: the operator crashed right after its k-th write; its k-th Pod event followed by a relist, dropped, coalesced, its view of the pods sent four events back; one k of each for inject and rollout (make test-faults: every k of every scenario)"
 SSO_FAULTS_POINTS=${SSO_FAULTS_POINTS:-sample:1} cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
 
 log "faults: regression: evict with the Pod watch cut right after its 4th event (an original pod the lagging cache missed was taken for a replacement and stopped the evictions)"
 SSO_FAULTS_SCENARIOS=evict SSO_FAULTS_PERTURBATIONS=relist SSO_FAULTS_POINTS=4 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
+
+log "faults: regression: revision with the view of the pods sent four events back at its 45th Pod event (the rollback upgraded 4 pods at once with maxUnavailable 2: the cache did not show the pods it had just upgraded)"
+SSO_FAULTS_SCENARIOS=revision SSO_FAULTS_PERTURBATIONS=stale SSO_FAULTS_POINTS=45 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
 
 log "migration from OpenKruise (recreates the SidecarSet CRD in OpenKruise's state; runs alone)"
 cargo test -p sidecarset-e2e --test migration -- --ignored --nocapture --test-threads=1

@@ -229,6 +229,12 @@ async fn patch_pods(
             Ok(None) => ctx.refusals.written(name, &key),
             Ok(Some(pod)) => {
                 ctx.refusals.written(name, &key);
+                ctx.expectations.expect(
+                    name,
+                    &key,
+                    pod.metadata.resource_version.as_deref(),
+                    tokio::time::Instant::now(),
+                );
                 written(ctx, name, &key, &pod, step).await;
                 upgraded.push(key);
             }

@@ -13,6 +13,7 @@
 pub mod act;
 pub mod changes;
 pub mod conditions;
+pub mod expectations;
 pub mod fence;
 pub mod leader;
 pub mod missing;
@@ -88,6 +89,9 @@ pub struct Ctx {
     /// SidecarSet → the status this process last wrote and the resourceVersions its recent
     /// writes produced (to tell a repair from a change: see [`Ctx::status_repair`]).
     written: changes::WrittenStatuses,
+    /// The in-place pod writes the pod cache has to show before the next plan
+    /// ([`expectations`]).
+    expectations: expectations::Expectations,
 }
 
 impl Ctx {
@@ -120,6 +124,7 @@ impl Ctx {
             refusals: Default::default(),
             scanned: Default::default(),
             written: Default::default(),
+            expectations: Default::default(),
         }
     }
 
@@ -363,6 +368,9 @@ async fn leading_reconcile(stored: Arc<StoredSidecarSet>, ctx: Arc<Ctx>) -> Resu
 
 async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let name = ss.name_any();
+    if waits_for_own_writes(&ctx, &name) {
+        return Ok(Action::await_change());
+    }
     // Observe.
     let mut defaulted = (*ss).clone();
     default_sidecarset(&mut defaulted);
@@ -443,6 +451,30 @@ async fn reconcile(ss: Arc<SidecarSet>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         ctx.queue.wake_after(&name, d);
     }
     Ok(Action::await_change())
+}
+
+/// Whether the pod cache does not show this process's last in-place writes to `name`'s pods
+/// yet ([`expectations`]): then nothing is planned, and the SidecarSet is looked at again soon.
+fn waits_for_own_writes(ctx: &Ctx, name: &str) -> bool {
+    let cached = |key: &str| {
+        let (ns, pod) = key.split_once('/')?;
+        let r = ObjectRef::<SlimPod>::new(pod).within(ns);
+        ctx.pods.get(&r)?.metadata.resource_version.clone()
+    };
+    let behind = ctx
+        .expectations
+        .behind(name, cached, tokio::time::Instant::now());
+    if !behind.timed_out.is_empty() {
+        warn!(sidecarset = %name, pods = ?behind.timed_out, timeout = ?expectations::TIMEOUT,
+            "the pod cache never showed these pods' in-place writes; planning without waiting for them");
+    }
+    if behind.pods.is_empty() {
+        return false;
+    }
+    tracing::debug!(sidecarset = %name, pods = ?behind.pods,
+        "the pod cache does not show our last in-place writes to these pods yet; planning when it does");
+    ctx.queue.wake_after(name, expectations::RECHECK);
+    true
 }
 
 fn record_metrics(name: &str, planned: &plan::ReconcilePlan) {
