@@ -106,6 +106,7 @@ fn only_successful_writes_of_managed_objects_count() {
         query: query.into(),
         target: target(path),
         name: None,
+        sent: 0,
     };
     assert!(counts(&w("/api/v1/namespaces/n/pods/p", ""), 200));
     assert!(!counts(&w("/api/v1/namespaces/n/pods/p", ""), 409));
