@@ -18,8 +18,9 @@
 #                                       stale: the pods' next list four events back, for 3 s
 #
 # Env: SSO_FAULTS_SCENARIOS (comma-separated, default every scenario: inject, rollout, hot,
-# revision, evict), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce,stale: the default), SSO_WORK,
-# and what hack/cluster.sh reads. The cluster is torn down at the end, also on failure.
+# revision, evict, and leader and rotation with two operator replicas; the crash points of
+# those two are the leader's writes), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce,stale:
+# the default), SSO_WORK, and what hack/cluster.sh reads. The cluster is torn down at the end, also on failure.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
@@ -46,7 +47,7 @@ case "${1:-}" in
   *) usage ;;
 esac
 
-export SSO_FAULTS_SCENARIOS=${SSO_FAULTS_SCENARIOS:-inject,rollout,hot,revision,evict}
+export SSO_FAULTS_SCENARIOS=${SSO_FAULTS_SCENARIOS:-inject,rollout,hot,revision,evict,leader,rotation}
 
 trap 'hack/cluster.sh down || true' EXIT
 trap 'exit 130' INT TERM

@@ -71,6 +71,10 @@ async fn admit(run: &Run, p: &Pod, store: bool) -> bool {
         }
         Err(kube::Error::Api(e)) if e.code == 409 => true,
         Err(e) => {
+            let e = match e {
+                kube::Error::Api(s) => s.message,
+                other => other.to_string(),
+            };
             let crashed = run.exits().iter().any(|(_, _, t)| *t <= at && at - t < 3.0);
             match crashed {
                 true => eprintln!(
