@@ -33,6 +33,12 @@
 //! namespace, and every write's target), the status counts equal a recount from the pods, no
 //! pod evicted twice.
 //!
+//! Two scenarios run two operator replicas (see [`replicas`]): `leader` (its crash points are
+//! the leader's writes: the other replica takes over) and `rotation` (the certificates rotate
+//! while pods are admitted: see [`rotation`]). For them, also: no controller write (pods,
+//! SidecarSets, ControllerRevisions) sent by a replica after another one acquired the Lease, by
+//! the records' send times against the Lease's holders as a watch of it saw them.
+//!
 //! Every violation prints the one command that replays its point: `hack/faults.sh replay
 //! SCENARIO K [crash|relist|drop|coalesce|stale]`.
 
