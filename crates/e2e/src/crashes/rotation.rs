@@ -6,8 +6,9 @@
 //!
 //! Its own oracles (violations of the run):
 //! * no admission refused and none without the sidecar, from the SidecarSet's first injection to
-//!   the end (a refusal in the 3 s after an operator process died is excused: a connection the
-//!   API server had open to it broke; that is the crash, not the rotation);
+//!   the end (a refusal of a request sent in the 3 s after an operator process died, or while it
+//!   died, is excused: the request it was serving, or a connection the API server had open to
+//!   it, broke; that is the crash, not the rotation);
 //! * at the end both replicas serve the Secret's serving certificate, signed by the new CA, and
 //!   every caBundle trusts that CA.
 
@@ -75,7 +76,14 @@ async fn admit(run: &Run, p: &Pod, store: bool) -> bool {
                 kube::Error::Api(s) => s.message,
                 other => other.to_string(),
             };
-            let crashed = run.exits().iter().any(|(_, _, t)| *t <= at && at - t < 3.0);
+            // The exit of a process that died while the request was in flight is seen by the
+            // monitor up to 50 ms after the refusal comes back.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let until = run.started.elapsed().as_secs_f64();
+            let crashed = run
+                .exits()
+                .iter()
+                .any(|(_, _, t)| *t >= at - 3.0 && *t <= until);
             match crashed {
                 true => eprintln!(
                     "[faults] rotation: admission refused right after a crash (excused): {e}"
