@@ -18,9 +18,8 @@
 #                                       stale: the pods' next list four events back, for 3 s
 #
 # Env: SSO_FAULTS_SCENARIOS (comma-separated, default every scenario: inject, rollout, hot,
-# revision, evict, and leader and rotation with two operator replicas; the crash points of
-# those two are the leader's writes), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce,stale:
-# the default), SSO_WORK, and what hack/cluster.sh reads. The cluster is torn down at the end, also on failure.
+# revision, evict), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce,stale: the default), SSO_WORK,
+# and what hack/cluster.sh reads. The cluster is torn down at the end, also on failure.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
@@ -47,6 +46,7 @@ case "${1:-}" in
   *) usage ;;
 esac
 
+# Also leader and rotation: two operator replicas (their crash points are the leader's writes).
 export SSO_FAULTS_SCENARIOS=${SSO_FAULTS_SCENARIOS:-inject,rollout,hot,revision,evict,leader,rotation}
 
 trap 'hack/cluster.sh down || true' EXIT
