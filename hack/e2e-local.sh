@@ -82,6 +82,9 @@ cargo test -p sidecarset-e2e --test faults -- --ignored --nocapture --test-threa
 log "faults: the operator crashed right after its k-th write; its k-th Pod event followed by a relist, dropped, coalesced, its view of the pods sent four events back; one k of each for inject and rollout (make test-faults: every k of every scenario)"
 SSO_FAULTS_POINTS=${SSO_FAULTS_POINTS:-sample:1} cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
 
+log "faults: two replicas, the leader crashed right after its k-th write mid-rollout (one k): the other takes over; no controller write after a lost Lease"
+SSO_FAULTS_SCENARIOS=leader SSO_FAULTS_PERTURBATIONS=crash SSO_FAULTS_POINTS=sample:1 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
+
 log "faults: regression: evict with the Pod watch cut right after its 4th event (an original pod the lagging cache missed was taken for a replacement and stopped the evictions)"
 SSO_FAULTS_SCENARIOS=evict SSO_FAULTS_PERTURBATIONS=relist SSO_FAULTS_POINTS=4 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
 

@@ -46,7 +46,8 @@ case "${1:-}" in
   *) usage ;;
 esac
 
-export SSO_FAULTS_SCENARIOS=${SSO_FAULTS_SCENARIOS:-inject,rollout,hot,revision,evict}
+# Also leader and rotation: two operator replicas (their crash points are the leader's writes).
+export SSO_FAULTS_SCENARIOS=${SSO_FAULTS_SCENARIOS:-inject,rollout,hot,revision,evict,leader,rotation}
 
 trap 'hack/cluster.sh down || true' EXIT
 trap 'exit 130' INT TERM

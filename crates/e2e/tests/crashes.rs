@@ -8,7 +8,8 @@
 //! view of the pods sent four events back at its k-th Pod event (stale).
 //!
 //! Env: `SSO_FAULTS_SCENARIOS` (comma-separated: `inject`, `rollout`, `hot`, `revision`,
-//! `evict`; default `inject,rollout`, what `make test` runs; `hack/faults.sh` runs all five),
+//! `evict`, and with two operator replicas `leader` and `rotation`; default `inject,rollout`,
+//! what `make test` runs, with `leader` crashed at one point; `hack/faults.sh` runs all seven),
 //! `SSO_FAULTS_PERTURBATIONS` (`crash`, `relist`, `drop`, `coalesce`, `stale`; default all five),
 //! `SSO_FAULTS_POINTS` (`all`, `sample:N` or numbers `3,7`; default `sample:1`, what `make test`
 //! runs; `make test-faults` runs `all`). A failure prints its replay command

@@ -33,10 +33,18 @@
 //! namespace, and every write's target), the status counts equal a recount from the pods, no
 //! pod evicted twice.
 //!
+//! Two scenarios run two operator replicas (see [`replicas`]): `leader` (its crash points are
+//! the leader's writes: the other replica takes over) and `rotation` (the certificates rotate
+//! while pods are admitted: see [`rotation`]). For them, also: no controller write (pods,
+//! SidecarSets, ControllerRevisions) sent by a replica after another one acquired the Lease, by
+//! the records' send times against the Lease's holders as a watch of it saw them.
+//!
 //! Every violation prints the one command that replays its point: `hack/faults.sh replay
 //! SCENARIO K [crash|relist|drop|coalesce|stale]`.
 
 pub mod more;
+pub mod replicas;
+pub mod rotation;
 pub mod run;
 pub mod scenarios;
 pub mod state;
@@ -173,11 +181,21 @@ pub struct Outcome {
     pub error: Option<String>,
     pub logs: String,
     pub secs: f64,
+    /// Who held the Lease when (two-replica scenarios).
+    pub holders: Vec<(u64, String)>,
+    /// What the scenario's driver found wrong on the way.
+    pub violations: Vec<String>,
 }
 
 /// Runs `scenario` once, perturbed at `point` if given.
 pub async fn run_once(scenario: Scenario, point: Option<(Kind, u64)>) -> anyhow::Result<Outcome> {
-    let run = Run::start(scenario.name(), scenario.operator_args(), point).await?;
+    let run = Run::start_replicas(
+        scenario.name(),
+        scenario.operator_args(),
+        point,
+        scenario.replicas(),
+    )
+    .await?;
     let watch = PodWatch::start(&run, scenario == Scenario::Evict);
     let driven = scenario.drive(&run, &watch).await;
     // Whatever the operator still does after the wanted status (it should do nothing more).
@@ -209,6 +227,8 @@ pub async fn run_once(scenario: Scenario, point: Option<(Kind, u64)>) -> anyhow:
         exits: run.exits(),
         logs: run.logs(),
         secs: run.started.elapsed().as_secs_f64(),
+        holders: run.holders.get(),
+        violations: run.violations(),
         error,
     };
     let keep = out.error.is_some();
@@ -253,9 +273,11 @@ pub async fn reference(scenario: Scenario) -> anyhow::Result<Reference> {
     let (a, b) = (&outs[0], &outs[1]);
     let (sa, sb) = (a.snapshot.clone().unwrap(), b.snapshot.clone().unwrap());
     let masks = state::differences(&sa, &sb);
+    // The points are the first process's (with two replicas: the leader's).
     let writes = |o: &Outcome| -> Vec<String> {
         counted_writes(&o.records)
             .iter()
+            .filter(|(n, _)| *n == 0)
             .map(|(_, w)| describe(w))
             .collect()
     };
@@ -307,11 +329,17 @@ pub async fn reference(scenario: Scenario) -> anyhow::Result<Reference> {
             o.logs
         );
     }
-    let events = pod_events(&a.records).len();
+    let first = |o: &Outcome| {
+        pod_events(&o.records)
+            .iter()
+            .filter(|(n, _)| *n == 0)
+            .count()
+    };
+    let events = first(a);
     println!(
         "[faults] {}: {events} and {} Pod events heard",
         scenario.name(),
-        pod_events(&b.records).len()
+        first(b)
     );
     Ok(Reference {
         snapshot: sa,
@@ -395,7 +423,12 @@ pub fn check(
 /// The invariants a run must keep whatever was perturbed (fault-free runs included): what the
 /// pod watch saw during the run, and the end state's own consistency.
 pub fn in_run_and_end_checks(scenario: Scenario, o: &Outcome) -> Vec<String> {
-    let mut v = Vec::new();
+    let mut v = o.violations.clone();
+    if scenario.replicas() > 1 {
+        v.extend(replicas::writes_after_losing_the_lease(
+            &o.records, &o.holders,
+        ));
+    }
     if !o.seen.bare.is_empty() {
         v.push(format!(
             "pods created without their sidecar: {:?}",
@@ -533,12 +566,16 @@ async fn point(
     let at = at.unwrap_or_else(|| "nothing: not reached".into());
     if v.is_empty() && d.is_empty() {
         println!(
-            "[faults] {} {} k={} (after {at}): ok; exits {:?}, {} pod versions checked during the run, run {:.1} s",
+            "[faults] {} {} k={} (after {at}): ok; exits {:?}, {} pod versions checked during the run{}, run {:.1} s",
             scenario.name(),
             p.0.name(),
             p.1,
             o.exits,
             o.seen.versions,
+            match o.holders.len() {
+                0 => String::new(),
+                n => format!(", {n} Lease holders in turn"),
+            },
             o.secs
         );
     } else {

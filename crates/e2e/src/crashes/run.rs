@@ -46,13 +46,17 @@ impl Names {
 /// The operator processes of a run, in the order they ran.
 #[derive(Default)]
 struct Procs {
-    current: Option<Operator>,
+    /// The process running in each replica's slot (one slot, or two for the scenarios of
+    /// [`super::replicas`]).
+    current: Vec<Option<Operator>>,
     /// How many were started (the next one's number).
     started: usize,
     /// Each exit seen by the monitor: process number, status, when.
     exits: Vec<(usize, String, Instant)>,
     /// Why the monitor gave up starting it again, if it did.
     failed: Option<String>,
+    /// The slot of each process started again by the monitor (the first ones: their number).
+    slots: std::collections::BTreeMap<usize, usize>,
 }
 
 pub struct Run {
@@ -62,13 +66,23 @@ pub struct Run {
     pub dir: PathBuf,
     /// The perturbation of its first operator process, if any.
     pub point: Option<(Kind, u64)>,
-    port: u16,
+    /// Each replica's webhook port.
+    pub ports: Vec<u16>,
+    /// The port the webhooks are called on: the replica's, or the front of several.
+    url_port: u16,
+    front: Option<super::replicas::Front>,
+    /// Who held the Lease when (two replicas only).
+    pub holders: super::replicas::Holders,
+    lease_watch: Option<tokio::task::JoinHandle<()>>,
+    /// What the scenario's driver found wrong on the way (its own oracles).
+    violations: Arc<Mutex<Vec<String>>>,
     procs: Arc<Mutex<Procs>>,
     monitor: Option<tokio::task::JoinHandle<()>>,
     pub started: Instant,
 }
 
-/// At most this many restarts per run (a process that cannot start is not retried forever).
+/// At most this many processes per replica and run (a process that cannot start is not
+/// retried forever).
 const MAX_STARTS: usize = 4;
 
 impl Run {
@@ -79,6 +93,18 @@ impl Run {
         args: &[&str],
         point: Option<(Kind, u64)>,
     ) -> anyhow::Result<Run> {
+        Run::start_replicas(scenario, args, point, 1).await
+    }
+
+    /// [`Run::start`] with `replicas` operator processes sharing the Lease and serving the
+    /// webhooks behind a [`super::replicas::Front`]: the first (perturbed at `point`) leads, the
+    /// others are started once it holds the Lease.
+    pub async fn start_replicas(
+        scenario: &str,
+        args: &[&str],
+        point: Option<(Kind, u64)>,
+        replicas: usize,
+    ) -> anyhow::Result<Run> {
         let c = client().await;
         let names = Names::new(scenario, args);
         create_namespace(&c, &names.ns, json!({})).await?;
@@ -86,28 +112,47 @@ impl Run {
         wait_default_sa(&c, &names.pods_ns).await?;
         let dir = std::env::temp_dir().join(&names.name);
         std::fs::create_dir_all(&dir)?;
+        let ports: Vec<u16> = (0..replicas.max(1)).map(|_| free_port()).collect();
+        let front = match replicas > 1 {
+            true => Some(super::replicas::Front::start(ports.clone()).await?),
+            false => None,
+        };
+        let (holders, lease_watch) = match replicas > 1 {
+            true => {
+                let (h, t) = super::replicas::Holders::watch(&c, &names.ns, &names.name);
+                (h, Some(t))
+            }
+            false => Default::default(),
+        };
         let mut run = Run {
             c,
             names,
             dir,
             point,
-            port: free_port(),
+            url_port: front.as_ref().map(|f| f.port).unwrap_or(ports[0]),
+            ports,
+            front,
+            holders,
+            lease_watch,
+            violations: Arc::default(),
             procs: Arc::default(),
             monitor: None,
             started: Instant::now(),
         };
-        let first = run.spawn(0, point)?;
+        let first = run.spawn(0, 0, point)?;
         {
             let mut p = run.procs.lock().unwrap();
-            p.current = Some(first);
+            p.current = (0..run.ports.len()).map(|_| None).collect();
+            p.current[0] = Some(first);
             p.started = 1;
         }
         run.monitor = Some(tokio::spawn(monitor(
             run.procs.clone(),
             run.dir.clone(),
             run.names.clone(),
-            run.port,
+            (run.ports.clone(), run.url_port),
         )));
+        run.start_followers().await?;
         let (c, name) = (run.c.clone(), run.names.name.clone());
         crate::eventually(60, "the operator's webhooks trusted", || {
             let (c, name) = (c.clone(), name.clone());
@@ -123,8 +168,46 @@ impl Run {
         Ok(run)
     }
 
-    fn spawn(&self, n: usize, point: Option<(Kind, u64)>) -> anyhow::Result<Operator> {
-        spawn(&self.dir, &self.names, self.port, n, point)
+    fn spawn(&self, slot: usize, n: usize, point: Option<(Kind, u64)>) -> anyhow::Result<Operator> {
+        spawn(
+            &self.dir,
+            &self.names,
+            (self.ports[slot], self.url_port),
+            n,
+            point,
+        )
+    }
+
+    /// The replicas after the first, once the first slot's process holds the Lease.
+    async fn start_followers(&self) -> anyhow::Result<()> {
+        if self.ports.len() < 2 {
+            return Ok(());
+        }
+        crate::eventually(60, "the first replica to hold the Lease", || async {
+            let first = self.procs.lock().unwrap().current[0]
+                .as_ref()
+                .map(Operator::pid);
+            Ok((first.is_some() && self.holders.holder_pid() == first).then_some(()))
+        })
+        .await?;
+        let mut p = self.procs.lock().unwrap();
+        for slot in 1..self.ports.len() {
+            let n = p.started;
+            p.current[slot] = Some(self.spawn(slot, n, None)?);
+            p.slots.insert(n, slot);
+            p.started += 1;
+        }
+        Ok(())
+    }
+
+    /// A violation the scenario's driver saw (reported with the run's checks).
+    pub fn violation(&self, v: String) {
+        eprintln!("[faults] violation: {v}");
+        self.violations.lock().unwrap().push(v);
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        self.violations.lock().unwrap().clone()
     }
 
     /// The exits seen so far: (process number, exit status, seconds after the run's start).
@@ -180,7 +263,11 @@ impl Run {
         if let Some(m) = self.monitor.take() {
             m.abort();
         }
-        drop(self.procs.lock().unwrap().current.take());
+        self.procs.lock().unwrap().current.clear();
+        if let Some(w) = self.lease_watch.take() {
+            w.abort();
+        }
+        drop(self.front.take());
         use k8s_openapi::api::admissionregistration::v1::{
             MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
         };
@@ -233,14 +320,15 @@ impl Run {
     }
 }
 
+/// Process `n`, listening on `port`, its webhooks called on `url_port`.
 fn spawn(
     dir: &std::path::Path,
     names: &Names,
-    port: u16,
+    (port, url_port): (u16, u16),
     n: usize,
     point: Option<(Kind, u64)>,
 ) -> anyhow::Result<Operator> {
-    let url = format!("https://127.0.0.1:{port}");
+    let url = format!("https://127.0.0.1:{url_port}");
     let mut args = vec![
         "--namespace",
         &names.ns,
@@ -282,40 +370,54 @@ fn spawn(
     Operator::start_with_env(&args, &env, port, &log)
 }
 
-/// Every 50 ms: has the operator exited? Then start the next one (recording, unperturbed).
-async fn monitor(procs: Arc<Mutex<Procs>>, dir: PathBuf, names: Names, port: u16) {
+/// Every 50 ms: has a replica's operator exited? Then start the next one in its slot
+/// (recording, unperturbed).
+async fn monitor(procs: Arc<Mutex<Procs>>, dir: PathBuf, names: Names, ports: (Vec<u16>, u16)) {
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let mut p = procs.lock().unwrap();
-        let exited = match p.current.as_mut().map(|o| o.try_wait()) {
-            Some(Ok(Some(status))) => status,
-            Some(Ok(None)) => continue,
-            Some(Err(e)) => {
-                p.failed = Some(format!("cannot wait for the operator: {e}"));
+        for slot in 0..p.current.len() {
+            let exited = match p.current[slot].as_mut().map(|o| o.try_wait()) {
+                Some(Ok(Some(status))) => status,
+                Some(Ok(None)) | None => continue,
+                Some(Err(e)) => {
+                    p.failed = Some(format!("cannot wait for the operator: {e}"));
+                    return;
+                }
+            };
+            let n = p.number(slot);
+            p.exits.push((n, exited.to_string(), Instant::now()));
+            p.current[slot] = None;
+            if p.started >= MAX_STARTS + ports.0.len() - 1 {
+                p.failed = Some(format!(
+                    "the operator exited {} times; last: {exited}",
+                    p.exits.len()
+                ));
                 return;
             }
-            None => return,
-        };
-        let n = p.started - 1;
-        p.exits.push((n, exited.to_string(), Instant::now()));
-        p.current = None;
-        if p.started >= MAX_STARTS {
-            p.failed = Some(format!(
-                "the operator exited {} times; last: {exited}",
-                p.exits.len()
-            ));
-            return;
-        }
-        match spawn(&dir, &names, port, p.started, None) {
-            Ok(o) => {
-                p.current = Some(o);
-                p.started += 1;
-            }
-            Err(e) => {
-                p.failed = Some(format!("cannot start the operator again: {e:#}"));
-                return;
+            match spawn(&dir, &names, (ports.0[slot], ports.1), p.started, None) {
+                Ok(o) => {
+                    let n = p.started;
+                    p.current[slot] = Some(o);
+                    p.slots.insert(n, slot);
+                    p.started += 1;
+                }
+                Err(e) => {
+                    p.failed = Some(format!("cannot start the operator again: {e:#}"));
+                    return;
+                }
             }
         }
+    }
+}
+
+impl Procs {
+    /// The number of the process running in `slot` (the last one started there).
+    fn number(&self, slot: usize) -> usize {
+        (0..self.started)
+            .rev()
+            .find(|n| self.slots.get(n).copied().unwrap_or(*n) == slot)
+            .unwrap_or(slot)
     }
 }
 

@@ -7,6 +7,10 @@
 //! * `rollout`: a SidecarSet (`maxUnavailable: 2`, `partition: 2`) over [`ROLLOUT_PODS`] injected
 //!   ready pods, then its image changes: four pods are upgraded in place, two stay.
 //! * `hot`, `revision`, `evict`: see [`super::more`].
+//! * `leader`: `rollout` with two operator replicas (both serve the webhooks, one leads);
+//!   crashed after one of the leader's writes, the other takes over and finishes.
+//! * `rotation`: two replicas whose CA and serving certificate rotate while pods are created:
+//!   see [`super::rotation`].
 //!
 //! Every scenario first creates a pod no SidecarSet selects ([`BYSTANDER`]): the operator must
 //! never touch it.
@@ -44,15 +48,19 @@ pub enum Scenario {
     Hot,
     Revision,
     Evict,
+    Leader,
+    Rotation,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Inject,
         Scenario::Rollout,
         Scenario::Hot,
         Scenario::Revision,
         Scenario::Evict,
+        Scenario::Leader,
+        Scenario::Rotation,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +70,8 @@ impl Scenario {
             Scenario::Hot => "hot",
             Scenario::Revision => "revision",
             Scenario::Evict => "evict",
+            Scenario::Leader => "leader",
+            Scenario::Rotation => "rotation",
         }
     }
 
@@ -71,7 +81,7 @@ impl Scenario {
             .find(|x| x.name() == s.trim())
             .ok_or_else(|| {
                 anyhow::anyhow!(
-                    "unknown scenario {s:?}: the scenarios are inject, rollout, hot, revision and evict"
+                    "unknown scenario {s:?}: the scenarios are inject, rollout, hot, revision, evict, leader and rotation"
                 )
             })
     }
@@ -80,17 +90,26 @@ impl Scenario {
     pub fn operator_args(self) -> &'static [&'static str] {
         match self {
             Scenario::Evict => super::more::EVICT_ARGS,
+            Scenario::Rotation => super::rotation::ROTATION_ARGS,
             _ => &[],
+        }
+    }
+
+    /// How many operator replicas it runs (two share the Lease: see [`super::replicas`]).
+    pub fn replicas(self) -> usize {
+        match self {
+            Scenario::Leader | Scenario::Rotation => 2,
+            _ => 1,
         }
     }
 
     /// The `maxUnavailable` of its upgrades, which the pod watch checks.
     pub fn max_unavailable(self) -> Option<usize> {
         match self {
-            Scenario::Rollout => Some(MAX_UNAVAILABLE),
+            Scenario::Rollout | Scenario::Leader => Some(MAX_UNAVAILABLE),
             Scenario::Hot => Some(super::more::HOT_MAX_UNAVAILABLE),
             Scenario::Revision => Some(super::more::REVISION_MAX_UNAVAILABLE),
-            Scenario::Inject | Scenario::Evict => None,
+            Scenario::Inject | Scenario::Evict | Scenario::Rotation => None,
         }
     }
 
@@ -101,6 +120,7 @@ impl Scenario {
             Scenario::Hot => return super::more::hot(run, watch).await,
             Scenario::Revision => return super::more::revision(run, watch).await,
             Scenario::Evict => return super::more::evict(run, watch).await,
+            Scenario::Rotation => return super::rotation::rotation(run).await,
             _ => {}
         }
         match self {
@@ -110,7 +130,8 @@ impl Scenario {
                 create_pods(run, INJECT_PODS).await?;
                 settled(run, generation, INJECT_PODS, INJECT_PODS).await
             }
-            Scenario::Rollout => {
+            // `leader`: the same rollout with two replicas (the leader crashed mid-rollout).
+            Scenario::Rollout | Scenario::Leader => {
                 let strategy = json!({"maxUnavailable": MAX_UNAVAILABLE, "partition": PARTITION});
                 let generation = create_set(run, "registry.local/proxy:1", strategy).await?;
                 injectable(run).await?;

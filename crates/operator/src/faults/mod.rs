@@ -5,9 +5,10 @@
 //! Switched on only by environment variables, read once at start ([`install_from_env`]):
 //!
 //! * `SSO_FAULTS_RECORD=PATH`: every write the operator sends (method, path, resource,
-//!   namespace, name, response status, its number among the counted writes) and every watch
-//!   event it receives (type, kind, namespace, name, resourceVersion), one JSON object a line,
-//!   appended to PATH;
+//!   namespace, name, response status, its number among the counted writes, when it was sent)
+//!   and every watch event it receives (type, kind, namespace, name, resourceVersion), one JSON
+//!   object a line (each with the process's pid, its order `seq` and the wall clock `t`, unix
+//!   ms), appended to PATH;
 //! * `SSO_FAULTS_CRASH_AFTER_WRITE=K` (K ≥ 1): the process aborts (`std::process::abort`: no
 //!   cleanup, no Lease released, like a SIGKILL) as soon as the response of its K-th counted
 //!   write arrives, before the caller sees it. Counted: the successful (status < 400) POST, PUT,
@@ -300,6 +301,7 @@ impl Recorder {
         let Some(file) = &self.file else { return };
         v["seq"] = self.seq.fetch_add(1, Ordering::SeqCst).into();
         v["pid"] = std::process::id().into();
+        v["t"] = unix_ms().into();
         let mut text = v.to_string();
         text.push('\n');
         if let Ok(mut f) = file.lock() {
@@ -315,7 +317,7 @@ impl Recorder {
             "op": "write", "method": w.method.as_str(), "path": w.path, "query": w.query,
             "resource": w.target.resource, "subresource": w.target.subresource,
             "namespace": w.target.namespace, "name": w.name, "status": status,
-            "k": counted, "crash": crash,
+            "k": counted, "crash": crash, "sent": w.sent,
         }));
         if crash {
             crash_now();
@@ -385,6 +387,17 @@ struct Write1 {
     target: Target,
     /// The path's name, else (a create) the body's `metadata.name` or `generateName`.
     name: Option<String>,
+    /// When it was handed to the connection (wall clock, unix ms: the harness compares it with
+    /// the Lease's holder changes, on the same machine).
+    sent: u64,
+}
+
+/// The wall clock in unix milliseconds (each record line's `t`).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn write_of(req: &Request<Body>) -> Write1 {
@@ -406,6 +419,7 @@ fn write_of(req: &Request<Body>) -> Write1 {
         path,
         target,
         name,
+        sent: unix_ms(),
     }
 }
 

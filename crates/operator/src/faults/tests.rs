@@ -106,6 +106,7 @@ fn only_successful_writes_of_managed_objects_count() {
         query: query.into(),
         target: target(path),
         name: None,
+        sent: 0,
     };
     assert!(counts(&w("/api/v1/namespaces/n/pods/p", ""), 200));
     assert!(!counts(&w("/api/v1/namespaces/n/pods/p", ""), 409));
@@ -152,6 +153,21 @@ fn watch_lines_pass_whole_are_recorded_and_a_relist_ends_the_body() {
     let names: Vec<_> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["a", "s", "b"]);
     assert_eq!(lines[0]["resourceVersion"], "7");
+    // Every line says which process wrote it and when (the harness orders replicas' writes
+    // against the Lease's holders with it).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for l in &lines {
+        assert_eq!(l["pid"].as_u64(), Some(u64::from(std::process::id())));
+        assert!(
+            l["t"]
+                .as_u64()
+                .is_some_and(|t| t <= now && now - t < 60_000),
+            "{l}"
+        );
+    }
     assert_eq!(
         (lines[1]["n"].is_null(), lines[2]["n"].as_u64()),
         (true, Some(2))
