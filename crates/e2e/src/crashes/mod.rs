@@ -33,6 +33,7 @@
 //! Every violation prints the one command that replays its point: `hack/faults.sh replay
 //! SCENARIO K [crash|relist|drop|coalesce]`.
 
+pub mod inputs;
 pub mod more;
 pub mod run;
 pub mod scenarios;
