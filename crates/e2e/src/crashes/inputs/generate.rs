@@ -235,7 +235,7 @@ impl Gen<'_> {
         (v, format!("{} = {what}", dotted(path)), None)
     }
 
-    fn selector(self) -> (Value, String) {
+    fn selector(mut self) -> (Value, String) {
         let base = json!({"e2e-app": self.ctx.label});
         let exprs = [
             json!(null),
@@ -244,7 +244,8 @@ impl Gen<'_> {
             json!([{"key": "tier", "operator": "NotIn", "values": ["b"]}]),
             json!([{"key": "tier", "operator": "Exists"}]),
         ];
-        let e = self.rng.pick(&exprs).clone();
+        let cur = self.spec["selector"]["matchExpressions"].clone();
+        let e = self.other_than(&cur, &exprs);
         let what = format!("matchExpressions {e}");
         let mut sel = json!({"matchLabels": base});
         if !e.is_null() {
