@@ -147,7 +147,11 @@ pub fn plan(seed: u64, steps: usize, ctx: &Ctx) -> anyhow::Result<Vec<Step>> {
             true => g.invalid(knob, path, &d),
             false => g.valid(knob, path, &d),
         };
-        let new = with(&spec, path, value);
+        let mut new = with(&spec, path, value);
+        if field.is_none() && path.first() == Some(&"containers") {
+            // A new sidecar spec is released under a version of its own (what a pin names).
+            new = with(&new, &["customVersion"], json!(format!("v{n}")));
+        }
         let step = Step {
             n,
             knob,
@@ -254,16 +258,15 @@ impl Gen<'_> {
         (sel, what)
     }
 
-    fn namespace_selector(self) -> (Value, String) {
+    fn namespace_selector(mut self) -> (Value, String) {
         let key = "kubernetes.io/metadata.name";
-        let v = self
-            .rng
-            .pick(&[
-                json!(null),
-                json!({"matchLabels": {key: self.ctx.pods_ns}}),
-                json!({"matchLabels": {key: "fx-no-such-namespace"}}),
-            ])
-            .clone();
+        let all = [
+            json!(null),
+            json!({"matchLabels": {key: self.ctx.pods_ns}}),
+            json!({"matchLabels": {key: "fx-no-such-namespace"}}),
+        ];
+        let cur = self.spec["namespaceSelector"].clone();
+        let v = self.other_than(&cur, &all);
         (
             v.clone(),
             format!("{v}").replace(&self.ctx.pods_ns, "<pods>"),
@@ -304,7 +307,11 @@ impl Gen<'_> {
             }
         };
         let _ = path;
-        (json!([c]), format!("containers[0] {what}"), None)
+        (
+            json!([c]),
+            format!("containers[0] {what}, released as v{}", self.n),
+            None,
+        )
     }
 
     fn invalid(self, knob: &str, path: &[&str], d: &Domain) -> Change {
