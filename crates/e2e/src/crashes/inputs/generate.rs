@@ -417,36 +417,41 @@ fn compact(v: &Value) -> String {
     }
 }
 
-/// The custom versions a pin may name and know what it injects: every spec accepted with it had
-/// the same containers, no other custom version was accepted with those containers (a revision
-/// is one per spec: it keeps the label it was made with), and those containers are among the
-/// last five specs (the history keeps ten revisions).
-pub fn pinnable(history: &[(Value, Value)]) -> Vec<String> {
-    let mut recent: Vec<&Value> = Vec::new();
-    for (_, c) in history.iter().rev() {
-        if !recent.contains(&c) {
-            recent.push(c);
+/// The revisions as the controller keeps them, newest first: one per distinct sidecar spec, its
+/// custom version the one of the last accepted spec with those containers (a spec accepted again
+/// under another version relabels its revision and makes it the newest), as (custom version,
+/// containers).
+fn revisions(history: &[(Value, Value)]) -> Vec<(&Value, &Value)> {
+    let mut out: Vec<(&Value, &Value)> = Vec::new();
+    for (cv, c) in history.iter().rev() {
+        if !out.iter().any(|(_, x)| *x == c) {
+            out.push((cv, c));
         }
     }
-    recent.truncate(5);
+    out
+}
+
+/// The custom versions a pin may name: the labels of the five newest revisions (the history
+/// keeps ten, and validation refuses a pin naming no revision).
+pub fn pinnable(history: &[(Value, Value)]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for (cv, c) in history {
-        let Some(cv) = cv.as_str() else { continue };
-        let same_cv_same_c = history.iter().filter(|(v, _)| v == cv).all(|(_, x)| x == c);
-        let same_c_same_cv = history.iter().filter(|(_, x)| x == c).all(|(v, _)| v == cv);
-        if same_cv_same_c && same_c_same_cv && recent.contains(&c) && !out.iter().any(|o| o == cv) {
+    for (cv, _) in revisions(history).into_iter().take(5) {
+        if let Some(cv) = cv.as_str()
+            && !out.iter().any(|o| o == cv)
+        {
             out.push(cv.to_string());
         }
     }
     out
 }
 
-/// The containers a pin on `cv` injects (see [`pinnable`]).
+/// The containers a pin on `cv` injects: the newest revision labelled `cv`; none when no
+/// revision is labelled `cv` any more (the pin stops resolving: new pods get the spec, with a
+/// `PinnedRevisionNotFound` Event).
 pub fn pinned_containers(history: &[(Value, Value)], cv: &str) -> Option<Value> {
-    history
-        .iter()
-        .rev()
-        .find(|(v, _)| v == cv)
+    revisions(history)
+        .into_iter()
+        .find(|(v, _)| *v == cv)
         .map(|(_, c)| c.clone())
 }
 
@@ -556,11 +561,17 @@ mod tests {
     }
 
     #[test]
-    fn pins_name_only_custom_versions_of_one_spec() {
+    fn pins_follow_the_revisions_labels() {
         let h = |v: &[(&str, u32)]| -> Vec<(Value, Value)> {
             v.iter().map(|(cv, c)| (json!(cv), json!(c))).collect()
         };
-        assert_eq!(pinnable(&h(&[("v0", 1), ("v1", 2), ("v2", 2)])), ["v0"]);
-        assert_eq!(pinnable(&h(&[("v0", 1), ("v0", 2), ("v3", 3)])), ["v3"]);
+        // Spec 1 accepted again as v2: its revision is relabelled, v0 names nothing.
+        let hist = h(&[("v0", 1), ("v1", 2), ("v2", 1)]);
+        assert_eq!(pinnable(&hist), ["v2", "v1"]);
+        assert_eq!(pinned_containers(&hist, "v0"), None);
+        assert_eq!(pinned_containers(&hist, "v2"), Some(json!(1)));
+        // Two specs under one version: the newest.
+        let hist = h(&[("v0", 1), ("v0", 2)]);
+        assert_eq!(pinned_containers(&hist, "v0"), Some(json!(2)));
     }
 }
