@@ -41,6 +41,10 @@ e2e-local: ## The e2e suite on a local kwok cluster built from source (operator 
 test-faults: ## The fault harness (crash after each write; relist after, drop or coalesce each Pod event) on every point of the five reference scenarios, on a local kwok cluster of its own (hack/faults.sh sweep; make test runs a sample); a failure prints its replay command
 	hack/faults.sh sweep
 
+.PHONY: test-inputs
+test-inputs: ## The input harness (Acto-style): 20 sequences of 12 SidecarSet changes derived from the CRD's schema, valid and invalid, on a local kwok cluster of its own (hack/faults.sh inputs-sweep; make test runs one short sequence); a failure prints its replay command
+	hack/faults.sh inputs-sweep
+
 .PHONY: e2e-node
 e2e-node: ## Real-node suites: operator image, helm install and in-place upgrades on a real kubelet (hack/node.sh; needs root; skipped with the reason where it cannot run, unless CI / SSO_REQUIRE_REAL_NODE=1)
 	hack/e2e-node.sh

@@ -16,9 +16,15 @@
 #                                       event; drop: that event never delivered; coalesce: that
 #                                       event and its pod's next ones within 2 s delivered as one;
 #                                       stale: the pods' next list four events back, for 3 s
+#   hack/faults.sh inputs SEED [STEPS]  the input harness (crates/e2e/src/crashes/inputs, as Acto tests
+#                                       operators): the sequence of SidecarSet changes of SEED (a seed,
+#                                       seeds 1,5 or a range 1-20; STEPS per sequence, default 8), as a
+#                                       failure prints it
+#   hack/faults.sh inputs-sweep [N]     sequences of 12 steps for seeds 1..N (default 20; `make test-inputs`)
 #
 # Env: SSO_FAULTS_SCENARIOS (comma-separated, default every scenario: inject, rollout, hot,
-# revision, evict), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce,stale: the default), SSO_WORK,
+# revision, evict, leader, rotation), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce,stale: the default),
+# SSO_FAULTS_INPUTS_BOUND (seconds a valid input step may take to be followed, default 60), SSO_WORK,
 # and what hack/cluster.sh reads. The cluster is torn down at the end, also on failure.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +34,7 @@ export SSO_WORK=$WORK
 
 log() { printf '[faults] %s\n' "$*" >&2; }
 usage() {
-  sed -n '8,18p' "$0" >&2
+  sed -n '8,23p' "$0" >&2
   exit 2
 }
 
@@ -42,6 +48,16 @@ case "${1:-}" in
     [ $# -eq 3 ] || [ $# -eq 4 ] || usage
     case "$3" in '' | *[!0-9]*) log "K must be a number, got '$3'"; usage ;; esac
     export SSO_FAULTS_SCENARIOS=$2 SSO_FAULTS_POINTS=$3 SSO_FAULTS_PERTURBATIONS=${4:-crash}
+    ;;
+  inputs)
+    [ $# -eq 2 ] || [ $# -eq 3 ] || usage
+    case "$2" in '' | *[!0-9,-]*) log "SEED must be a number, numbers separated by commas or a range A-B, got '$2'"; usage ;; esac
+    case "${3:-8}" in '' | *[!0-9]*) log "STEPS must be a number, got '${3:-}'"; usage ;; esac
+    export SSO_FAULTS_INPUTS_SEEDS=$2 SSO_FAULTS_INPUTS_STEPS=${3:-8}
+    ;;
+  inputs-sweep)
+    case "${2:-20}" in '' | *[!0-9]*) log "N must be a number, got '${2:-}'"; usage ;; esac
+    export SSO_FAULTS_INPUTS_SEEDS="1-${2:-20}" SSO_FAULTS_INPUTS_STEPS=${SSO_FAULTS_INPUTS_STEPS:-12}
     ;;
   *) usage ;;
 esac
@@ -66,5 +82,10 @@ for _ in $(seq 120); do
   sleep 0.5
 done
 [ "$est" = True ] || { log "the SidecarSet CRD is not Established after 60 s"; exit 1; }
+if [ -n "${SSO_FAULTS_INPUTS_SEEDS:-}" ]; then
+  log "input sequences: seeds $SSO_FAULTS_INPUTS_SEEDS, $SSO_FAULTS_INPUTS_STEPS steps each"
+  cargo test -p sidecarset-e2e --test inputs -- --ignored --nocapture --test-threads=1
+  exit 0
+fi
 log "scenarios ${SSO_FAULTS_SCENARIOS:-all}, points $SSO_FAULTS_POINTS"
 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1

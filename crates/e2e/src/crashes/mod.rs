@@ -42,6 +42,7 @@
 //! Every violation prints the one command that replays its point: `hack/faults.sh replay
 //! SCENARIO K [crash|relist|drop|coalesce|stale]`.
 
+pub mod inputs;
 pub mod more;
 pub mod replicas;
 pub mod rotation;

@@ -149,7 +149,7 @@ impl Scenario {
 /// The pod no SidecarSet selects (its label value is the run's, with `-no`); retried while
 /// admission refuses it (the pod webhook, before its match conditions are written, is called
 /// for every pod, and refuses while the operator does not serve yet).
-async fn bystander(run: &Run) -> anyhow::Result<()> {
+pub(super) async fn bystander(run: &Run) -> anyhow::Result<()> {
     let p = &pod(
         BYSTANDER,
         json!({"e2e-app": format!("{}-no", run.names.label)}),
@@ -418,6 +418,16 @@ impl PodWatch {
     /// From now on, the most pods unavailable at once is tracked.
     pub fn count_unavailable(&self) {
         self.seen.lock().unwrap().counting = true;
+    }
+
+    /// The most pods mid-upgrade at once since the last call (or since
+    /// [`PodWatch::count_unavailable`]) and which they were; counting starts again from now.
+    pub fn take_max_unavailable(&self) -> (usize, Vec<String>) {
+        let mut s = self.seen.lock().unwrap();
+        (
+            std::mem::take(&mut s.max_unavailable),
+            std::mem::take(&mut s.worst),
+        )
     }
 
     /// From now on, a pod created without its sidecar is a violation.

@@ -72,7 +72,7 @@ pub async fn snapshot(run: &Run) -> anyhow::Result<Value> {
 /// once the controller has registered the revision (OpenKruise copies `status.latestRevision`,
 /// empty until the first status write, the same way): a pod created in the first moments of a
 /// SidecarSet, or while a restarted replica waits for the Lease, lacks it also fault-free.
-fn pod_state(p: &Pod) -> Value {
+pub fn pod_state(p: &Pod) -> Value {
     let spec = p.spec.clone().unwrap_or_default();
     let containers: Vec<Value> = spec
         .containers

@@ -38,10 +38,32 @@ pub(super) fn validate_container(
     if c.is_hot_upgrade() {
         validate_hot_upgrade(c, path, is_init, errs);
     }
+    validate_quantities(c, path, errs);
     validate_mounts(c, path, volumes, errs);
     validate_transfer_env(c, path, errs);
     if let Some(policy) = &c.resources_policy {
         validate_resources_policy(c, policy, &format!("{path}.resourcesPolicy"), is_init, errs);
+    }
+}
+
+/// Requests and limits are quantities (OpenKruise refuses anything else when it decodes the
+/// SidecarSet; accepted, it would make the API server refuse every pod it is injected into).
+fn validate_quantities(c: &SidecarContainer, path: &str, errs: &mut ValidationErrors) {
+    let Some(r) = &c.container.resources else {
+        return;
+    };
+    for (kind, list) in [("requests", &r.requests), ("limits", &r.limits)] {
+        for (name, q) in list.iter().flatten() {
+            if crate::api::quantity::canonical(&q.0).is_none() {
+                errs.push(
+                    format!("{path}.resources.{kind}[{name}]"),
+                    format!(
+                        "{:?} is not a quantity: use a number with an optional suffix, e.g. 100m, 0.5, 64Mi, 1G",
+                        q.0
+                    ),
+                );
+            }
+        }
     }
 }
 
@@ -234,6 +256,35 @@ fn validate_resources_policy(
                     ),
                 );
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::SidecarSet;
+
+    #[test]
+    fn requests_and_limits_must_be_quantities() {
+        let ss = |cpu: &str| -> SidecarSet {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "apps.kruise.io/v1beta1", "kind": "SidecarSet", "metadata": {"name": "s"},
+                "spec": {"selector": {"matchLabels": {"a": "b"}}, "containers": [{"name": "proxy",
+                    "image": "p:1", "resources": {"requests": {"cpu": cpu}, "limits": {"memory": "64Mi"}}}]}}))
+            .unwrap()
+        };
+        for ok in ["100m", "0.5", "1", "2e3", "1G"] {
+            assert!(super::super::validate(&ss(ok)).is_ok(), "{ok}");
+        }
+        // The input harness's sequence (seed 433, step 3) had "lots" accepted.
+        for bad in ["lots", "1.5.5", "1 Gi"] {
+            let errs = super::super::validate(&ss(bad)).unwrap_err();
+            assert_eq!(errs.0.len(), 1, "{errs}");
+            assert_eq!(
+                errs.0[0].field, "spec.containers[0].resources.requests[cpu]",
+                "{errs}"
+            );
+            assert!(errs.0[0].message.contains("not a quantity"), "{errs}");
         }
     }
 }
