@@ -26,8 +26,9 @@ check: ## The fast inner loop (no cluster): fmt, shellcheck, the feature check, 
 	hack/test.sh check
 
 .PHONY: unit
-unit: ## Unit, fixture and webhook (TLS) tests
+unit: ## Unit, fixture and webhook (TLS) tests (and the e2e crate's own unit tests: its harnesses' pure parts)
 	cargo test --workspace --exclude sidecarset-e2e --tests
+	cargo test -p sidecarset-e2e --lib
 
 .PHONY: fuzz
 fuzz: ## Long property runs (PROPTEST_CASES, default 100000) of AdmissionReview decoding + admission, injection and conversion
