@@ -12,7 +12,11 @@
 //! So every successful in-place write is remembered with the resourceVersion it produced, and a
 //! reconcile first checks that the cache holds each remembered pod at that version or later
 //! (resourceVersions compared as the numbers the API server makes them; as opaque strings, only
-//! equality counts). A pod the cache no longer holds (deleted, or no longer in view) is
+//! equality counts). A write is remembered for [`TIMEOUT`] even once the cache has shown it:
+//! a cache can also go back in time (a relist answered by an API server whose cache lags behind
+//! the one the watch was on) and show the pod as it was before the write — OpenKruise forgets
+//! an expectation once satisfied, and the harness's stale view found the same budget overrun
+//! that way, at a later point. A pod the cache no longer holds (deleted, or no longer in view) is
 //! forgotten; so is one not caught up after [`TIMEOUT`] (logged), so a lost event cannot stop a
 //! rollout for good.
 
@@ -79,9 +83,10 @@ impl Expectations {
             );
     }
 
-    /// The pods of `sidecarset` whose last write the cache does not show yet; `cached` gives a
-    /// pod's resourceVersion in the cache (None: not there). What the cache shows, what it no
-    /// longer holds and what timed out is forgotten (the last also reported).
+    /// The pods of `sidecarset` whose last write the cache does not show (yet, or any more);
+    /// `cached` gives a pod's resourceVersion in the cache (None: not there). What the cache no
+    /// longer holds is forgotten, and every write past [`TIMEOUT`]: silently when the cache
+    /// shows it, reported when it does not.
     pub fn behind(
         &self,
         sidecarset: &str,
@@ -98,18 +103,24 @@ impl Expectations {
             return Behind::default();
         };
         let mut behind = Behind::default();
-        pods.retain(|key, w| match cached(key) {
-            Some(v) if caught_up(&v, &w.version) => false,
-            None => false,
-            Some(_) if now.duration_since(w.at) > TIMEOUT => {
-                behind.timed_out.push(key.clone());
-                false
-            }
-            Some(_) => {
-                behind.pods.push(key.clone());
-                true
+        pods.retain(|key, w| {
+            let old = now.duration_since(w.at) > TIMEOUT;
+            match cached(key) {
+                None => false,
+                Some(v) if caught_up(&v, &w.version) => !old,
+                Some(_) if old => {
+                    behind.timed_out.push(key.clone());
+                    false
+                }
+                Some(_) => {
+                    behind.pods.push(key.clone());
+                    true
+                }
             }
         });
+        if pods.is_empty() {
+            all.remove(sidecarset);
+        }
         behind.pods.sort();
         behind.timed_out.sort();
         behind
@@ -133,6 +144,25 @@ mod tests {
         ] {
             assert_eq!(caught_up(cached, written), want, "{cached} vs {written}");
         }
+    }
+
+    #[test]
+    fn a_write_seen_is_still_remembered_when_the_cache_goes_back() {
+        let e = Expectations::default();
+        let t0 = Instant::now();
+        e.expect("s", "ns/a", Some("10"), t0);
+        assert!(e.behind("s", |_| Some("12".into()), t0).pods.is_empty());
+        // A relist from a lagging API server: the pod as it was before the write.
+        assert_eq!(e.behind("s", |_| Some("8".into()), t0).pods, vec!["ns/a"]);
+        assert!(e.behind("s", |_| Some("12".into()), t0).pods.is_empty());
+        // Past the timeout a write the cache shows is forgotten without a report.
+        let late = e.behind(
+            "s",
+            |_| Some("12".into()),
+            t0 + TIMEOUT + Duration::from_secs(1),
+        );
+        assert_eq!(late, Behind::default());
+        assert!(e.lock().is_empty());
     }
 
     #[test]
