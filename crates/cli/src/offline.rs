@@ -336,8 +336,8 @@ pub fn inject_files(
 }
 
 /// Compiles the SidecarSets of a file or folder (as the webhooks leave them, see
-/// [`read_sidecarsets`]) into the MutatingAdmissionPolicy and binding the operator would write:
-/// both as YAML documents, and the SidecarSets left to the webhook with the reason.
+/// [`read_sidecarsets`]) into the MutatingAdmissionPolicies and bindings the operator would
+/// write (one pair per part, see [`sidecarset_core::policy::parts`]): as YAML documents, and the SidecarSets left to the webhook with the reason.
 pub fn compile_files(
     path: &Path,
     now: &str,
@@ -365,8 +365,10 @@ pub fn compile_files(
         },
     );
     let yaml = |v: &Value| serde_saphyr::to_string(v).unwrap_or_default();
-    Ok((
-        format!("{}---\n{}", yaml(&compiled.policy), yaml(&compiled.binding)),
-        compiled.fallbacks,
-    ))
+    let docs: Vec<String> = compiled
+        .parts
+        .iter()
+        .flat_map(|p| [yaml(&p.policy), yaml(&p.binding)])
+        .collect();
+    Ok((docs.join("---\n"), compiled.fallbacks))
 }

@@ -154,28 +154,29 @@ async fn wait_policy(c: &kube::Client) -> anyhow::Result<()> {
                 c.clone(),
                 &sidecarset_core::policy::policy_resource(),
             );
-            let Some(p) = api.get_opt(NAME).await? else {
-                return Ok(None);
-            };
-            let want = p
-                .metadata
-                .annotations
-                .unwrap_or_default()
-                .get(PROBE_ANNOTATION)
-                .cloned();
-            let mut probe = pod("probe", json!({PROBE_LABEL: "1"}));
-            probe.metadata.name = None;
-            probe.metadata.generate_name = Some("probe-".into());
-            let Ok(got) = dry_run(&c, OPERATOR_NS, &probe).await else {
-                return Ok(None);
-            };
-            let have = got
-                .metadata
-                .annotations
-                .unwrap_or_default()
-                .get(PROBE_ANNOTATION)
-                .cloned();
-            Ok((want.is_some() && want == have).then_some(()))
+            // Every part, each probed with its own labels.
+            let mut parts = 0;
+            for name in sidecarset_core::policy::part_names(NAME) {
+                let Some(p) = api.get_opt(&name).await? else {
+                    continue;
+                };
+                parts += 1;
+                let a = p.metadata.annotations.unwrap_or_default();
+                let labels = sidecarset_core::policy::probe_labels_of(&a).unwrap_or_default();
+                let mut probe = pod("probe", json!(labels));
+                probe.metadata.name = None;
+                probe.metadata.generate_name = Some("probe-".into());
+                let Ok(got) = dry_run(&c, OPERATOR_NS, &probe).await else {
+                    return Ok(None);
+                };
+                let have = got.metadata.annotations.unwrap_or_default();
+                if !a.contains_key(PROBE_ANNOTATION)
+                    || a.get(PROBE_ANNOTATION) != have.get(PROBE_ANNOTATION)
+                {
+                    return Ok(None);
+                }
+            }
+            Ok((parts > 0).then_some(()))
         }
     })
     .await
@@ -186,7 +187,8 @@ async fn wait_no_policy(c: &kube::Client) -> anyhow::Result<()> {
     eventually(60, "no policy in effect", || {
         let c = c.clone();
         async move {
-            let mut probe = pod("probe", json!({PROBE_LABEL: "1"}));
+            // The probe of the first part, which holds the SidecarSets selecting the pods here.
+            let mut probe = pod("probe", json!({PROBE_LABEL: NAME, LABEL: "yes"}));
             probe.metadata.name = None;
             probe.metadata.generate_name = Some("probe-".into());
             let Ok(got) = dry_run(&c, OPERATOR_NS, &probe).await else {

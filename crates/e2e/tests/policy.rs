@@ -63,6 +63,40 @@ fn own_cases() -> Vec<Value> {
     })
     .chain(opt_out_cases())
     .chain(from_pod_cases())
+    .chain(parts_cases())
+    .collect()
+}
+
+/// SidecarSets that never select one pod, compiled into two parts with their own binding
+/// selectors (`tier` web or api): a pod of each part gets that part's sidecars, in the webhook's
+/// order, the other part's binding never lets it through.
+fn parts_cases() -> Vec<Value> {
+    let ss = |name: &str, labels: Value, container: &str| {
+        json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+               "metadata": {"name": name},
+               "spec": {"selector": {"matchLabels": labels},
+                        "containers": [{"name": container, "image": format!("{container}:1"),
+                                        "env": [{"name": "PART", "value": name}]}]}})
+    };
+    let sets = json!([
+        ss("ee-web", json!({"tier": "web"}), "web-proxy"),
+        ss("ff-api", json!({"tier": "api"}), "api-proxy"),
+        ss("gg-zone", json!({"tier": "web", "zone": "a"}), "zone-agent"),
+    ]);
+    [
+        ("own-parts-first", json!({"tier": "web", "zone": "a"})),
+        ("own-parts-second", json!({"tier": "api", "zone": "a"})),
+    ]
+    .into_iter()
+    .map(|(name, labels)| {
+        own_case(
+            name,
+            sets.clone(),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "parts-0", "labels": labels},
+                   "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}),
+        )
+    })
     .collect()
 }
 
@@ -364,36 +398,58 @@ fn policies(c: &kube::Client) -> (Api<DynamicObject>, Api<DynamicObject>) {
     )
 }
 
-/// Applies the policy and its binding, and waits until a dry-run probe pod shows its token.
+/// Applies every part of the policy (policy and binding), deletes the parts of an earlier case
+/// this one does not have, and waits until a dry-run probe pod of each part shows its token.
 async fn activate(c: &kube::Client, ns: &str, compiled: &Compiled) -> anyhow::Result<Duration> {
     let (p, b) = policies(c);
     let pp = PatchParams::apply("sidecarset-e2e").force();
-    let name = compiled.policy["metadata"]["name"].as_str().unwrap();
-    p.patch(name, &pp, &Patch::Apply(&compiled.policy)).await?;
-    b.patch(name, &pp, &Patch::Apply(&compiled.binding)).await?;
-    let probe: Pod = serde_json::from_value(json!({
-        "metadata": {"generateName": "policy-probe-", "labels": {PROBE_LABEL: "1", SCOPE_LABEL: name}},
-        "spec": {"containers": [{"name": "probe", "image": "probe"}]},
-    }))?;
-    let start = Instant::now();
-    loop {
-        let got = dry_run(c, ns, &probe).await?;
-        let token = got
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(PROBE_ANNOTATION).cloned());
-        if token.as_deref() == Some(compiled.token.as_str()) {
-            return Ok(start.elapsed());
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            bail!(
-                "the policy's token {} is not applied after 30 s (probe shows {token:?})",
-                compiled.token
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for part in &compiled.parts {
+        p.patch(&part.name, &pp, &Patch::Apply(&part.policy))
+            .await?;
+        b.patch(&part.name, &pp, &Patch::Apply(&part.binding))
+            .await?;
     }
+    let head = &compiled.head().name;
+    for name in policy::part_names(head) {
+        if compiled.parts.iter().all(|part| part.name != name) {
+            for api in [&b, &p] {
+                match api.delete(&name, &Default::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    let start = Instant::now();
+    for part in &compiled.parts {
+        let mut labels = part.probe_labels.clone();
+        labels.insert(SCOPE_LABEL.into(), head.clone());
+        let probe: Pod = serde_json::from_value(json!({
+            "metadata": {"generateName": "policy-probe-", "labels": labels},
+            "spec": {"containers": [{"name": "probe", "image": "probe"}]},
+        }))?;
+        loop {
+            let got = dry_run(c, ns, &probe).await?;
+            let token = got
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(PROBE_ANNOTATION).cloned());
+            if token.as_deref() == Some(part.token.as_str()) {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                bail!(
+                    "the token {} of part {} is not applied after 30 s (probe shows {token:?})",
+                    part.token,
+                    part.name
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(start.elapsed())
 }
 
 /// A pod as the API server returned it, without what differs between two creations: its uid,
@@ -545,6 +601,9 @@ async fn compiled_sidecarsets_inject_in_the_api_server_as_the_webhook_does() -> 
                     max_sidecarsets: None,
                 },
             );
+            if case_name.starts_with("own-parts") {
+                assert_eq!(compiled.parts.len(), 2, "{case_name}: two parts");
+            }
             let took = activate(&c, &ns, &compiled).await.context(case_name.clone())?;
             let mut pod = case["input"]["pod"].clone();
             pod["metadata"]["namespace"] = json!(ns);
@@ -577,7 +636,11 @@ async fn compiled_sidecarsets_inject_in_the_api_server_as_the_webhook_does() -> 
                     serde_json::to_string_pretty(&comparable(want))?,
                     "{case_name}: the pod under the policy differs from the webhook's"
                 );
-                same.push(format!("{case_name} ({} ms)", took.as_millis()));
+                same.push(format!(
+                    "{case_name} ({} ms, {} part(s))",
+                    took.as_millis(),
+                    compiled.parts.len()
+                ));
             } else {
                 let untouched = as_the_webhook_sees_it(&c, &ns, &pod).await?;
                 let mut got = comparable(&by_policy);

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
-use sidecarset_core::policy::{PROBE_ANNOTATION, PROBE_LABEL};
+use sidecarset_core::policy::{PROBE_ANNOTATION, probe_labels_of};
 use sidecarset_e2e::*;
 
 fn policies(c: &kube::Client) -> Api<DynamicObject> {
@@ -91,9 +91,15 @@ async fn injected_by_policy(
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone())))
 }
 
-/// The token the API server applies now, from a dry-run probe in `ns`.
-async fn applied_token(c: &kube::Client, ns: &str) -> anyhow::Result<Option<String>> {
-    let mut probe = pod("probe", json!({PROBE_LABEL: "1"}));
+/// The token the API server applies now for the policy `live`, from a dry-run probe in `ns`
+/// with the probe labels the policy names.
+async fn applied_token(
+    c: &kube::Client,
+    ns: &str,
+    live: &DynamicObject,
+) -> anyhow::Result<Option<String>> {
+    let labels = probe_labels_of(live.annotations()).unwrap_or_default();
+    let mut probe = pod("probe", json!(labels));
     probe.metadata.name = None;
     probe.metadata.generate_name = Some("probe-".into());
     let got = dry_run(c, ns, &probe).await?;
@@ -187,7 +193,7 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
                 let Some(p) = policies(&c).get_opt(&name).await? else { return Ok(None) };
                 let token = p.annotations().get(PROBE_ANNOTATION).cloned();
                 let holds = p.data.to_string().contains(&ss);
-                Ok((holds && applied_token(&c, &ns).await? == token).then_some(token))
+                Ok((holds && applied_token(&c, &ns, &p).await? == token).then_some(token))
             }
         })
         .await?;
@@ -248,7 +254,7 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
             async move {
                 let live = policies(&c).get(&name).await?;
                 let token = live.annotations().get(PROBE_ANNOTATION).cloned();
-                Ok((applied_token(&c, &ns).await? == token).then_some(()))
+                Ok((applied_token(&c, &ns, &live).await? == token).then_some(()))
             }
         })
         .await?;

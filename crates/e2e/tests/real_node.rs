@@ -1100,7 +1100,9 @@ fn policy_operator() -> (String, String) {
 
 /// Waits until the policy in effect (its token on a dry-run probe) holds SidecarSet `ss`.
 async fn wait_policy_holds(c: &kube::Client, ss: &str, label: &str) -> anyhow::Result<()> {
-    use sidecarset_core::policy::{INCLUDED_ANNOTATION, PROBE_ANNOTATION, PROBE_LABEL};
+    use sidecarset_core::policy::{
+        INCLUDED_ANNOTATION, PART_ANNOTATION, PROBE_ANNOTATION, part_names, probe_labels_of,
+    };
     let (ns, name) = policy_operator();
     let api = Api::<kube::api::DynamicObject>::all_with(
         c.clone(),
@@ -1121,15 +1123,28 @@ async fn wait_policy_holds(c: &kube::Client, ss: &str, label: &str) -> anyhow::R
                 let holds = a
                     .get(INCLUDED_ANNOTATION)
                     .is_some_and(|v| v.split(',').any(|x| x == ss));
-                let mut probe = pod("probe", json!({PROBE_LABEL: "1"}));
+                // The part that injects it (the first part or another), probed with its labels.
+                let mut part = None;
+                for n in part_names(&name) {
+                    if let Some(p) = api.get_opt(&n).await? {
+                        let pa = p.metadata.annotations.unwrap_or_default();
+                        if pa.get(PART_ANNOTATION).is_some_and(|v| v.split(',').any(|x| x == ss)) {
+                            part = Some(pa);
+                            break;
+                        }
+                    }
+                }
+                let Some(pa) = part else { return Ok(None) };
+                let labels = probe_labels_of(&pa).unwrap_or_default();
+                let mut probe = pod("probe", json!(labels));
                 probe.metadata.name = None;
                 probe.metadata.generate_name = Some("probe-".into());
                 let Ok(got) = dry_run(&c, &ns, &probe).await else {
                     return Ok(None);
                 };
                 let token = got.metadata.annotations.unwrap_or_default();
-                let in_effect = a.contains_key(PROBE_ANNOTATION)
-                    && a.get(PROBE_ANNOTATION) == token.get(PROBE_ANNOTATION);
+                let in_effect = pa.contains_key(PROBE_ANNOTATION)
+                    && pa.get(PROBE_ANNOTATION) == token.get(PROBE_ANNOTATION);
                 let narrow = narrowed(&c, &name, ss, label).await?;
                 if let Ok(mut s) = seen.lock() {
                     *s = format!(

@@ -31,6 +31,7 @@
 mod from_pod;
 mod items;
 mod literal;
+pub mod parts;
 mod render;
 
 use crate::api::{
@@ -79,6 +80,15 @@ pub const INCLUDED_ANNOTATION: &str = "sidecarset-operator.io/injected-here";
 /// The policy's annotation naming the SidecarSets left to the webhook, with the reason (a JSON
 /// object).
 pub const FALLBACKS_ANNOTATION: &str = "sidecarset-operator.io/left-to-webhook";
+/// Each part's annotation naming the SidecarSets it injects, comma-separated.
+pub const PART_ANNOTATION: &str = "sidecarset-operator.io/part-injects";
+/// Each part's annotation holding the labels of its probe pod (a JSON object).
+pub const PROBE_LABELS_ANNOTATION: &str = "sidecarset-operator.io/probe-labels";
+
+/// The probe labels a part's policy names in [`PROBE_LABELS_ANNOTATION`].
+pub fn probe_labels_of(annotations: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    serde_json::from_str(annotations.get(PROBE_LABELS_ANNOTATION)?).ok()
+}
 
 /// How each SidecarSet injects, as a compiled policy's annotations say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -180,19 +190,45 @@ pub struct Fallback {
     pub reason: String,
 }
 
-/// The compiled policy.
+/// The compiled policy: one or more parts, each a policy and its binding.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compiled {
-    /// The `MutatingAdmissionPolicy`.
-    pub policy: Value,
-    /// Its `MutatingAdmissionPolicyBinding`.
-    pub binding: Value,
-    /// A digest of what the policy does; a probe pod gets it in [`PROBE_ANNOTATION`].
-    pub token: String,
+    /// The parts, the first first (see [`part_name`]).
+    pub parts: Vec<Part>,
     /// The SidecarSets the policy injects, in name order.
     pub included: Vec<String>,
     /// The SidecarSets left to the webhook (injection not paused), in name order.
     pub fallbacks: Vec<Fallback>,
+}
+
+impl Compiled {
+    /// The first part, which names what the whole policy injects.
+    pub fn head(&self) -> &Part {
+        &self.parts[0]
+    }
+
+    /// A digest of every part's token.
+    pub fn token(&self) -> String {
+        let tokens: Vec<&str> = self.parts.iter().map(|p| p.token.as_str()).collect();
+        tokens.join(".")
+    }
+}
+
+/// One part of the policy: SidecarSets that may select one pod together (see [`parts`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    /// Name of the policy and of its binding.
+    pub name: String,
+    /// The `MutatingAdmissionPolicy`.
+    pub policy: Value,
+    /// Its `MutatingAdmissionPolicyBinding`, whose object selector covers its SidecarSets.
+    pub binding: Value,
+    /// A digest of what the part does; a probe pod of the part gets it in [`PROBE_ANNOTATION`].
+    pub token: String,
+    /// The SidecarSets the part injects, in name order.
+    pub included: Vec<String>,
+    /// The labels of a probe pod of this part (its binding lets it through; the part answers it).
+    pub probe_labels: BTreeMap<String, String>,
 }
 
 /// One SidecarSet the policy injects, as the webhook renders it.
@@ -240,45 +276,143 @@ pub fn compile(index: &Index, opts: &Options) -> Compiled {
         fallbacks.sort_by(|a, b| a.0.ss.name().cmp(b.0.ss.name()));
     }
     let fallback_entries: Vec<&Entry> = fallbacks.iter().map(|(e, _)| *e).collect();
-    let (spec, token) = render::spec(&units, &fallback_entries, opts);
+    let included: Vec<String> = units
+        .iter()
+        .map(|u| u.entry.ss.name().to_string())
+        .collect();
+    let fallbacks: Vec<Fallback> = fallbacks
+        .into_iter()
+        .map(|(e, reason)| Fallback {
+            sidecarset: e.ss.name().to_string(),
+            reason,
+        })
+        .collect();
+    // The parts: SidecarSets that may select one pod together, at most MAX_PARTS of them; with
+    // none, one part that answers probes only.
+    let selectors: Vec<&crate::api::CompiledSelector> =
+        units.iter().map(|u| &u.entry.scope().pods).collect();
+    let found = parts::groups(&selectors);
+    let of = |g: &Vec<usize>| parts::cover(&g.iter().map(|&i| selectors[i]).collect::<Vec<_>>());
+    let covers: Vec<parts::Cover> = found.iter().map(of).collect();
+    let mut groups = parts::merge(found, &covers, parts::MAX_PARTS);
+    if groups.is_empty() {
+        groups.push(Vec::new());
+    }
+    let covers: Vec<parts::Cover> = groups.iter().map(of).collect();
+    let mut slots: Vec<Option<Unit>> = units.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(groups.len());
+    for (k, (group, cover)) in groups.iter().zip(&covers).enumerate() {
+        let members: Vec<Unit> = group.iter().filter_map(|&i| slots[i].take()).collect();
+        let name = part_name(&opts.name, k);
+        let part_opts = Options {
+            name: name.clone(),
+            ..opts.clone()
+        };
+        let mut probe_labels = parts::probe_labels(cover);
+        probe_labels.insert(PROBE_LABEL.into(), name.clone());
+        let (spec, token) = render::spec(&members, &fallback_entries, &part_opts);
+        let mine: Vec<String> = members
+            .iter()
+            .map(|u| u.entry.ss.name().to_string())
+            .collect();
+        out.push(part(
+            opts,
+            k == 0,
+            PartText {
+                name,
+                spec,
+                token,
+                members: mine,
+                probe_labels,
+                object_selector: parts::object_selector(cover),
+            },
+            (&included, &fallbacks),
+        ));
+    }
+    Compiled {
+        parts: out,
+        included,
+        fallbacks,
+    }
+}
+
+/// The name of part `k`: the first part has the name of the options (the policy of earlier
+/// versions, which had one part), the others `-1`, `-2`, … after it.
+pub fn part_name(name: &str, k: usize) -> String {
+    if k == 0 {
+        name.to_string()
+    } else {
+        format!("{name}-{k}")
+    }
+}
+
+/// The names every part of the policy `name` may have, the first first.
+pub fn part_names(name: &str) -> Vec<String> {
+    (0..parts::MAX_PARTS).map(|k| part_name(name, k)).collect()
+}
+
+/// One part as rendered, before it is wrapped into objects.
+struct PartText {
+    name: String,
+    spec: Value,
+    token: String,
+    members: Vec<String>,
+    probe_labels: BTreeMap<String, String>,
+    object_selector: Option<Value>,
+}
+
+/// The policy and the binding of one part. The first part carries what the whole policy
+/// injects and leaves to the webhook ([`Modes::of_annotations`] reads it).
+fn part(
+    opts: &Options,
+    first: bool,
+    t: PartText,
+    (included, fallbacks): (&[String], &[Fallback]),
+) -> Part {
     let labels: Value = serde_json::to_value(&opts.labels).unwrap_or_default();
-    let policy = json!({
+    let mut annotations = json!({
+        PROBE_ANNOTATION: t.token, COMPILED_AT_ANNOTATION: opts.now,
+        PART_ANNOTATION: t.members.join(","),
+        PROBE_LABELS_ANNOTATION: serde_json::to_string(&t.probe_labels).unwrap_or_default(),
+    });
+    if first {
+        annotations[INCLUDED_ANNOTATION] = json!(included.join(","));
+        annotations[FALLBACKS_ANNOTATION] = json!(
+            serde_json::to_string(
+                &fallbacks
+                    .iter()
+                    .map(|f| (f.sidecarset.as_str(), f.reason.as_str()))
+                    .collect::<BTreeMap<_, _>>()
+            )
+            .unwrap_or_default()
+        );
+    }
+    let mut policy = json!({
         "apiVersion": API_VERSION,
         "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": opts.name, "labels": labels, "annotations": {
-            PROBE_ANNOTATION: token, COMPILED_AT_ANNOTATION: opts.now,
-            INCLUDED_ANNOTATION: units.iter().map(|u| u.entry.ss.name()).collect::<Vec<_>>().join(","),
-            FALLBACKS_ANNOTATION: serde_json::to_string(&fallbacks.iter()
-                .map(|(e, r)| (e.ss.name(), r.as_str())).collect::<BTreeMap<_, _>>()).unwrap_or_default(),
-        }},
-        "spec": spec,
+        "metadata": {"name": t.name, "labels": labels, "annotations": annotations},
+        "spec": t.spec,
     });
     let mut binding = json!({
         "apiVersion": API_VERSION,
         "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": opts.name, "labels": labels},
-        "spec": {"policyName": opts.name},
+        "metadata": {"name": t.name, "labels": labels},
+        "spec": {"policyName": t.name},
     });
-    let mut policy = policy;
+    if let Some(sel) = t.object_selector {
+        binding["spec"]["matchResources"] = json!({"objectSelector": sel});
+    }
     if let Some(owner) = &opts.owner {
         policy["metadata"]["ownerReferences"] = json!([owner]);
         binding["metadata"]["ownerReferences"] = json!([owner]);
     }
-    Compiled {
+    Part {
+        name: t.name,
         policy,
         binding,
-        token,
-        included: units
-            .iter()
-            .map(|u| u.entry.ss.name().to_string())
-            .collect(),
-        fallbacks: fallbacks
-            .into_iter()
-            .map(|(e, reason)| Fallback {
-                sidecarset: e.ss.name().to_string(),
-                reason,
-            })
-            .collect(),
+        token: t.token,
+        included: t.members,
+        probe_labels: t.probe_labels,
     }
 }
 

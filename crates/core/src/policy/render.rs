@@ -20,11 +20,11 @@ const NAMESPACE_LABELS: &str = "namespaceObject.metadata.labels";
 
 /// The policy's spec and its token.
 pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Value, String) {
-    let mut condition = match_condition(units);
+    let probe = label_present(PROBE_LABEL);
+    let mut condition = match_condition(units, &probe);
     if let (Some(ns), false) = (&opts.skip_namespace, units.is_empty()) {
         condition = format!(
-            "{} || (request.namespace != {} && ({condition}))",
-            label_present(PROBE_LABEL),
+            "{probe} || (request.namespace != {} && ({condition}))",
             string(ns)
         );
     }
@@ -78,10 +78,11 @@ pub(super) fn spec(units: &[Unit], fallbacks: &[&Entry], opts: &Options) -> (Val
     variables.push(var("secrets", &new_items(units, Item::Secret)));
     let mutation = mutation(units);
     let token = token(&condition, &variables, &mutation);
-    let probe = probe_ops(&token);
+    // A probe pod is never injected; only its own part answers it.
     let expression = format!(
-        "{probe_test} ? {probe} : (variables.any ? {mutation} : [])",
-        probe_test = label_present(PROBE_LABEL)
+        "{probe} ? ({mine} ? {answer} : []) : (variables.any ? {mutation} : [])",
+        mine = probe_test(&opts.name),
+        answer = probe_ops(&token)
     );
     let mut constraints = json!({
         "resourceRules": [{
@@ -132,6 +133,16 @@ fn label_present(key: &str) -> String {
     format!("(has({LABELS}) && {} in {LABELS})", string(key))
 }
 
+/// A probe pod of the part `name` (each part answers only its own probes: one probe pod may
+/// pass several parts' bindings).
+fn probe_test(name: &str) -> String {
+    let k = string(PROBE_LABEL);
+    format!(
+        "(has({LABELS}) && {k} in {LABELS} && {LABELS}[{k}] == {})",
+        string(name)
+    )
+}
+
 fn annotation_present(key: &str) -> String {
     format!("(has({ANNOTATIONS}) && {} in {ANNOTATIONS})", string(key))
 }
@@ -140,9 +151,9 @@ fn annotation_present(key: &str) -> String {
 /// namespace): a probe, or a pod some compiled SidecarSet could select, that no SidecarSet left
 /// to the webhook could select, that carries no injection annotation yet, and whose image pull
 /// secrets are not repeated.
-fn match_condition(units: &[Unit]) -> String {
+fn match_condition(units: &[Unit], probe: &str) -> String {
     if units.is_empty() {
-        return label_present(PROBE_LABEL);
+        return probe.to_string();
     }
     // The union in its compact form (one `in` per label key); past the API server's bound, every
     // pod (the mutation decides per SidecarSet then).
@@ -169,7 +180,6 @@ fn match_condition(units: &[Unit]) -> String {
          object.status.phase in ['Succeeded', 'Failed'])";
     format!(
         "{probe} || (({selected}) && !({injected}) && !{repeated} && !{finished})",
-        probe = label_present(PROBE_LABEL),
         injected = or(&injected),
     )
 }

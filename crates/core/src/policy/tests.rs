@@ -112,7 +112,7 @@ fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
     let idx = index(vec![
         basic("a-first", "proxy", "web"),
         merge,
-        basic("c-clash", "proxy", "api"),
+        basic("c-clash", "proxy", "web"),
         paused,
         basic("e-other", "logger", "web"),
     ]);
@@ -120,7 +120,7 @@ fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
     // c-clash claims a container name a-first claims: injected only where a-first is not.
     assert_eq!(c.included, ["a-first", "c-clash", "e-other"]);
     let expression = |name: &str| {
-        c.policy["spec"]["variables"]
+        c.head().policy["spec"]["variables"]
             .as_array()
             .unwrap()
             .iter()
@@ -148,12 +148,18 @@ fn sidecarsets_are_included_or_left_to_the_webhook_with_a_reason() {
     );
     assert!(expression("w0").unwrap().contains("== 'web'"));
     assert_eq!(
-        c.binding["spec"]["policyName"],
-        c.policy["metadata"]["name"]
+        c.head().binding["spec"]["policyName"],
+        c.head().policy["metadata"]["name"]
     );
     assert_eq!(
-        c.policy["metadata"]["annotations"][PROBE_ANNOTATION],
-        c.token
+        c.head().policy["metadata"]["annotations"][PROBE_ANNOTATION],
+        c.head().token
+    );
+    // One part: the three may select one pod; its binding lets through pods labelled web only.
+    assert_eq!(c.parts.len(), 1);
+    assert_eq!(
+        c.head().binding["spec"]["matchResources"]["objectSelector"],
+        json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]})
     );
 }
 
@@ -164,22 +170,28 @@ fn the_token_follows_what_the_policy_does() {
     let mut changed = basic("s", "c", "web");
     changed.spec.containers[0].container.image = Some("busybox:1.37".into());
     let b = compile(&index(vec![changed]), &opts());
-    assert_eq!(a.token, same.token);
-    assert_ne!(a.token, b.token);
-    assert!(a.policy.to_string().contains("busybox:1.36"));
-    assert!(b.policy.to_string().contains("busybox:1.37"));
+    assert_eq!(a.token(), same.token());
+    assert_ne!(a.token(), b.token());
+    assert!(a.head().policy.to_string().contains("busybox:1.36"));
+    assert!(b.head().policy.to_string().contains("busybox:1.37"));
 }
 
 #[test]
 fn an_empty_index_compiles_to_a_policy_that_answers_probes_only() {
     let c = compile(&Index::new(), &opts());
     assert!(c.included.is_empty() && c.fallbacks.is_empty());
-    let condition = c.policy["spec"]["matchConditions"][0]["expression"]
+    let condition = c.head().policy["spec"]["matchConditions"][0]["expression"]
         .as_str()
         .unwrap();
     assert_eq!(
         condition,
         format!("(has(object.metadata.labels) && '{PROBE_LABEL}' in object.metadata.labels)")
+    );
+    assert_eq!(c.parts.len(), 1);
+    assert!(c.head().binding["spec"].get("matchResources").is_none());
+    assert_eq!(
+        c.head().probe_labels,
+        BTreeMap::from([(PROBE_LABEL.to_string(), opts().name)])
     );
 }
 
@@ -202,8 +214,10 @@ fn sidecarsets_past_the_api_servers_expression_limit_stay_on_the_webhook() {
         c.included.len()
     );
     assert_eq!(c.included.len() + c.fallbacks.len(), 600);
-    for e in expressions(&c.policy["spec"]) {
-        assert!(e.chars().count() <= MAX_EXPRESSION_CHARS, "{}", e.len());
+    for p in &c.parts {
+        for e in expressions(&p.policy["spec"]) {
+            assert!(e.chars().count() <= MAX_EXPRESSION_CHARS, "{}", e.len());
+        }
     }
     // The first ones by name are kept; the rest say why.
     assert_eq!(c.included[0], "s-000");
@@ -241,7 +255,7 @@ fn a_sidecarset_that_allows_opting_out_is_compiled_with_its_opt_out_labels() {
     );
     assert_eq!(compiled.included, ["logs", "mesh"]);
     let scope = |n: usize| -> String {
-        compiled.policy["spec"]["variables"]
+        compiled.head().policy["spec"]["variables"]
             .as_array()
             .unwrap()
             .iter()
@@ -269,7 +283,7 @@ fn a_sidecarset_that_allows_opting_out_is_compiled_with_its_opt_out_labels() {
 
 /// The expression of the compiled policy's variable `name`.
 fn variable(c: &Compiled, name: &str) -> Option<String> {
-    c.policy["spec"]["variables"]
+    c.head().policy["spec"]["variables"]
         .as_array()
         .unwrap()
         .iter()
@@ -367,4 +381,62 @@ fn shared_mounts_skip_the_sidecars_paths_and_name_the_sidecarsets_volumes() {
             .unwrap()
             .ends_with(&format!(") <= {MAX_SHARED_MOUNTS}"))
     );
+}
+
+#[test]
+fn sidecarsets_that_never_select_one_pod_go_into_parts_with_their_own_binding_selector() {
+    let mut merge = basic("z-merge", "t", "api");
+    merge.spec.patch_pod_metadata = vec![
+        serde_json::from_value(
+            json!({"annotations": {"a.io/x": "{}"}, "patchPolicy": "MergePatchJson"}),
+        )
+        .unwrap(),
+    ];
+    let idx = index(vec![
+        basic("a-web", "proxy", "web"),
+        basic("b-api", "proxy", "api"),
+        basic("c-web", "logger", "web"),
+        merge,
+    ]);
+    let c = compile(&idx, &opts());
+    assert_eq!(c.included, ["a-web", "b-api", "c-web"]);
+    let names: Vec<&str> = c.parts.iter().map(|p| p.name.as_str()).collect();
+    let first = opts().name;
+    assert_eq!(names, [first.clone(), format!("{first}-1")]);
+    assert_eq!(c.parts[0].included, ["a-web", "c-web"]);
+    assert_eq!(c.parts[1].included, ["b-api"]);
+    for (part, app) in c.parts.iter().zip(["web", "api"]) {
+        assert_eq!(part.binding["spec"]["policyName"], json!(part.name));
+        assert_eq!(
+            part.binding["spec"]["matchResources"]["objectSelector"],
+            json!({"matchExpressions": [{"key": "app", "operator": "In", "values": [app]}]})
+        );
+        assert_eq!(part.probe_labels["app"], app);
+        assert_eq!(part.probe_labels[PROBE_LABEL], part.name);
+        let a = &part.policy["metadata"]["annotations"];
+        assert_eq!(a[PROBE_ANNOTATION], json!(part.token));
+        assert_eq!(a[PART_ANNOTATION], json!(part.included.join(",")));
+        // Every part leaves whole to the webhook the pods the fallback could select.
+        let vars = part.policy["spec"]["variables"].as_array().unwrap();
+        let w0 = vars.iter().find(|v| v["name"] == "w0").unwrap();
+        assert!(w0["expression"].as_str().unwrap().contains("== 'api'"));
+        // A part answers only its own probe; it never injects a probe pod.
+        let expr = part.policy["spec"]["mutations"][0]["jsonPatch"]["expression"]
+            .as_str()
+            .unwrap();
+        assert!(
+            expr.contains(&format!("['{PROBE_LABEL}'] == '{}'", part.name)),
+            "{expr}"
+        );
+    }
+    assert_ne!(c.parts[0].token, c.parts[1].token);
+    // The first part names what the whole policy does, for the command line.
+    let head: BTreeMap<String, String> =
+        serde_json::from_value(c.head().policy["metadata"]["annotations"].clone()).unwrap();
+    let modes = Modes::of_annotations(&head).unwrap();
+    assert_eq!(modes, Modes::of_compiled(&c));
+    assert_eq!(probe_labels_of(&head), Some(c.head().probe_labels.clone()));
+    let other: BTreeMap<String, String> =
+        serde_json::from_value(c.parts[1].policy["metadata"]["annotations"].clone()).unwrap();
+    assert_eq!(Modes::of_annotations(&other), None);
 }

@@ -19,17 +19,18 @@ use crate::cluster::watch::Wakeups;
 use crate::controller::leader::Leadership;
 use crate::names::{POD_CREATE_WEBHOOK, WebhookConfigs};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sidecarset_core::policy::{
-    self, COMPILED_AT_ANNOTATION, Compiled, Modes, Options, PROBE_ANNOTATION, PROBE_LABEL,
+    self, COMPILED_AT_ANNOTATION, Compiled, Modes, Options, PROBE_ANNOTATION,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
+
+mod write;
 
 /// How often the policy is read back and rewritten if changed by hand.
 pub const RESYNC: Duration = Duration::from_secs(10);
@@ -220,8 +221,8 @@ struct Keeper {
     /// At most this many SidecarSets in the policy, once the API server refused more (a limit
     /// the compiler does not know, such as the CEL cost budget).
     cap: std::sync::Mutex<Option<usize>>,
-    /// The token a probe last showed applied, and when.
-    confirmed: std::sync::Mutex<Option<(String, std::time::Instant)>>,
+    /// Per part, the token a probe last showed applied, and when.
+    confirmed: std::sync::Mutex<BTreeMap<String, (String, std::time::Instant)>>,
 }
 
 impl Keeper {
@@ -253,13 +254,13 @@ impl Keeper {
             return Ok(InjectionModes::default());
         }
         let webhook = self.pod_webhook().await?;
-        let live = self.policies().get_opt(&self.settings.name).await?;
-        let mut compiled = self.compile(view, webhook.as_ref(), live.as_ref());
+        let live = self.live_parts().await?;
+        let mut compiled = self.compile(view, webhook.as_ref(), &live);
         let mut wrote = false;
         if leader {
             // A policy the API server refuses holds too much: halve it until one is taken.
             loop {
-                let e = match self.write(&compiled, live.as_ref()).await {
+                let e = match self.write(&compiled, &live).await {
                     Ok(w) => {
                         wrote = w;
                         break;
@@ -278,7 +279,7 @@ impl Keeper {
                 if let Ok(mut cap) = self.cap.lock() {
                     *cap = Some(half);
                 }
-                compiled = self.compile(view, webhook.as_ref(), live.as_ref());
+                compiled = self.compile(view, webhook.as_ref(), &live);
             }
         }
         if let Some(c) = coverage {
@@ -299,34 +300,53 @@ impl Keeper {
         if !leader {
             return Ok(modes);
         }
-        let confirmed = self.confirmed.lock().ok().and_then(|c| c.clone());
-        modes.active = if needs_probe(confirmed.as_ref(), &compiled.token, wrote) {
-            let applied = self.probe().await?;
-            let active = applied.as_deref() == Some(&compiled.token);
-            if let Ok(mut c) = self.confirmed.lock() {
-                *c = active.then(|| (compiled.token.clone(), std::time::Instant::now()));
+        // Active once every part is seen applied (the parts take effect one by one).
+        let confirmed = self.confirmed.lock().map(|c| c.clone()).unwrap_or_default();
+        let mut active = true;
+        let mut seen = BTreeMap::new();
+        for part in &compiled.parts {
+            let mine = confirmed.get(&part.name);
+            if let (false, Some(mine)) = (needs_probe(mine, &part.token, wrote), mine) {
+                seen.insert(part.name.clone(), mine.clone());
+                continue;
             }
-            active
-        } else {
-            true
-        };
+            let applied = self.probe(part).await?;
+            if applied.as_deref() == Some(part.token.as_str()) {
+                seen.insert(
+                    part.name.clone(),
+                    (part.token.clone(), std::time::Instant::now()),
+                );
+            } else {
+                active = false;
+            }
+        }
+        if let Ok(mut c) = self.confirmed.lock() {
+            *c = seen;
+        }
+        modes.active = active;
         m.policy_active.set(i64::from(modes.active));
         Ok(modes)
     }
 
-    /// Compiles the view; with the live policy's compile time when that gives the live policy
+    /// Compiles the view; with the live policy's compile time when that gives every live part
     /// back (nothing changed), else with the time now.
     fn compile(
         &self,
         view: &sidecarset_core::index::Index,
         webhook: Option<&PodWebhook>,
-        live: Option<&DynamicObject>,
+        live: &BTreeMap<String, DynamicObject>,
     ) -> Compiled {
-        let live_annotation = |k: &str| live.and_then(|l| l.annotations().get(k).cloned());
         let opts = |now: String| self.options(now, webhook);
-        if let Some(at) = live_annotation(COMPILED_AT_ANNOTATION) {
-            let again = policy::compile(view, &opts(at));
-            if live_annotation(PROBE_ANNOTATION).as_deref() == Some(again.token.as_str()) {
+        let head = live.get(&self.settings.name);
+        if let Some(at) = head.and_then(|l| l.annotations().get(COMPILED_AT_ANNOTATION)) {
+            let again = policy::compile(view, &opts(at.clone()));
+            let same = again.parts.len() == live.len()
+                && again.parts.iter().all(|p| {
+                    live.get(&p.name)
+                        .and_then(|l| l.annotations().get(PROBE_ANNOTATION))
+                        == Some(&p.token)
+                });
+            if same {
                 return again;
             }
         }
@@ -364,82 +384,18 @@ impl Keeper {
         }
     }
 
-    /// Writes the policy and the binding when they differ from what is rendered.
-    /// Writes what differs; returns whether anything was written.
-    async fn write(
-        &self,
-        compiled: &Compiled,
-        live: Option<&DynamicObject>,
-    ) -> anyhow::Result<bool> {
-        let mut wrote = false;
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
-        let name = &self.settings.name;
-        let m = crate::metrics::metrics();
-        let live = live.map(|l| serde_json::to_value(l).unwrap_or_default());
-        if !live.as_ref().is_some_and(|l| contains(l, &compiled.policy)) {
-            self.policies()
-                .patch(name, &pp, &Patch::Apply(&compiled.policy))
-                .await?;
-            m.policy_writes.inc();
-            wrote = true;
-            info!(
-                token = %compiled.token,
-                policy = compiled.included.len(),
-                webhook = compiled.fallbacks.len(),
-                "wrote the injection policy"
-            );
-        }
-        let binding = self.bindings().get_opt(name).await?;
-        let binding = binding.map(|b| serde_json::to_value(b).unwrap_or_default());
-        if !binding
-            .as_ref()
-            .is_some_and(|b| contains(b, &compiled.binding))
-        {
-            self.bindings()
-                .patch(name, &pp, &Patch::Apply(&compiled.binding))
-                .await?;
-            m.policy_writes.inc();
-            wrote = true;
-        }
-        Ok(wrote)
-    }
-
-    /// The token of the policy version the API server applies now, from a dry-run probe pod.
-    async fn probe(&self) -> anyhow::Result<Option<String>> {
-        let probe: Pod = serde_json::from_value(json!({
-            "metadata": {"generateName": "sidecarset-policy-probe-", "labels": {PROBE_LABEL: "1"}},
-            "spec": {
-                "automountServiceAccountToken": false,
-                "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
-                    "seccompProfile": {"type": "RuntimeDefault"}},
-                "containers": [{"name": "probe", "image": "probe",
-                    "securityContext": {"allowPrivilegeEscalation": false,
-                        "capabilities": {"drop": ["ALL"]}}}],
-            },
-        }))?;
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.settings.namespace);
-        let got = pods
-            .create(
-                &PostParams {
-                    dry_run: true,
-                    ..Default::default()
-                },
-                &probe,
-            )
-            .await?;
-        Ok(got.annotations().get(PROBE_ANNOTATION).cloned())
-    }
-
-    /// Deletes our policy and binding (mode `webhook`), if there are any.
+    /// Deletes every part of our policy (mode `webhook`), if there are any: by name, which is
+    /// all the chart grants in this mode.
     async fn delete_ours(&self) -> anyhow::Result<()> {
-        let name = &self.settings.name;
-        for api in [self.bindings(), self.policies()] {
-            let ours = api.get_opt(name).await?.is_some_and(|o| {
-                o.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
-            });
-            if ours {
-                api.delete(name, &DeleteParams::default()).await?;
-                info!(%name, "deleted the injection policy (--injection=webhook)");
+        for name in policy::part_names(&self.settings.name) {
+            for api in [self.bindings(), self.policies()] {
+                let ours = api.get_opt(&name).await?.is_some_and(|o| {
+                    o.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
+                });
+                if ours {
+                    api.delete(&name, &DeleteParams::default()).await?;
+                    info!(%name, "deleted the injection policy (--injection=webhook)");
+                }
             }
         }
         Ok(())
@@ -515,22 +471,9 @@ fn without_namespace(selector: Option<Value>, ns: &str) -> Option<Value> {
     Some(sel)
 }
 
-/// True when `have` holds every field of `want` with its value (lists item by item): the API
-/// server adds defaults and metadata to what was written.
-fn contains(have: &Value, want: &Value) -> bool {
-    match (have, want) {
-        (Value::Object(h), Value::Object(w)) => w
-            .iter()
-            .all(|(k, v)| h.get(k).is_some_and(|hv| contains(hv, v))),
-        (Value::Array(h), Value::Array(w)) => {
-            h.len() == w.len() && h.iter().zip(w).all(|(a, b)| contains(a, b))
-        }
-        (h, w) => h == w,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::write::contains;
     use super::*;
 
     #[test]
@@ -598,6 +541,25 @@ mod tests {
                 needs_probe(confirmed.as_ref(), token, wrote),
                 want,
                 "case {i}: {confirmed:?} {token} wrote={wrote}"
+            );
+        }
+    }
+
+    #[test]
+    fn webhook_mode_may_remove_every_part_by_name_in_the_chart_and_the_bundle() {
+        let chart = include_str!("../../../../charts/sidecarset-operator/templates/rbac.yaml");
+        let range = format!("untilStep 1 {} 1", policy::parts::MAX_PARTS);
+        assert!(
+            chart.contains(&range),
+            "the chart's rbac.yaml lacks {range:?}"
+        );
+        let csv = include_str!(
+            "../../../../bundle/manifests/sidecarset-operator.clusterserviceversion.yaml"
+        );
+        for name in policy::part_names("sidecarset-operator") {
+            assert!(
+                csv.contains(&format!("          - {name}\n")),
+                "the bundle's webhook-mode rule lacks {name}"
             );
         }
     }
