@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
-use sidecarset_core::policy::{PROBE_ANNOTATION, probe_labels_of};
+use sidecarset_core::policy::{PART_ANNOTATION, PROBE_ANNOTATION, probe_labels_of};
 use sidecarset_e2e::*;
 
 fn policies(c: &kube::Client) -> Api<DynamicObject> {
@@ -255,6 +255,42 @@ async fn pods_get_their_sidecars_from_the_api_server_with_every_replica_stopped(
                 let live = policies(&c).get(&name).await?;
                 let token = live.annotations().get(PROBE_ANNOTATION).cloned();
                 Ok((applied_token(&c, &ns, &live).await? == token).then_some(()))
+            }
+        })
+        .await?;
+
+        // A SidecarSet that never selects the first one's pods goes into a second part, with a
+        // binding of its own, in effect once its probe shows it; deleted, its part goes.
+        let second = format!("e2e-polb-{s}");
+        let part = format!("{name}-1");
+        create_sidecarset(&c, json!({
+            "apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet", "metadata": {"name": second},
+            "spec": {"selector": {"matchLabels": {"e2e-app": format!("{label}-b")}},
+                     "containers": [{"name": "polb", "image": "registry.local/pol:1"}]}
+        }))
+        .await?;
+        eventually(40, "the second part in effect", || {
+            let (c, ns, part, second) = (c.clone(), ns.clone(), part.clone(), second.clone());
+            async move {
+                let Some(live) = policies(&c).get_opt(&part).await? else { return Ok(None) };
+                let mine = live.annotations().get(PART_ANNOTATION).is_some_and(|v| *v == second);
+                let token = live.annotations().get(PROBE_ANNOTATION).cloned();
+                Ok((mine && token.is_some() && applied_token(&c, &ns, &live).await? == token).then_some(()))
+            }
+        })
+        .await?;
+        let bindings = Api::<DynamicObject>::all_with(c.clone(), &sidecarset_core::policy::binding_resource());
+        let selector = bindings.get(&part).await?.data["spec"]["matchResources"]["objectSelector"].clone();
+        assert_eq!(
+            selector,
+            json!({"matchExpressions": [{"key": "e2e-app", "operator": "In", "values": [format!("{label}-b")]}]})
+        );
+        sidecarset_e2e::kruise::sidecarsets(&c).delete(&second, &DeleteParams::default()).await?;
+        eventually(40, "the second part deleted with its SidecarSet", || {
+            let (c, part, bindings) = (c.clone(), part.clone(), bindings.clone());
+            async move {
+                let gone = policies(&c).get_opt(&part).await?.is_none() && bindings.get_opt(&part).await?.is_none();
+                Ok(gone.then_some(()))
             }
         })
         .await?;
