@@ -689,3 +689,145 @@ async fn compiled_sidecarsets_inject_in_the_api_server_as_the_webhook_does() -> 
     let _ = policy_api.delete(&name, &DeleteParams::default()).await;
     result
 }
+
+/// Two versions of a regrouping live at once (the operator writes the new parts before it
+/// deletes the old ones): a pod both cover is injected by one of them, whole, never by both.
+/// Version one injects `proxy:1` and marks the pod; version two injects `proxy:2` and a second
+/// SidecarSet. Whichever the API server applies first, the other must leave the pod alone.
+#[tokio::test]
+async fn a_pod_two_policy_versions_cover_is_injected_by_one_of_them() -> anyhow::Result<()> {
+    let c = client().await;
+    let ns = operator_namespace();
+    let s = suffix();
+    let scope = format!("sidecarset-e2e-twice-{s}");
+    let set = |name: &str, labels: Value, image: &str, mark: bool| -> anyhow::Result<SidecarSet> {
+        let mut v = json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+            "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": labels},
+                     "containers": [{"name": format!("{name}-c"), "image": image}]}});
+        if mark {
+            v["spec"]["patchPodMetadata"] =
+                json!([{"annotations": {"e2e.example.com/version": "one"}}]);
+        }
+        let mut ss: SidecarSet = serde_json::from_value(v)?;
+        default_sidecarset(&mut ss);
+        Ok(ss)
+    };
+    let compile = |name: &str, sets: Vec<SidecarSet>| -> anyhow::Result<Compiled> {
+        let mut idx = Index::new();
+        for s in sets {
+            idx.upsert(Arc::new(s))?;
+        }
+        Ok(policy::compile(
+            &idx,
+            &Options {
+                name: name.into(),
+                now: NOW.into(),
+                failure_policy: "Fail".into(),
+                namespace_selector: Some(
+                    json!({"matchLabels": {"kubernetes.io/metadata.name": ns}}),
+                ),
+                object_selector: Some(json!({"matchLabels": {SCOPE_LABEL: scope}})),
+                labels: BTreeMap::from([("sidecarset-e2e".into(), format!("twice-{s}"))]),
+                skip_namespace: None,
+                owner: None,
+                max_sidecarsets: None,
+            },
+        ))
+    };
+    let one = compile(
+        &format!("{scope}-a"),
+        vec![set("mesh", json!({"app": "web"}), "proxy:1", true)?],
+    )?;
+    let two = compile(
+        &format!("{scope}-b"),
+        vec![
+            set("mesh", json!({"app": "web"}), "proxy:2", false)?,
+            set(
+                "zonal",
+                json!({"app": "web", "zone": "a"}),
+                "zonal:1",
+                false,
+            )?,
+        ],
+    )?;
+    let (policy_api, binding_api) = policies(&c);
+    let result = async {
+        // The probes' scope label: each version answers only its own probe.
+        for v in [&one, &two] {
+            let mut scoped = v.clone();
+            for part in &mut scoped.parts {
+                part.probe_labels.insert(SCOPE_LABEL.into(), scope.clone());
+            }
+            activate_scoped(&c, &ns, &scoped).await?;
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "twice-0", "labels": {"app": "web", "zone": "a", SCOPE_LABEL: scope}},
+            "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}}))?;
+        for i in 0..5 {
+            let got = dry_run(&c, &ns, &pod).await?;
+            let names = container_names(&got);
+            let images: Vec<String> = got
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .filter_map(|c| c.image.clone())
+                .collect();
+            let a = got.metadata.annotations.clone().unwrap_or_default();
+            let marked = a.get("e2e.example.com/version").map(String::as_str);
+            let list = a.get(api::ANNOTATION_INJECTED_LIST).map(String::as_str);
+            let by_one = names == ["mesh-c", "main"]
+                && images[0] == "proxy:1"
+                && marked == Some("one")
+                && list == Some("mesh");
+            let by_two = names == ["mesh-c", "zonal-c", "main"]
+                && images[0] == "proxy:2"
+                && marked.is_none()
+                && list == Some("mesh,zonal");
+            anyhow::ensure!(
+                by_one ^ by_two,
+                "creation {i}: injected by neither version alone: containers {names:?}, images {images:?}, annotations {a:?}"
+            );
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    let mine = kube::api::ListParams::default().labels(&format!("sidecarset-e2e=twice-{s}"));
+    let _ = binding_api
+        .delete_collection(&DeleteParams::default(), &mine)
+        .await;
+    let _ = policy_api
+        .delete_collection(&DeleteParams::default(), &mine)
+        .await;
+    result
+}
+
+/// [`activate`] for parts whose probe labels carry their scope already.
+async fn activate_scoped(c: &kube::Client, ns: &str, compiled: &Compiled) -> anyhow::Result<()> {
+    let (p, b) = policies(c);
+    let pp = PatchParams::apply("sidecarset-e2e").force();
+    for part in &compiled.parts {
+        p.patch(&part.name, &pp, &Patch::Apply(&part.policy))
+            .await?;
+        b.patch(&part.name, &pp, &Patch::Apply(&part.binding))
+            .await?;
+    }
+    for part in &compiled.parts {
+        let probe: Pod = serde_json::from_value(json!({
+            "metadata": {"generateName": "policy-probe-", "labels": part.probe_labels},
+            "spec": {"containers": [{"name": "probe", "image": "probe"}]},
+        }))?;
+        eventually(30, &format!("part {} in effect", part.name), || {
+            let (c, probe, ns) = (c.clone(), probe.clone(), ns.to_string());
+            let token = part.token.clone();
+            async move {
+                let got = dry_run(&c, &ns, &probe).await?;
+                let have = got.metadata.annotations.unwrap_or_default();
+                Ok((have.get(PROBE_ANNOTATION) == Some(&token)).then_some(()))
+            }
+        })
+        .await?;
+    }
+    Ok(())
+}
