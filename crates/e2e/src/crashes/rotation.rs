@@ -9,8 +9,8 @@
 //!   the end (a refusal of a request sent in the 3 s after an operator process died, or while it
 //!   died, is excused: the request it was serving, or a connection the API server had open to
 //!   it, broke; that is the crash, not the rotation);
-//! * at the end both replicas serve the Secret's serving certificate, signed by the new CA, and
-//!   every caBundle trusts that CA.
+//! * at the end both replicas serve the Secret's serving certificate, signed by the new CA, the
+//!   rotation has finished, and every caBundle trusts that CA and no longer the first one.
 
 use super::run::Run;
 use super::scenarios::{SIDECAR, app_pod, create_set_with, injectable, is_sidecar, settled, until};
@@ -150,6 +150,11 @@ pub async fn rotation(run: &Run) -> anyhow::Result<()> {
         !s.contains_key(certs::KEY_PREV_CA_CERT) && !s.contains_key(certs::KEY_NEXT_CA_CERT)
     })
     .await?;
+    // The bundles follow within seconds, well before the next rotation would publish another
+    // CA next to the new one (and so rewrite them anyway, hiding a retired CA left trusted).
+    if let Err(e) = retired_everywhere(run, &old_ca).await {
+        run.violation(format!("rotation: once the old CA was dropped, {e:#}"));
+    }
     settled(run, generation, ROTATION_PODS, ROTATION_PODS).await?;
     if let Err(e) = served_everywhere(run, &old_ca).await {
         run.violation(format!("rotation: at the end, {e:#}"));
@@ -157,8 +162,27 @@ pub async fn rotation(run: &Run) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Within 5 s: no caBundle trusts `old_ca` any more.
+async fn retired_everywhere(run: &Run, old_ca: &str) -> anyhow::Result<()> {
+    let mut still = Vec::new();
+    for _ in 0..20 {
+        still = ca_bundles(&run.c, &run.names.name)
+            .await?
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| certs::bundle_contains(b, old_ca))
+            .map(|(i, _)| i)
+            .collect();
+        if still.is_empty() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    anyhow::bail!("caBundles {still:?} still trust the retired CA after 5 s")
+}
+
 /// Within 15 s: every replica serves the Secret's serving certificate, its CA is not `old_ca`,
-/// and every caBundle trusts it.
+/// the rotation has finished, and every caBundle trusts the CA and no longer `old_ca`.
 async fn served_everywhere(run: &Run, old_ca: &str) -> anyhow::Result<()> {
     let mut last = String::new();
     for _ in 0..60 {
@@ -175,6 +199,10 @@ async fn served_now(run: &Run, old_ca: &str) -> anyhow::Result<()> {
     let s = secret(run).await?;
     let ca = s.get(certs::KEY_CA_CERT).cloned().unwrap_or_default();
     anyhow::ensure!(ca != old_ca, "the Secret's CA is still the first one");
+    anyhow::ensure!(
+        !s.contains_key(certs::KEY_PREV_CA_CERT),
+        "the rotation has not finished: the Secret still keeps the previous CA"
+    );
     let tls = s.get(certs::KEY_TLS_CERT).cloned().unwrap_or_default();
     let want = certs::bundle_ders(tls.as_bytes());
     for (i, b) in ca_bundles(&run.c, &run.names.name)
@@ -185,6 +213,11 @@ async fn served_now(run: &Run, old_ca: &str) -> anyhow::Result<()> {
         anyhow::ensure!(
             certs::bundle_contains(b, &ca),
             "caBundle {i} does not trust the Secret's CA"
+        );
+        // The rotation finished: the first CA is retired and no longer trusted.
+        anyhow::ensure!(
+            !certs::bundle_contains(b, old_ca),
+            "caBundle {i} still trusts the first CA after the rotation finished"
         );
     }
     for (slot, port) in run.ports.iter().enumerate() {

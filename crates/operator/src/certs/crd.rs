@@ -3,18 +3,20 @@
 //! caBundle: server-side apply under the operator's field manager, checked on every pass and
 //! repaired when anything else changed it.
 
-use super::bundle_contains;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use sidecarset_core::api::{CRD_NAME, ConversionTarget, conversion_patch};
 use tracing::info;
 
-/// True when the CRD sends conversions to `target` and trusts every CA in `bundle` (PEM).
+/// True when the CRD sends conversions to `target` and its caBundle passes `check` against
+/// `bundle` (PEM): [`bundle_contains`] (it trusts every CA of it) or
+/// [`super::bundle_is`] (exactly those).
 pub fn conversion_ok(
     crd: &CustomResourceDefinition,
     target: &ConversionTarget,
     bundle: &str,
+    check: fn(&[u8], &str) -> bool,
 ) -> bool {
     let Some(conv) = &crd.spec.conversion else {
         return false;
@@ -45,11 +47,7 @@ pub fn conversion_ok(
                 && s.port.unwrap_or(443) == *port
         }),
     };
-    target_ok
-        && cc
-            .ca_bundle
-            .as_ref()
-            .is_some_and(|b| bundle_contains(&b.0, bundle))
+    target_ok && cc.ca_bundle.as_ref().is_some_and(|b| check(&b.0, bundle))
 }
 
 /// What a pass found and did.
@@ -75,7 +73,7 @@ pub async fn ensure(
     let Some(crd) = api.get_opt(CRD_NAME).await? else {
         return Ok(ConversionPass::NoCrd);
     };
-    if conversion_ok(&crd, target, bundle) {
+    if conversion_ok(&crd, target, bundle, super::bundle_is) {
         return Ok(ConversionPass::InPlace);
     }
     // Server-side apply cannot drop a field another manager owns (e.g. the chart's `service`
@@ -116,6 +114,7 @@ pub async fn ensure(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::certs::bundle_contains;
 
     fn crd_with(conversion: serde_json::Value) -> CustomResourceDefinition {
         let mut v = serde_json::to_value(sidecarset_core::api::crd()).unwrap();
@@ -148,26 +147,41 @@ mod tests {
         };
         let url = ConversionTarget::Url("https://127.0.0.1:9443/".into());
         let right = crd_with(sidecarset_core::api::conversion_spec(&svc, Some(&pki)));
-        assert!(conversion_ok(&right, &svc, &pki));
+        assert!(conversion_ok(&right, &svc, &pki, bundle_contains));
         // Another CA, another target, no CA, strategy None, the chart's default Service.
-        assert!(!conversion_ok(&right, &svc, &other));
-        assert!(!conversion_ok(&right, &url, &pki));
+        assert!(!conversion_ok(&right, &svc, &other, bundle_contains));
+        assert!(!conversion_ok(&right, &url, &pki, bundle_contains));
         assert!(!conversion_ok(
             &crd_with(sidecarset_core::api::conversion_spec(&svc, None)),
             &svc,
-            &pki
+            &pki,
+            bundle_contains
         ));
         assert!(!conversion_ok(
             &crd_with(serde_json::json!({"strategy": "None"})),
             &svc,
-            &pki
+            &pki,
+            bundle_contains
         ));
-        assert!(!conversion_ok(&sidecarset_core::api::crd(), &svc, &pki));
+        assert!(!conversion_ok(
+            &sidecarset_core::api::crd(),
+            &svc,
+            &pki,
+            bundle_contains
+        ));
         let by_url = crd_with(sidecarset_core::api::conversion_spec(&url, Some(&pki)));
-        assert!(conversion_ok(&by_url, &url, &pki));
+        assert!(conversion_ok(&by_url, &url, &pki, bundle_contains));
         // A bundle holding both CAs (a rotation) trusts each of them.
         let both = format!("{pki}{other}");
         let during = crd_with(sidecarset_core::api::conversion_spec(&svc, Some(&both)));
-        assert!(conversion_ok(&during, &svc, &pki) && conversion_ok(&during, &svc, &other));
+        assert!(
+            conversion_ok(&during, &svc, &pki, bundle_contains)
+                && conversion_ok(&during, &svc, &other, bundle_contains)
+        );
+        // But it is not the bundle of one of them alone: once a rotation finished, the CRD is
+        // written again without the retired CA.
+        assert!(!conversion_ok(&during, &svc, &pki, crate::certs::bundle_is));
+        assert!(conversion_ok(&right, &svc, &pki, crate::certs::bundle_is));
+        assert!(conversion_ok(&during, &svc, &both, crate::certs::bundle_is));
     }
 }

@@ -455,11 +455,21 @@ pub fn act(
     }
 }
 
-/// True when `published` (a caBundle) holds every CA of `wanted`.
+/// True when `published` (a caBundle) holds every CA of `wanted`: it trusts them.
 pub fn bundle_contains(published: &[u8], wanted: &str) -> bool {
     let have = bundle_ders(published);
     let want = bundle_ders(wanted.as_bytes());
     !want.is_empty() && want.iter().all(|w| have.contains(w))
+}
+
+/// True when `published` holds the CAs of `wanted` and no other: nothing to write. (A bundle
+/// that trusts more, such as the previous CA once a rotation finished, must be written again:
+/// [`bundle_contains`] alone would leave a retired CA trusted for ever.)
+pub fn bundle_is(published: &[u8], wanted: &str) -> bool {
+    let have: std::collections::BTreeSet<Vec<u8>> = bundle_ders(published).into_iter().collect();
+    let want: std::collections::BTreeSet<Vec<u8>> =
+        bundle_ders(wanted.as_bytes()).into_iter().collect();
+    !want.is_empty() && have == want
 }
 
 #[cfg(test)]

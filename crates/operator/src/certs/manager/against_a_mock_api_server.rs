@@ -259,6 +259,32 @@ async fn a_ca_bundle_someone_overwrote_is_written_back() {
     assert!(m.reports.ca_trusted.is_open());
 }
 
+#[tokio::test]
+async fn a_ca_bundle_still_trusting_a_retired_ca_is_written_without_it() {
+    // Once a rotation finished, the Secret holds the new CA alone; the bundles still trust the
+    // old one too. Trusting every CA of the Secret is not enough: the retired CA must go.
+    let (client, mut api) = mock_api::client();
+    let readiness = Readiness::default();
+    let m = manager(client, &readiness);
+    let ours = generated();
+    let retired = generated().ca_bundle();
+    let published = format!("{}{retired}", ours.ca_bundle());
+    let pass = tokio::spawn({
+        let m = m.clone();
+        async move { m.reconcile().await }
+    });
+    api.expect("GET", &format!("{SECRET}/certs"))
+        .await
+        .answer(200, secret(&ours, "3"));
+    configurations_trust(&mut api, &published).await;
+    configurations_trust(&mut api, &published).await;
+    let (mutating, validating) = bundle_written(&mut api, &published).await;
+    assert_eq!(mutating, ours.ca_bundle());
+    assert_eq!(validating, ours.ca_bundle());
+    pass.await.unwrap().unwrap();
+    api.expect_nothing().await;
+}
+
 const CRD: &str =
     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/sidecarsets.apps.kruise.io";
 

@@ -2,7 +2,7 @@
 //! apply under our field manager) and the CRD's conversion settings (when kept).
 
 use super::{Manager, with_types};
-use crate::certs::{Material, bundle_contains, bundle_ders};
+use crate::certs::{Material, bundle_contains, bundle_ders, bundle_is};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -20,6 +20,15 @@ impl Manager {
     }
 
     pub(super) async fn webhooks_trust(&self, bundle: &str) -> anyhow::Result<bool> {
+        self.webhooks_bundles(bundle, bundle_contains).await
+    }
+
+    /// Whether every webhook's caBundle passes `check` against `bundle`.
+    async fn webhooks_bundles(
+        &self,
+        bundle: &str,
+        check: fn(&[u8], &str) -> bool,
+    ) -> anyhow::Result<bool> {
         let name = &self.settings.webhook_config_name;
         let m = Api::<MutatingWebhookConfiguration>::all(self.client.clone())
             .get_opt(name)
@@ -27,7 +36,7 @@ impl Manager {
         let v = Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
             .get_opt(name)
             .await?;
-        let trusts = |b: Option<&ByteString>| b.is_some_and(|b| bundle_contains(&b.0, bundle));
+        let trusts = |b: Option<&ByteString>| b.is_some_and(|b| check(&b.0, bundle));
         let m_ok = m.as_ref().is_some_and(|m| {
             m.webhooks
                 .iter()
@@ -103,7 +112,9 @@ impl Manager {
         let crd = Api::<CustomResourceDefinition>::all(self.client.clone())
             .get_opt(sidecarset_core::api::CRD_NAME)
             .await?;
-        Ok(crd.is_none_or(|crd| crate::certs::crd::conversion_ok(&crd, target, bundle)))
+        Ok(crd.is_none_or(|crd| {
+            crate::certs::crd::conversion_ok(&crd, target, bundle, bundle_contains)
+        }))
     }
 
     /// Writes the caBundle with server-side apply under our field manager (repairing it when
@@ -112,7 +123,9 @@ impl Manager {
     pub(super) async fn publish_bundle(&self, m: &Material) -> anyhow::Result<bool> {
         let bundle = m.ca_bundle();
         let crd_ok = self.publish_to_crd(&bundle).await;
-        if self.webhooks_trust(&bundle).await? {
+        // Written unless every caBundle is exactly this one: trusting more (the previous CA
+        // after a rotation finished) is rewritten too, or a retired CA stays trusted.
+        if self.webhooks_bundles(&bundle, bundle_is).await? {
             self.reports.ca_trusted.set(true);
             return Ok(crd_ok);
         }
