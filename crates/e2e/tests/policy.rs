@@ -399,8 +399,14 @@ fn policies(c: &kube::Client) -> (Api<DynamicObject>, Api<DynamicObject>) {
 }
 
 /// Applies every part of the policy (policy and binding), deletes the parts of an earlier case
-/// this one does not have, and waits until a dry-run probe pod of each part shows its token.
-async fn activate(c: &kube::Client, ns: &str, compiled: &Compiled) -> anyhow::Result<Duration> {
+/// this one does not have, and waits until a dry-run probe pod of each part (its probe labels
+/// and `SCOPE_LABEL: scope`, which the policy's object selector requires) shows its token.
+async fn activate(
+    c: &kube::Client,
+    ns: &str,
+    compiled: &Compiled,
+    scope: &str,
+) -> anyhow::Result<Duration> {
     let (p, b) = policies(c);
     let pp = PatchParams::apply("sidecarset-e2e").force();
     for part in &compiled.parts {
@@ -424,7 +430,7 @@ async fn activate(c: &kube::Client, ns: &str, compiled: &Compiled) -> anyhow::Re
     let start = Instant::now();
     for part in &compiled.parts {
         let mut labels = part.probe_labels.clone();
-        labels.insert(SCOPE_LABEL.into(), head.clone());
+        labels.insert(SCOPE_LABEL.into(), scope.to_string());
         let probe: Pod = serde_json::from_value(json!({
             "metadata": {"generateName": "policy-probe-", "labels": labels},
             "spec": {"containers": [{"name": "probe", "image": "probe"}]},
@@ -604,7 +610,9 @@ async fn compiled_sidecarsets_inject_in_the_api_server_as_the_webhook_does() -> 
             if case_name.starts_with("own-parts") {
                 assert_eq!(compiled.parts.len(), 2, "{case_name}: two parts");
             }
-            let took = activate(&c, &ns, &compiled).await.context(case_name.clone())?;
+            let took = activate(&c, &ns, &compiled, &name)
+                .await
+                .context(case_name.clone())?;
             let mut pod = case["input"]["pod"].clone();
             pod["metadata"]["namespace"] = json!(ns);
             pod["metadata"]["labels"][SCOPE_LABEL] = json!(name);
@@ -753,13 +761,9 @@ async fn a_pod_two_policy_versions_cover_is_injected_by_one_of_them() -> anyhow:
     )?;
     let (policy_api, binding_api) = policies(&c);
     let result = async {
-        // The probes' scope label: each version answers only its own probe.
+        // Each version answers only its own probes.
         for v in [&one, &two] {
-            let mut scoped = v.clone();
-            for part in &mut scoped.parts {
-                part.probe_labels.insert(SCOPE_LABEL.into(), scope.clone());
-            }
-            activate_scoped(&c, &ns, &scoped).await?;
+            activate(&c, &ns, v, &scope).await?;
         }
         let pod: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
@@ -801,33 +805,4 @@ async fn a_pod_two_policy_versions_cover_is_injected_by_one_of_them() -> anyhow:
         .delete_collection(&DeleteParams::default(), &mine)
         .await;
     result
-}
-
-/// [`activate`] for parts whose probe labels carry their scope already.
-async fn activate_scoped(c: &kube::Client, ns: &str, compiled: &Compiled) -> anyhow::Result<()> {
-    let (p, b) = policies(c);
-    let pp = PatchParams::apply("sidecarset-e2e").force();
-    for part in &compiled.parts {
-        p.patch(&part.name, &pp, &Patch::Apply(&part.policy))
-            .await?;
-        b.patch(&part.name, &pp, &Patch::Apply(&part.binding))
-            .await?;
-    }
-    for part in &compiled.parts {
-        let probe: Pod = serde_json::from_value(json!({
-            "metadata": {"generateName": "policy-probe-", "labels": part.probe_labels},
-            "spec": {"containers": [{"name": "probe", "image": "probe"}]},
-        }))?;
-        eventually(30, &format!("part {} in effect", part.name), || {
-            let (c, probe, ns) = (c.clone(), probe.clone(), ns.to_string());
-            let token = part.token.clone();
-            async move {
-                let got = dry_run(&c, &ns, &probe).await?;
-                let have = got.metadata.annotations.unwrap_or_default();
-                Ok((have.get(PROBE_ANNOTATION) == Some(&token)).then_some(()))
-            }
-        })
-        .await?;
-    }
-    Ok(())
 }

@@ -234,41 +234,14 @@ async fn a_new_ca_signs_the_served_certificate_only_once_the_webhooks_trust_it()
     assert_eq!(m.reports.cert.expiry(), Some(new_leaf.not_after));
 }
 
-#[tokio::test]
-async fn a_ca_bundle_someone_overwrote_is_written_back() {
+/// A pass over a Secret that is fine while both configurations publish `published`: the bundle
+/// of the Secret's CAs is written to both, the Secret left alone.
+async fn bundle_written_back(published: impl FnOnce(&Material) -> String) {
     let (client, mut api) = mock_api::client();
     let readiness = Readiness::default();
     let m = manager(client, &readiness);
     let ours = generated();
-    let someone_elses = generated().ca_bundle();
-    let pass = tokio::spawn({
-        let m = m.clone();
-        async move { m.reconcile().await }
-    });
-    api.expect("GET", &format!("{SECRET}/certs"))
-        .await
-        .answer(200, secret(&ours, "3"));
-    configurations_trust(&mut api, &someone_elses).await;
-    configurations_trust(&mut api, &someone_elses).await;
-    let (mutating, validating) = bundle_written(&mut api, &someone_elses).await;
-    assert_eq!(mutating, ours.ca_bundle());
-    assert_eq!(validating, ours.ca_bundle());
-    pass.await.unwrap().unwrap();
-    // The Secret itself was fine: never rewritten.
-    api.expect_nothing().await;
-    assert!(m.reports.ca_trusted.is_open());
-}
-
-#[tokio::test]
-async fn a_ca_bundle_still_trusting_a_retired_ca_is_written_without_it() {
-    // Once a rotation finished, the Secret holds the new CA alone; the bundles still trust the
-    // old one too. Trusting every CA of the Secret is not enough: the retired CA must go.
-    let (client, mut api) = mock_api::client();
-    let readiness = Readiness::default();
-    let m = manager(client, &readiness);
-    let ours = generated();
-    let retired = generated().ca_bundle();
-    let published = format!("{}{retired}", ours.ca_bundle());
+    let published = published(&ours);
     let pass = tokio::spawn({
         let m = m.clone();
         async move { m.reconcile().await }
@@ -282,7 +255,21 @@ async fn a_ca_bundle_still_trusting_a_retired_ca_is_written_without_it() {
     assert_eq!(mutating, ours.ca_bundle());
     assert_eq!(validating, ours.ca_bundle());
     pass.await.unwrap().unwrap();
+    // The Secret itself was fine: never rewritten.
     api.expect_nothing().await;
+    assert!(m.reports.ca_trusted.is_open());
+}
+
+#[tokio::test]
+async fn a_ca_bundle_someone_overwrote_is_written_back() {
+    bundle_written_back(|_| generated().ca_bundle()).await;
+}
+
+#[tokio::test]
+async fn a_ca_bundle_still_trusting_a_retired_ca_is_written_without_it() {
+    // Once a rotation finished, the Secret holds the new CA alone; the bundles still trust the
+    // old one too. Trusting every CA of the Secret is not enough: the retired CA must go.
+    bundle_written_back(|ours| format!("{}{}", ours.ca_bundle(), generated().ca_bundle())).await;
 }
 
 const CRD: &str =
