@@ -85,6 +85,12 @@ SSO_FAULTS_POINTS=${SSO_FAULTS_POINTS:-sample:1} cargo test -p sidecarset-e2e --
 log "faults: two replicas, the leader crashed right after its k-th write mid-rollout (one k): the other takes over; no controller write after a lost Lease"
 SSO_FAULTS_SCENARIOS=leader SSO_FAULTS_PERTURBATIONS=crash SSO_FAULTS_POINTS=sample:1 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
 
+log "faults: hot (a HotUpgrade hand-over), the operator crashed right after its k-th write (one k)"
+SSO_FAULTS_SCENARIOS=hot SSO_FAULTS_PERTURBATIONS=crash SSO_FAULTS_POINTS=sample:1 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
+
+log "faults: regression: rotation with two replicas, a crash at one write (every run checks the retired CA leaves every caBundle within 5 s of the Secret: it stayed trusted until the next rotation)"
+SSO_FAULTS_SCENARIOS=rotation SSO_FAULTS_PERTURBATIONS=crash SSO_FAULTS_POINTS=sample:1 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
+
 log "faults: regression: evict with the Pod watch cut right after its 4th event (an original pod the lagging cache missed was taken for a replacement and stopped the evictions)"
 SSO_FAULTS_SCENARIOS=evict SSO_FAULTS_PERTURBATIONS=relist SSO_FAULTS_POINTS=4 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
 
