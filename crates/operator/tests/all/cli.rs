@@ -818,7 +818,7 @@ fn libc_sigpipe() -> i32 {
     13
 }
 
-/// `policy` prints the policy and its binding as YAML, and names on stderr each SidecarSet left
+/// `policy` prints each part of the policy and its binding as YAML, and names on stderr each SidecarSet left
 /// to the webhook with the field that keeps it there; a file without SidecarSets is an input
 /// error.
 #[test]
@@ -842,11 +842,26 @@ fn policy_prints_the_compiled_policy_and_names_what_stays_on_the_webhook() {
     let docs: Vec<Value> =
         serde_saphyr::from_multiple(std::str::from_utf8(&out.stdout).unwrap()).unwrap();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    // logger (app: web) and shipper (app: api) never select one pod: two parts, each a policy
+    // and its binding, the binding selecting its SidecarSet's label.
     assert_eq!(
         kinds,
-        ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+        [
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding"
+        ]
     );
     assert!(docs[0].to_string().contains("busybox:1.36"));
+    assert_eq!(
+        docs[1]["spec"]["matchResources"]["objectSelector"]["matchExpressions"][0]["values"],
+        serde_json::json!(["web"])
+    );
+    assert_eq!(
+        docs[3]["spec"]["matchResources"]["objectSelector"]["matchExpressions"][0]["values"],
+        serde_json::json!(["api"])
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("merger: spec.patchPodMetadata uses MergePatchJson"),
@@ -857,7 +872,7 @@ fn policy_prints_the_compiled_policy_and_names_what_stays_on_the_webhook() {
         !stderr.contains("logger") && !stderr.contains("shipper"),
         "{stderr}"
     );
-    assert!(docs[0].to_string().contains("variables.mounts"));
+    assert!(docs[2].to_string().contains("variables.mounts"));
 
     let empty = tmp(
         "policy-empty.yaml",
