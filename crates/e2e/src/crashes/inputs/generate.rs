@@ -832,6 +832,37 @@ mod tests {
         Value::Object(out)
     }
 
+    /// `make test` (hack/e2e-local.sh) replays seed 1791's first 5 steps for the refused
+    /// `cpu: lots` at step 3: a change of the knobs or their weights that moves it fails here
+    /// (find the new seed, and update hack/e2e-local.sh and docs/src/contributing.md).
+    #[test]
+    fn the_seed_make_test_replays_refuses_a_quantity_that_is_none_at_step_3() {
+        let p = plan(1791, 5, &ctx()).unwrap();
+        let s = &p[2];
+        assert_eq!(
+            (s.knob, s.refused_naming.as_deref()),
+            ("resources", Some("spec.containers[0].resources"))
+        );
+        assert_eq!(
+            s.patch["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+            "lots"
+        );
+        let knobs: Vec<(&str, bool)> = p
+            .iter()
+            .map(|s| (s.knob, s.refused_naming.is_none()))
+            .collect();
+        assert_eq!(
+            knobs,
+            [
+                ("update selector", true),
+                ("image", true),
+                ("resources", false),
+                ("selector", true),
+                ("image", true)
+            ]
+        );
+    }
+
     #[test]
     fn merge_patches_apply_to_the_new_spec() {
         let old = json!({"a": 1, "b": {"c": 2, "d": 3}, "e": [1]});
