@@ -6,6 +6,12 @@
 //! requirements (or an unknown operator, an `In` without values, nothing at all), the list of
 //! named containers gets a new image, env or resources (or an empty name, a duplicate, a new
 //! container, an empty image, a quantity that is none), a string a fresh value (or a number).
+//! The knobs of the update order have values of their own, by knob name: the update selector a
+//! `tier` requirement (or an unknown operator, an `In` without values), `priorityStrategy` one
+//! or two weight terms or `orderPriority` (or a weight out of 0..=100, both kinds, an empty
+//! `matchSelector`), `scatterStrategy` a term on `tier` (or an empty key, a duplicate term). A
+//! value valid on its own that validation refuses with the rest of the spec ([`conflict`]: a
+//! partition with an update selector) makes an invalid step naming the field refused.
 //!
 //! The whole sequence is planned up front from the seed (every valid step taken as accepted,
 //! every invalid one as refused), so a seed is the sequence: `hack/faults.sh inputs SEED
