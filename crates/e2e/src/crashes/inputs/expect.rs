@@ -7,10 +7,15 @@
 //! * a selected pod carrying the sidecar is *updated* when its sidecar is the spec's (image, env,
 //!   resources), *upgradable* when only the image differs, and left alone otherwise (a change of
 //!   env or resources is not upgraded in place: it reaches new pods only);
+//! * only pods `updateStrategy.selector` selects (every pod when there is none) are candidates
+//!   for an in-place upgrade; the others keep their sidecar;
 //! * with `updateStrategy.type: NotUpdate` or `paused: true` no pod is upgraded; otherwise all
-//!   upgradable pods but `partition` of them are (an integer, or a percentage of the matched
+//!   candidates but `partition` of them are (an integer, or a percentage of all the matched
 //!   pods rounded up, below 100 % keeping one pod fewer than all when there are several:
-//!   OpenKruise's `CalculatePartitionReplicas`); which ones stay is the operator's choice;
+//!   OpenKruise's `CalculatePartitionReplicas`, subtracted from the number of candidates as
+//!   its `GetNextUpgradePods` does); which ones stay is the operator's choice;
+//! * `priorityStrategy` and `scatterStrategy` change the order of the upgrades, never the end
+//!   state: they change nothing here;
 //! * never more than `maxUnavailable` pods mid-upgrade at once (default 1; a percentage of the
 //!   matched pods rounded up; above 0, at least 1);
 //! * a new pod gets the spec's sidecar, or the pinned revision's
@@ -106,26 +111,46 @@ pub fn ns_selected(spec: &Value, pods_ns: &str) -> bool {
 
 /// Does the selector select a pod of this `tier` (the run's label assumed)?
 pub fn tier_selected(spec: &Value, tier: &str) -> bool {
-    spec["selector"]["matchExpressions"]
-        .as_array()
+    selects_tier(&spec["selector"], tier)
+}
+
+/// Does `updateStrategy.selector` select a pod of this `tier` (none: every pod)? Only the pods
+/// it selects are upgraded in place (OpenKruise's `GetNextUpgradePods`); the others keep their
+/// sidecar.
+pub fn update_selected(spec: &Value, tier: &str) -> bool {
+    let sel = &spec["updateStrategy"]["selector"];
+    sel.is_null() || selects_tier(sel, tier)
+}
+
+/// Does `sel` (its `tier` requirements, in `matchLabels` or `matchExpressions`) select a pod of
+/// this `tier` (the run's label assumed)?
+fn selects_tier(sel: &Value, tier: &str) -> bool {
+    let labels_ok = sel["matchLabels"]
+        .as_object()
         .into_iter()
         .flatten()
-        .all(|e| {
-            let values: Vec<&str> = e["values"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let has = !tier.is_empty();
-            match e["operator"].as_str() {
-                Some("In") => has && values.contains(&tier),
-                Some("NotIn") => !has || !values.contains(&tier),
-                Some("Exists") => has,
-                Some("DoesNotExist") => !has,
-                _ => false,
-            }
-        })
+        .all(|(k, v)| k != "tier" || v == tier);
+    labels_ok
+        && sel["matchExpressions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|e| {
+                let values: Vec<&str> = e["values"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let has = !tier.is_empty();
+                match e["operator"].as_str() {
+                    Some("In") => has && values.contains(&tier),
+                    Some("NotIn") => !has || !values.contains(&tier),
+                    Some("Exists") => has,
+                    Some("DoesNotExist") => !has,
+                    _ => false,
+                }
+            })
 }
 
 /// An int-or-percentage scaled to `total`, rounded up.
@@ -177,7 +202,7 @@ pub enum Want {
     SameOrTarget(Sidecar),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Expectation {
     pub pods: BTreeMap<String, Want>,
     /// How many of the upgradable pods end on the target.
@@ -209,7 +234,8 @@ pub fn expect(spec: &Value, pods_ns: &str, before: &[PodObs]) -> Expectation {
     let mut waiting = 0;
     for p in before {
         let selected = ns && tier_selected(spec, &p.tier);
-        let want = match (&p.sidecar, selected) {
+        let candidate = selected && update_selected(spec, &p.tier);
+        let want = match (&p.sidecar, candidate) {
             (Some(s), true) if s != &target && s.without_image() == target.without_image() => {
                 waiting += 1;
                 Want::SameOrTarget(s.clone())
@@ -351,6 +377,131 @@ mod tests {
         );
         now[1].sidecar.as_mut().unwrap().image = "i:2".into();
         assert!(differences(&e, &now).is_empty());
+    }
+
+    /// Pods of tiers a, b, a, b, a on image 1, all selected (the selector has no tier
+    /// requirement); the spec's image 2 and `updateStrategy` of `strategy`.
+    fn five() -> Vec<PodObs> {
+        (0..5)
+            .map(|i| obs(&format!("p{i}"), ["a", "b"][i % 2], 1, "a"))
+            .collect()
+    }
+
+    fn all_tiers(strategy: Value) -> Value {
+        let mut s = spec(2, "a", strategy);
+        s["selector"] = json!({"matchLabels": {"e2e-app": "x"}});
+        s
+    }
+
+    #[test]
+    fn only_the_pods_the_update_selector_selects_are_upgraded() {
+        let sel = |op: &str, values: Value| -> Value {
+            let mut e = json!({"key": "tier", "operator": op});
+            if !values.is_null() {
+                e["values"] = values;
+            }
+            json!({"matchExpressions": [e]})
+        };
+        let (in_a, not_in_a, exists) = (
+            sel("In", json!(["a"])),
+            sel("NotIn", json!(["a"])),
+            sel("Exists", Value::Null),
+        );
+        // (update selector, the rest of updateStrategy, upgrades, the pods kept as they were)
+        let table: Vec<(Value, Value, usize, Vec<&str>)> = vec![
+            (Value::Null, json!({}), 5, vec![]),
+            (in_a.clone(), json!({}), 3, vec!["p1", "p3"]),
+            (not_in_a.clone(), json!({}), 2, vec!["p0", "p2", "p4"]),
+            (exists.clone(), json!({}), 5, vec![]),
+            (
+                json!({"matchLabels": {"tier": "b"}}),
+                json!({}),
+                2,
+                vec!["p0", "p2", "p4"],
+            ),
+            // partition against all 5 matched pods, subtracted from the candidates: 1 of 3
+            (in_a.clone(), json!({"partition": 1}), 2, vec!["p1", "p3"]),
+            // 50 % of 5 is 3 (of the 3 candidates it would be 2, leaving one upgrade)
+            (
+                in_a.clone(),
+                json!({"partition": "50%"}),
+                0,
+                vec!["p1", "p3"],
+            ),
+            // 40 % of 5 is 2: both candidates stay (of the 2 candidates it would be 1)
+            (
+                not_in_a.clone(),
+                json!({"partition": "40%"}),
+                0,
+                vec!["p0", "p2", "p4"],
+            ),
+            (in_a.clone(), json!({"paused": true}), 0, vec!["p1", "p3"]),
+            (
+                in_a.clone(),
+                json!({"type": "NotUpdate"}),
+                0,
+                vec!["p1", "p3"],
+            ),
+        ];
+        let pods = five();
+        for (sel, mut strategy, upgrades, same) in table {
+            let case = format!("selector {sel}, strategy {strategy}");
+            if !sel.is_null() {
+                strategy["selector"] = sel;
+            }
+            let e = expect(&all_tiers(strategy), "ns", &pods);
+            assert_eq!(e.upgrades, upgrades, "{case}");
+            for p in &pods {
+                let want = match same.contains(&p.name.as_str()) {
+                    true => Want::Same(p.sidecar.clone()),
+                    false => Want::SameOrTarget(p.sidecar.clone().unwrap()),
+                };
+                assert_eq!(e.pods[&p.name], want, "{case}: {}", p.name);
+            }
+            // The update selector narrows the upgrades, not what the SidecarSet selects.
+            assert_eq!(e.selected.len(), 5, "{case}");
+            assert_eq!(e.max_unavailable, 1, "{case}");
+        }
+        // A pod outside the update selector upgraded by mistake is reported.
+        let e = expect(&all_tiers(json!({"selector": in_a})), "ns", &pods);
+        let mut now = pods.clone();
+        for p in &mut now {
+            p.sidecar.as_mut().unwrap().image = "i:2".into();
+        }
+        let d = differences(&e, &now);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(
+            d[0].starts_with("p1: want") && d[1].starts_with("p3: want"),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn priority_and_scatter_change_no_end_state() {
+        let pods = five();
+        for strategy in [json!({}), json!({"partition": 2}), json!({"paused": true})] {
+            let base = expect(&all_tiers(strategy.clone()), "ns", &pods);
+            for (field, v) in [
+                (
+                    "priorityStrategy",
+                    json!({"weightPriority": [{"weight": 50, "matchSelector": {"matchLabels": {"tier": "a"}}}]}),
+                ),
+                (
+                    "priorityStrategy",
+                    json!({"orderPriority": [{"orderedKey": "tier"}]}),
+                ),
+                ("scatterStrategy", json!([{"key": "tier", "value": "a"}])),
+                ("scatterStrategy", json!([{"key": "tier", "value": "*"}])),
+            ] {
+                let mut s = strategy.clone();
+                s[field] = v.clone();
+                assert_eq!(
+                    expect(&all_tiers(s), "ns", &pods),
+                    base,
+                    "{strategy} {field} {v}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //! [`generate::initial_spec`], four pods (tiers `a`, `b`, `a`, `b`), then each step:
 //!
 //! * **valid**: accepted; within the bound every pod reaches what [`expect`] computes from the
-//!   spec and the pods as they were (upgradable pods upgraded in place but `partition` of them,
-//!   none while paused or `NotUpdate`, pods whose sidecar differs in more than its image and
-//!   unselected pods left alone), the status observes the generation and its counts equal a
+//!   spec and the pods as they were (upgradable pods the update selector selects upgraded in
+//!   place but `partition` of them, none while paused or `NotUpdate`, pods whose sidecar differs
+//!   in more than its image, pods outside the update selector and unselected pods left alone;
+//!   `priorityStrategy` and `scatterStrategy` change only the order), the status observes the generation and its counts equal a
 //!   recount from the selected pods ([`super::state::recount`]), and it stays so; never more pods
 //!   mid-upgrade than `maxUnavailable` (the crash harness's pod watch); no write of the operator
 //!   to a pod the spec does not select. Then a new pod (the next tier): a dry run until it is

@@ -26,12 +26,21 @@ pub enum Domain {
     LabelSelector,
     /// An array of objects that require a `name` (containers).
     NamedList,
+    /// Another array of objects: their properties (scatter terms).
+    ObjectList(Vec<String>),
     /// An object of the listed properties.
     Object(Vec<String>),
 }
 
-/// The `spec` schema of the stored version (v1beta1) of the CRD in [`CRD_FILE`].
+/// The `spec` schema of the stored version (v1beta1) of the CRD in [`CRD_FILE`] (read once).
 pub fn spec_schema() -> anyhow::Result<Value> {
+    static READ: std::sync::OnceLock<Result<Value, String>> = std::sync::OnceLock::new();
+    READ.get_or_init(|| read_spec_schema().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+fn read_spec_schema() -> anyhow::Result<Value> {
     let text = std::fs::read_to_string(CRD_FILE)
         .map_err(|e| anyhow::anyhow!("cannot read the CRD {CRD_FILE}: {e}"))?;
     let crd: Value = serde_saphyr::from_str(&text)
@@ -98,6 +107,7 @@ pub fn domain(spec: &Value, path: &[&str]) -> anyhow::Result<Domain> {
         {
             Domain::NamedList
         }
+        Some("array") if n["items"]["type"] == "object" => Domain::ObjectList(props(&n["items"])),
         Some("object") => {
             let p = props(n);
             if p.iter().any(|k| k == "matchLabels") && p.iter().any(|k| k == "matchExpressions") {
@@ -136,6 +146,18 @@ mod tests {
         assert_eq!(domain(&s, &["selector"]).unwrap(), Domain::LabelSelector);
         assert_eq!(domain(&s, &["containers"]).unwrap(), Domain::NamedList);
         assert_eq!(domain(&s, &["customVersion"]).unwrap(), Domain::Str);
+        assert_eq!(
+            domain(&s, &["updateStrategy", "selector"]).unwrap(),
+            Domain::LabelSelector
+        );
+        assert_eq!(
+            domain(&s, &["updateStrategy", "scatterStrategy"]).unwrap(),
+            Domain::ObjectList(vec!["key".into(), "value".into()])
+        );
+        assert!(matches!(
+            domain(&s, &["updateStrategy", "priorityStrategy"]).unwrap(),
+            Domain::Object(p) if p == ["orderPriority", "weightPriority"]
+        ));
         assert!(node(&s, &["updateStrategy", "nope"]).is_err());
     }
 }
