@@ -23,7 +23,15 @@ impl Keeper {
             .items
             .into_iter()
             .filter(|p| names.contains(&p.name_any()))
-            .map(|p| (p.name_any(), p))
+            .map(|mut p| {
+                // A list's items carry no apiVersion and kind; what is compared with the
+                // rendered policy needs them (else every pass would write every part again).
+                p.types = Some(kube::core::TypeMeta {
+                    api_version: policy::API_VERSION.into(),
+                    kind: "MutatingAdmissionPolicy".into(),
+                });
+                (p.name_any(), p)
+            })
             .collect())
     }
 
