@@ -24,6 +24,7 @@
 #
 # Env: SSO_FAULTS_SCENARIOS (comma-separated, default every scenario: inject, rollout, hot,
 # revision, evict, leader, rotation), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce,stale: the default),
+# SSO_FAULTS_POINTS (sweep only: from:K resumes every scenario at its K-th point; all by default),
 # SSO_FAULTS_INPUTS_BOUND (seconds a valid input step may take to be followed, default 60), SSO_WORK,
 # and what hack/cluster.sh reads. The cluster is torn down at the end, also on failure.
 set -euo pipefail
@@ -39,7 +40,7 @@ usage() {
 }
 
 case "${1:-}" in
-  sweep) export SSO_FAULTS_POINTS=all ;;
+  sweep) export SSO_FAULTS_POINTS=${SSO_FAULTS_POINTS:-all} ;;
   sample)
     case "${2:-1}" in '' | *[!0-9]*) log "N must be a number, got '${2:-}'"; usage ;; esac
     export SSO_FAULTS_POINTS="sample:${2:-1}"

@@ -132,14 +132,24 @@ pub enum Points {
     Sample(usize),
     /// These write numbers.
     List(Vec<u64>),
+    /// Every counted write from this one on (a sweep resumed where an earlier one stopped).
+    From(u64),
 }
 
 impl Points {
-    /// `all`, `sample:N` or a comma-separated list of write numbers.
+    /// `all`, `sample:N`, `from:K` or a comma-separated list of write numbers.
     pub fn parse(s: &str) -> anyhow::Result<Points> {
         let s = s.trim();
         if s == "all" {
             return Ok(Points::All);
+        }
+        if let Some(k) = s.strip_prefix("from:") {
+            return match k.parse::<u64>() {
+                Ok(k) if k >= 1 => Ok(Points::From(k)),
+                _ => Err(anyhow::anyhow!(
+                    "SSO_FAULTS_POINTS={s:?}: from:K wants a write number (1 or more)"
+                )),
+            };
         }
         if let Some(n) = s.strip_prefix("sample:") {
             return Ok(Points::Sample(n.parse().map_err(|_| {
@@ -150,7 +160,7 @@ impl Points {
             .map(|k| match k.trim().parse::<u64>() {
                 Ok(k) if k >= 1 => Ok(k),
                 _ => Err(anyhow::anyhow!(
-                    "SSO_FAULTS_POINTS={s:?}: want all, sample:N or write numbers (1 or more) separated by commas"
+                    "SSO_FAULTS_POINTS={s:?}: want all, sample:N, from:K or write numbers (1 or more) separated by commas"
                 )),
             })
             .collect::<anyhow::Result<Vec<_>>>()
@@ -168,6 +178,7 @@ impl Points {
                 picked.into_iter().collect()
             }
             Points::List(l) => l.clone(),
+            Points::From(k) => (*k..=n).collect(),
         }
     }
 }
@@ -612,4 +623,32 @@ pub fn table(rows: &[Summary]) -> String {
         ));
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Points;
+
+    #[test]
+    fn points_parse_and_pick() {
+        let cases: &[(&str, u64, &[u64])] = &[
+            ("all", 4, &[1, 2, 3, 4]),
+            ("sample:1", 9, &[5]),
+            ("sample:3", 2, &[1, 2]),
+            ("3,7", 4, &[3, 7]),
+            ("from:3", 5, &[3, 4, 5]),
+            ("from:6", 5, &[]),
+        ];
+        for (s, n, want) in cases {
+            assert_eq!(
+                Points::parse(s).unwrap().pick(*n),
+                *want,
+                "{s} over {n} writes"
+            );
+        }
+        for bad in ["from:0", "from:x", "sample:", "0", "2,x"] {
+            let e = Points::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("SSO_FAULTS_POINTS"), "{bad}: {e}");
+        }
+    }
 }
