@@ -13,6 +13,15 @@
 //! Meanwhile nothing else runs in this process, so its CPU time over each wrk run (getrusage)
 //! divided by the admissions answered is the server's CPU per admission, TLS and HTTP included.
 //!
+//! wrk runs against the webhook served as the operator serves it (`SSO_BENCH_THREADS` threads of
+//! their own, default one per CPU), then against the same app on this process's shared
+//! multi-threaded runtime, as the operator served it before (`SSO_BENCH_SHARED=0` skips it), and
+//! last against the transport's floor: the same threads, TLS and HTTP reading each review and
+//! answering with the webhook's own answer to it, computed once (`SSO_BENCH_FLOOR=0` skips it).
+//! The floor's CPU per admission is what TLS, HTTP, the runtime and the loopback cost whatever
+//! the handler does; the webhook's figure minus it is what the handler costs there.
+//! `SSO_BENCH_WORKERS` sets the shared runtime's worker threads (default one per CPU).
+//!
 //! First, the in-process cost of one admission split by phase (no TLS, no HTTP): decode (the
 //! AdmissionReview and the pod in it, as the endpoint decodes them), match (the SidecarSets that select the pod), inject (the
 //! patch's operations), patch (the patch as JSON), encode (base64 and the response envelope),
@@ -50,10 +59,11 @@ fn main() {
     // `cargo bench` passes --bench; any other argument list is fine too.
     let connections = env("CONNECTIONS", 8);
     let requests = env("REQUESTS", 5_000);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Ok(n) = std::env::var("SSO_BENCH_WORKERS") {
+        builder.worker_threads(n.parse().expect("SSO_BENCH_WORKERS: a number"));
+    }
+    let rt = builder.enable_all().build().unwrap();
     let mode = std::env::var("SSO_BENCH_TRACING").unwrap_or_else(|_| "off".into());
     let (telemetry, received) = {
         let _in_runtime = rt.enter();
@@ -79,15 +89,18 @@ fn main() {
         let pki = common::pki();
         let body = common::review("uid", ("", "v1", "Pod"), "pods", "CREATE", "shop", &fixture::pod(), None);
         phases(&state, &body);
-        let addr = common::serve(state, &pki).await;
+        let state2 = state.clone();
+        let addr = common::serve(state.clone(), &pki).await;
 
         // Warm-up on one connection, checking the answer is a 3-SidecarSet injection.
         let mut warm = common::Client::connect(addr, &pki.ca_pem).await;
+        let mut answer = Vec::new();
         for _ in 0..200 {
             let (status, resp) = warm.request("POST", "/mutate-pod", body.clone()).await;
             assert_eq!(status, 200);
             let (allowed, _, patch) = common::response(&resp);
             assert!(allowed && patch.is_some());
+            answer = resp;
         }
 
         let start = Instant::now();
@@ -129,7 +142,26 @@ fn main() {
 
         if std::env::var_os("NO_WRK").is_none() {
             match wrk::find() {
-                Some(w) => run_wrk(&w, addr, &body).await,
+                Some(w) => {
+                    let threads = env(
+                        "SSO_BENCH_THREADS",
+                        sidecarset_operator::webhook::threads::default_threads(),
+                    );
+                    let served = serve_threads(
+                        &pki,
+                        threads,
+                        sidecarset_operator::webhook::router(state2.clone()),
+                    );
+                    run_wrk(&w, served, &body, &format!("webhook load ({threads} webhook threads, as the operator serves)")).await;
+                    if std::env::var("SSO_BENCH_SHARED").as_deref() != Ok("0") {
+                        let shared = serve_shared(&pki, sidecarset_operator::webhook::router(state2)).await;
+                        run_wrk(&w, shared, &body, "webhook on the shared multi-threaded runtime").await;
+                    }
+                    if std::env::var("SSO_BENCH_FLOOR").as_deref() != Ok("0") {
+                        let floor = serve_threads(&pki, threads, fixed_answer(answer));
+                        run_wrk(&w, floor, &body, &format!("transport floor (fixed answer, {threads} webhook threads)")).await;
+                    }
+                }
                 None => println!("wrk: not installed (apt-get install wrk); its figures are skipped"),
             }
         }
@@ -145,8 +177,57 @@ fn main() {
     }
 }
 
-/// wrk at 8 connections (2 threads) and at 1 against the server at `addr`.
-async fn run_wrk(wrk: &str, addr: std::net::SocketAddr, body: &[u8]) {
+/// `app` served as the operator serves its webhooks ([`sidecarset_operator::webhook::threads`])
+/// on `threads` threads, on an ephemeral port of 127.0.0.1; its address.
+fn serve_threads(pki: &common::Pki, threads: usize, app: axum::Router) -> std::net::SocketAddr {
+    common::serve_app(app, threads, pki)
+}
+
+/// `app` served as the operator served its webhooks before issue 44: on the runtime everything
+/// else of the process runs on (this one: multi-threaded, `SSO_BENCH_WORKERS` workers).
+async fn serve_shared(pki: &common::Pki, app: axum::Router) -> std::net::SocketAddr {
+    let cfg = sidecarset_operator::tls::server_config_from_pem(
+        pki.cert_pem.as_bytes(),
+        pki.key_pem.as_bytes(),
+    )
+    .unwrap();
+    let handle = axum_server::Handle::new();
+    let h = handle.clone();
+    tokio::spawn(async move {
+        axum_server::bind_rustls(
+            "127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap(),
+            axum_server::tls_rustls::RustlsConfig::from_config(cfg),
+        )
+        .handle(h)
+        .serve(app.into_make_service_with_connect_info::<std::net::SocketAddr>())
+        .await
+        .unwrap();
+    });
+    handle.listening().await.expect("the server did not start")
+}
+
+/// Answers every POST to /mutate-pod with `answer` once it has read the body: no decoding,
+/// matching or injection (the transport's floor).
+fn fixed_answer(answer: Vec<u8>) -> axum::Router {
+    let answer = axum::body::Bytes::from(answer);
+    axum::Router::new().route(
+        "/mutate-pod",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let answer = answer.clone();
+            async move {
+                std::hint::black_box(body);
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    answer,
+                )
+            }
+        }),
+    )
+}
+
+/// wrk at 8 connections (2 threads) and at 1 against the server at `addr`; figures printed
+/// under `label`.
+async fn run_wrk(wrk: &str, addr: std::net::SocketAddr, body: &[u8], label: &str) {
     let secs = env("WRK_SECONDS", 10) as u64;
     let dir = std::env::temp_dir().join(format!("sso-bench-wrk-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -165,7 +246,7 @@ async fn run_wrk(wrk: &str, addr: std::net::SocketAddr, body: &[u8]) {
                 // wrk counts the answers it read; the server answered those (and at most one
                 // more per connection, cut at the end).
                 println!(
-                    "webhook load, wrk: {connections} connections: server CPU {:.1} µs per admission \
+                    "{label}, wrk: {connections} connections: server CPU {:.1} µs per admission \
                      ({:.2} CPU-s over {:.0} admissions, {:.2} cores), RSS {:.1} MiB",
                     cpu.as_secs_f64() * 1e6 / r.requests.max(1.0),
                     cpu.as_secs_f64(),
@@ -177,7 +258,7 @@ async fn run_wrk(wrk: &str, addr: std::net::SocketAddr, body: &[u8]) {
                     d.map_or("-".into(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
                 };
                 println!(
-                    "webhook load, wrk: {connections} keep-alive TLS connections for {secs} s: {}; \
+                    "{label}, wrk: {connections} keep-alive TLS connections for {secs} s: {}; \
                      latency p50 {} p90 {} p99 {}",
                     r.summary(),
                     ms(r.p50),

@@ -480,3 +480,77 @@ async fn native_sidecar_mode_and_a_cluster_that_cannot_run_it() {
         .await;
     assert!(response(&body).0, "{}", response(&body).1);
 }
+
+/// The webhook threads (`webhook::threads`): every one listens on the one port (port 0: the
+/// first one's), connections spread over them (each connection stays on its thread), a
+/// graceful shutdown through the shared handle stops all of them, and the port then refuses.
+#[tokio::test]
+async fn webhook_threads_share_one_port_and_stop_together() {
+    let pki = pki();
+    let app = axum::Router::new().route(
+        "/thread",
+        axum::routing::get(|| async {
+            std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_string()
+        }),
+    );
+    let handle = axum_server::Handle::new();
+    let (addr, serving) = common::serve_app_with(app, 3, &pki, handle.clone());
+    assert_ne!(addr.port(), 0);
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..24 {
+        let mut c = Client::connect(addr, &pki.ca_pem).await;
+        let (status, first) = c.request("GET", "/thread", vec![]).await;
+        assert_eq!(status, 200);
+        let first = String::from_utf8(first).unwrap();
+        assert!(first.starts_with("webhook-"), "served by {first}");
+        for _ in 0..3 {
+            let (_, again) = c.request("GET", "/thread", vec![]).await;
+            assert_eq!(
+                String::from_utf8(again).unwrap(),
+                first,
+                "a connection changed threads"
+            );
+        }
+        seen.insert(first);
+    }
+    // 24 connections over 3 sockets: all on one has a probability of 3^-23.
+    assert!(seen.len() >= 2, "every connection went to {seen:?}");
+    handle.graceful_shutdown(Some(std::time::Duration::from_secs(1)));
+    tokio::time::timeout(std::time::Duration::from_secs(10), serving.wait())
+        .await
+        .expect("the webhook threads did not stop within 10 s of a graceful shutdown")
+        .expect("a webhook thread failed");
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "{addr} still accepts connections after the shutdown"
+    );
+}
+
+/// A port another socket holds (without SO_REUSEPORT) fails the start, naming the address.
+#[tokio::test]
+async fn webhook_threads_name_the_address_they_cannot_listen_on() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let p = pki();
+    let cfg = sidecarset_operator::tls::server_config_from_pem(
+        p.cert_pem.as_bytes(),
+        p.key_pem.as_bytes(),
+    )
+    .unwrap();
+    let err = sidecarset_operator::webhook::threads::serve(
+        addr,
+        2,
+        axum_server::tls_rustls::RustlsConfig::from_config(cfg),
+        axum_server::Handle::new(),
+        axum::Router::new(),
+    )
+    .err()
+    .expect("listening on a taken port succeeded");
+    assert!(
+        format!("{err:#}").contains(&format!("cannot listen on {addr}")),
+        "{err:#}"
+    );
+}
