@@ -136,24 +136,53 @@ pub fn review(
     old: Option<&serde_json::Value>,
 ) -> Vec<u8> {
     let (group, version, kind) = kind;
-    let mut req = serde_json::json!({
-        "uid": uid,
-        "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": resource},
-        "requestKind": {"group": group, "version": version, "kind": kind},
-        "requestResource": {"group": group, "version": version, "resource": resource},
-        "namespace": namespace,
-        "operation": op,
-        "userInfo": {"username": "system:admin", "groups": ["system:masters"]},
-        "object": object,
-        "oldObject": old,
-        "dryRun": false,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-    });
-    if old.is_none() {
-        req["oldObject"] = serde_json::Value::Null;
-    }
-    serde_json::to_vec(&serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req})).unwrap()
+    // In the API server's order (its AdmissionRequest's fields as declared, operation before
+    // object), not a JSON map's (alphabetical): what the webhook really parses.
+    let j = |v: serde_json::Value| serde_json::to_string(&v).unwrap();
+    let fields = [
+        ("uid", j(uid.into())),
+        (
+            "kind",
+            j(serde_json::json!({"group": group, "version": version, "kind": kind})),
+        ),
+        (
+            "resource",
+            j(serde_json::json!({"group": group, "version": version, "resource": resource})),
+        ),
+        (
+            "requestKind",
+            j(serde_json::json!({"group": group, "version": version, "kind": kind})),
+        ),
+        (
+            "requestResource",
+            j(serde_json::json!({"group": group, "version": version, "resource": resource})),
+        ),
+        ("namespace", j(namespace.into())),
+        ("operation", j(op.into())),
+        (
+            "userInfo",
+            j(serde_json::json!({"username": "system:admin", "groups": ["system:masters"]})),
+        ),
+        ("object", j(object.clone())),
+        (
+            "oldObject",
+            j(old.cloned().unwrap_or(serde_json::Value::Null)),
+        ),
+        ("dryRun", "false".to_string()),
+        (
+            "options",
+            j(serde_json::json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"})),
+        ),
+    ];
+    let request = fields
+        .iter()
+        .map(|(k, v)| format!("\"{k}\":{v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{{request}}}}}"#
+    )
+    .into_bytes()
 }
 
 /// Decodes the response: (allowed, status message, the patch if any).
