@@ -13,14 +13,12 @@
 //! Meanwhile nothing else runs in this process, so its CPU time over each wrk run (getrusage)
 //! divided by the admissions answered is the server's CPU per admission, TLS and HTTP included.
 //!
-//! wrk runs against the webhook served as the operator serves it (`SSO_BENCH_THREADS` threads of
-//! their own, default one per CPU), then against the same app on this process's shared
-//! multi-threaded runtime, as the operator served it before (`SSO_BENCH_SHARED=0` skips it), and
-//! last against the transport's floor: the same threads, TLS and HTTP reading each review and
-//! answering with the webhook's own answer to it, computed once (`SSO_BENCH_FLOOR=0` skips it).
-//! The floor's CPU per admission is what TLS, HTTP, the runtime and the loopback cost whatever
-//! the handler does; the webhook's figure minus it is what the handler costs there.
-//! `SSO_BENCH_WORKERS` sets the shared runtime's worker threads (default one per CPU).
+//! Last, the transport's floor: wrk the same way against a server of the same TLS, HTTP and
+//! runtime that reads each review and answers with the webhook's own answer to it, computed once
+//! (`SSO_BENCH_FLOOR=0` skips it). Its CPU per admission is what TLS, HTTP, the runtime and the
+//! loopback cost whatever the handler does; the webhook's figure minus it is what the handler
+//! costs there. `SSO_BENCH_WORKERS` sets the runtime's worker threads (default one per CPU, as
+//! the operator's).
 //!
 //! First, the in-process cost of one admission split by phase (no TLS, no HTTP): decode (the
 //! AdmissionReview and the pod in it, as the endpoint decodes them), match (the SidecarSets that select the pod), inject (the
@@ -89,8 +87,7 @@ fn main() {
         let pki = common::pki();
         let body = common::review("uid", ("", "v1", "Pod"), "pods", "CREATE", "shop", &fixture::pod(), None);
         phases(&state, &body);
-        let state2 = state.clone();
-        let addr = common::serve(state.clone(), &pki).await;
+        let addr = common::serve(state, &pki).await;
 
         // Warm-up on one connection, checking the answer is a 3-SidecarSet injection.
         let mut warm = common::Client::connect(addr, &pki.ca_pem).await;
@@ -143,23 +140,10 @@ fn main() {
         if std::env::var_os("NO_WRK").is_none() {
             match wrk::find() {
                 Some(w) => {
-                    let threads = env(
-                        "SSO_BENCH_THREADS",
-                        sidecarset_operator::webhook::threads::default_threads(),
-                    );
-                    let served = serve_threads(
-                        &pki,
-                        threads,
-                        sidecarset_operator::webhook::router(state2.clone()),
-                    );
-                    run_wrk(&w, served, &body, &format!("webhook load ({threads} webhook threads, as the operator serves)")).await;
-                    if std::env::var("SSO_BENCH_SHARED").as_deref() != Ok("0") {
-                        let shared = serve_shared(&pki, sidecarset_operator::webhook::router(state2)).await;
-                        run_wrk(&w, shared, &body, "webhook on the shared multi-threaded runtime").await;
-                    }
+                    run_wrk(&w, addr, &body, "webhook load").await;
                     if std::env::var("SSO_BENCH_FLOOR").as_deref() != Ok("0") {
-                        let floor = serve_threads(&pki, threads, fixed_answer(answer));
-                        run_wrk(&w, floor, &body, &format!("transport floor (fixed answer, {threads} webhook threads)")).await;
+                        let floor = serve_fixed(&pki, answer).await;
+                        run_wrk(&w, floor, &body, "transport floor (fixed answer)").await;
                     }
                 }
                 None => println!("wrk: not installed (apt-get install wrk); its figures are skipped"),
@@ -177,20 +161,28 @@ fn main() {
     }
 }
 
-/// `app` served as the operator serves its webhooks ([`sidecarset_operator::webhook::threads`])
-/// on `threads` threads, on an ephemeral port of 127.0.0.1; its address.
-fn serve_threads(pki: &common::Pki, threads: usize, app: axum::Router) -> std::net::SocketAddr {
-    common::serve_app(app, threads, pki)
-}
-
-/// `app` served as the operator served its webhooks before issue 44: on the runtime everything
-/// else of the process runs on (this one: multi-threaded, `SSO_BENCH_WORKERS` workers).
-async fn serve_shared(pki: &common::Pki, app: axum::Router) -> std::net::SocketAddr {
+/// The webhook's TLS configuration, HTTP server and runtime, answering every POST to
+/// /mutate-pod with `answer` once it has read the body: no decoding, matching or injection.
+async fn serve_fixed(pki: &common::Pki, answer: Vec<u8>) -> std::net::SocketAddr {
     let cfg = sidecarset_operator::tls::server_config_from_pem(
         pki.cert_pem.as_bytes(),
         pki.key_pem.as_bytes(),
     )
     .unwrap();
+    let answer = axum::body::Bytes::from(answer);
+    let app = axum::Router::new().route(
+        "/mutate-pod",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let answer = answer.clone();
+            async move {
+                std::hint::black_box(body);
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    answer,
+                )
+            }
+        }),
+    );
     let handle = axum_server::Handle::new();
     let h = handle.clone();
     tokio::spawn(async move {
@@ -203,26 +195,10 @@ async fn serve_shared(pki: &common::Pki, app: axum::Router) -> std::net::SocketA
         .await
         .unwrap();
     });
-    handle.listening().await.expect("the server did not start")
-}
-
-/// Answers every POST to /mutate-pod with `answer` once it has read the body: no decoding,
-/// matching or injection (the transport's floor).
-fn fixed_answer(answer: Vec<u8>) -> axum::Router {
-    let answer = axum::body::Bytes::from(answer);
-    axum::Router::new().route(
-        "/mutate-pod",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            let answer = answer.clone();
-            async move {
-                std::hint::black_box(body);
-                (
-                    [(axum::http::header::CONTENT_TYPE, "application/json")],
-                    answer,
-                )
-            }
-        }),
-    )
+    handle
+        .listening()
+        .await
+        .expect("the fixed-answer server did not start")
 }
 
 /// wrk at 8 connections (2 threads) and at 1 against the server at `addr`; figures printed

@@ -150,11 +150,6 @@ pub struct RunArgs {
     /// the API server applies the failurePolicy instead of waiting.
     #[arg(long, env = "SSO_MAX_ADMISSIONS_IN_FLIGHT", default_value_t = 512)]
     pub max_admissions_in_flight: usize,
-    /// Threads serving the webhooks, each with its own listening socket on --listen and its
-    /// own connections (0: one per CPU this process may use, its cgroup's quota included). One
-    /// HTTP/2 connection, as one API server opens, is served by one thread.
-    #[arg(long, env = "SSO_WEBHOOK_THREADS", default_value_t = 0)]
-    pub webhook_threads: usize,
     /// Evict the pods a SidecarSet selects that run without its sidecars (created while the
     /// webhook was unreachable, or before the operator or the SidecarSet), so that their
     /// controllers recreate them injected, for the SidecarSets that opt in with the annotation

@@ -470,8 +470,7 @@ pub async fn certificates(
 
 /// Stage 6: the webhooks over TLS, until `stopping` (SIGTERM or Ctrl-C); on SIGTERM unready at
 /// once, still serving for `--shutdown-delay`, then the requests in flight finished within
-/// `--shutdown-timeout` ([`crate::shutdown`]). Served from `--webhook-threads` threads of their
-/// own ([`webhook::threads`]).
+/// `--shutdown-timeout` ([`crate::shutdown`]).
 pub async fn webhook_server(
     config: &Config,
     state: Arc<State>,
@@ -495,17 +494,18 @@ pub async fn webhook_server(
         },
     ));
     let listen = config.args.listen;
-    let threads = match config.args.webhook_threads {
-        0 => webhook::threads::default_threads(),
-        n => n,
-    };
-    let app = crate::shutdown::close_connections_once_stopping(
-        webhook::router_with(state, config.limits),
-        closing,
-    );
-    let (addr, serving) = webhook::threads::serve(listen, threads, rustls, handle, app)?;
-    info!(listen = %addr, threads, "serving webhooks");
-    serving.wait().await
+    info!(listen = %listen, "serving webhooks");
+    axum_server::bind_rustls(listen, rustls)
+        .handle(handle)
+        .serve(
+            crate::shutdown::close_connections_once_stopping(
+                webhook::router_with(state, config.limits),
+                closing,
+            )
+            .into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await
+        .with_context(|| format!("cannot serve on {listen}"))
 }
 
 /// Stage 7: the Lease released, so another replica leads at once; `run` starts it on the

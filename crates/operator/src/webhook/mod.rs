@@ -15,7 +15,6 @@ mod sidecarset;
 mod sidecarset_mutate;
 mod sidecarset_validate;
 mod state;
-pub mod threads;
 
 pub use conversion::convert_review;
 pub use pod_create::{admit_pod, admit_pod_from};

@@ -42,36 +42,24 @@ pub fn pki() -> Pki {
     }
 }
 
-/// Serves the webhook app with `state` on an ephemeral port, as the operator serves it (two
-/// threads of their own, [`webhook::threads`]); returns the address.
+/// Serves the webhook app with `state` on an ephemeral port; returns the address.
 pub async fn serve(state: Arc<State>, pki: &Pki) -> SocketAddr {
-    state.cert.loaded(4_102_444_800);
-    serve_app(webhook::router(state), 2, pki)
-}
-
-/// Serves `app` as the operator serves its webhooks, on `threads` threads and an ephemeral port
-/// of 127.0.0.1; returns the address (the threads serve until the process ends).
-pub fn serve_app(app: axum::Router, threads: usize, pki: &Pki) -> SocketAddr {
-    serve_app_with(app, threads, pki, axum_server::Handle::new()).0
-}
-
-/// [`serve_app`] with `handle`; also what the threads return once they stop.
-pub fn serve_app_with(
-    app: axum::Router,
-    threads: usize,
-    pki: &Pki,
-    handle: axum_server::Handle<SocketAddr>,
-) -> (SocketAddr, webhook::threads::Serving) {
     let cfg =
         server::server_config_from_pem(pki.cert_pem.as_bytes(), pki.key_pem.as_bytes()).unwrap();
-    webhook::threads::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        threads,
-        axum_server::tls_rustls::RustlsConfig::from_config(cfg),
-        handle,
-        app,
-    )
-    .unwrap()
+    state.cert.loaded(4_102_444_800);
+    let handle = axum_server::Handle::new();
+    let h = handle.clone();
+    tokio::spawn(async move {
+        axum_server::bind_rustls(
+            "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+            axum_server::tls_rustls::RustlsConfig::from_config(cfg),
+        )
+        .handle(h)
+        .serve(webhook::router(state).into_make_service_with_connect_info::<SocketAddr>())
+        .await
+        .unwrap();
+    });
+    handle.listening().await.expect("server did not start")
 }
 
 /// One keep-alive HTTPS/1.1 connection trusting only the test CA.
