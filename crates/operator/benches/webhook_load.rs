@@ -360,7 +360,11 @@ fn phases(state: &sidecarset_operator::webhook::State, body: &[u8]) {
     // As the endpoint decodes: the review, then the pod as injection reads it.
     let decode = time(&mut || {
         let req = review::decode(black_box(body)).unwrap();
-        let pod = webhook::decode_pod_for_injection(req.object.as_ref().unwrap()).unwrap();
+        let pod = webhook::decode_pod_for_injection(
+            req.object.as_ref().unwrap(),
+            state.cluster.index().reads_app_resources(),
+        )
+        .unwrap();
         black_box(pod);
     });
     let matching = time(&mut || {

@@ -173,6 +173,23 @@ pub struct Index {
     postings: imbl::HashMap<String, imbl::HashMap<String, imbl::OrdSet<String>>>,
     /// SidecarSets without an anchor: checked for every pod.
     unanchored: imbl::OrdSet<String>,
+    /// SidecarSets whose injection may read the resources of a pod's containers (see
+    /// [`reads_app_resources`]).
+    read_resources: imbl::OrdSet<String>,
+}
+
+/// Whether injecting `ss` may read the resources of the pod's own containers: a sidecar with a
+/// `resourcesPolicy` computes its resources from them, and a pinned revision
+/// (`injectionStrategy.revision`) may be injected instead of the spec, with a `resourcesPolicy`
+/// of its own.
+pub fn reads_app_resources(ss: &SidecarSet) -> bool {
+    ss.spec.injection_strategy.revision.is_some()
+        || ss
+            .spec
+            .containers
+            .iter()
+            .chain(ss.spec.init_containers.iter())
+            .any(|c| c.resources_policy.is_some())
 }
 
 impl Index {
@@ -215,6 +232,9 @@ impl Index {
                         .or_default()
                         .insert(name.clone());
                 }
+                if reads_app_resources(&entry.ss) {
+                    self.read_resources.insert(name.clone());
+                }
                 self.entries.insert(name, Arc::new(entry));
                 Ok(())
             }
@@ -230,6 +250,7 @@ impl Index {
             return;
         };
         self.unanchored.remove(name);
+        self.read_resources.remove(name);
         for (k, v) in anchors(&old) {
             if let Some(values) = self.postings.get_mut(&k) {
                 if let Some(names) = values.get_mut(&v) {
@@ -247,6 +268,12 @@ impl Index {
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Whether injecting some SidecarSet of the index may read the resources of a pod's own
+    /// containers ([`reads_app_resources`]): when none does, a pod's decoder may skip them.
+    pub fn reads_app_resources(&self) -> bool {
+        !self.read_resources.is_empty()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -384,6 +411,65 @@ mod tests {
                 .inject
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn the_index_knows_whether_an_injection_may_read_the_pods_resources() {
+        let with = |name: &str, extra: serde_json::Value| -> Arc<SidecarSet> {
+            let mut v = serde_json::json!({"apiVersion": "apps.kruise.io/v1alpha1", "kind": "SidecarSet",
+                "metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": "web"}},
+                "containers": [{"name": "c", "image": "i"}]}});
+            for (k, x) in extra.as_object().unwrap() {
+                match k.as_str() {
+                    "container" => {
+                        for (f, y) in x.as_object().unwrap() {
+                            v["spec"]["containers"][0][f] = y.clone();
+                        }
+                    }
+                    "initContainers" => v["spec"]["initContainers"] = x.clone(),
+                    _ => v["spec"][k] = x.clone(),
+                }
+            }
+            Arc::new(serde_json::from_value(v).unwrap())
+        };
+        let policy = serde_json::json!({"targetContainersMode": "sum",
+            "resourcesExpr": {"limits": {"cpu": "cpu*50%"}}});
+        // (name, extra spec, reads the pod's resources)
+        let table = [
+            ("plain", serde_json::json!({}), false),
+            (
+                "policy",
+                serde_json::json!({"container": {"resourcesPolicy": policy}}),
+                true,
+            ),
+            (
+                "init-policy",
+                serde_json::json!({"initContainers": [{"name": "i", "image": "i", "resourcesPolicy": policy}]}),
+                true,
+            ),
+            (
+                "pinned",
+                serde_json::json!({"injectionStrategy": {"revision": {"customVersion": "v1", "policy": "Always"}}}),
+                true,
+            ),
+        ];
+        for (name, extra, reads) in &table {
+            let ss = with(name, extra.clone());
+            assert_eq!(reads_app_resources(&ss), *reads, "{name}");
+            let mut index = Index::new();
+            index
+                .upsert(with("plain-too", serde_json::json!({})))
+                .unwrap();
+            assert!(!index.reads_app_resources());
+            index.upsert(ss).unwrap();
+            assert_eq!(index.reads_app_resources(), *reads, "{name} added");
+            // Replaced by a spec without it, then removed: the index forgets it.
+            index.upsert(with(name, serde_json::json!({}))).unwrap();
+            assert!(!index.reads_app_resources(), "{name} replaced");
+            index.upsert(with(name, extra.clone())).unwrap();
+            index.remove(name);
+            assert!(!index.reads_app_resources(), "{name} removed");
+        }
     }
 
     use proptest::prelude::*;

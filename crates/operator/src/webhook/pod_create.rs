@@ -71,7 +71,10 @@ pub fn admit_pod_from(state: &State, req: &Request, now: &str, source: &str) -> 
     if req.operation == "UPDATE" {
         return super::pod_update::admit_pod_update(req, raw);
     }
-    let pod: Pod = match super::pod_object::decode_for_injection(raw) {
+    // One view of the SidecarSets for the whole admission: the decoder skips the containers'
+    // resources only when no SidecarSet of this view reads them.
+    let index = state.cluster.index();
+    let pod: Pod = match super::pod_object::decode_for_injection(raw, index.reads_app_resources()) {
         Ok(p) => p,
         Err(e) => {
             return Response::deny(
@@ -87,6 +90,7 @@ pub fn admit_pod_from(state: &State, req: &Request, now: &str, source: &str) -> 
     span.record("pod", name);
     let admitted = Admitted {
         state,
+        index: &index,
         req,
         pod: &pod,
         namespace: &namespace,
@@ -131,6 +135,8 @@ fn namespace_and_name<'p>(pod: &'p Pod, req: &Request) -> (String, &'p str) {
 /// A pod being created, decoded, and where its request came from.
 struct Admitted<'a> {
     state: &'a State,
+    /// The SidecarSets as the pod was decoded for them.
+    index: &'a sidecarset_core::index::Index,
     req: &'a Request,
     pod: &'a Pod,
     namespace: &'a str,
@@ -143,8 +149,7 @@ impl Admitted<'_> {
     /// In a namespace the webhook skips: counts it, and reports the SidecarSets that ask for
     /// the pod (worth an Event only when one does).
     fn report_excluded_namespace(&self) {
-        let (state, namespace) = (self.state, self.namespace);
-        let index = state.cluster.index();
+        let (state, namespace, index) = (self.state, self.namespace, self.index);
         let empty = BTreeMap::new();
         let labels = self.pod.metadata.labels.as_ref().unwrap_or(&empty);
         let wanted = index
@@ -173,10 +178,10 @@ impl Admitted<'_> {
         let span = tracing::Span::current();
         let m = crate::metrics::metrics();
         let ns_labels = state.cluster.namespace_labels(namespace);
-        let index = state.cluster.index();
+        let index = self.index;
         let native = state.cluster.native_sidecars();
         let injection = inject::for_pod_in(
-            &index,
+            index,
             pod,
             &ns_labels,
             now,

@@ -11,12 +11,13 @@
 //! at (the API server never sends one: it serialises its own typed pod).
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, LocalObjectReference, Pod, PodSpec, PodStatus, ResourceRequirements, Volume,
+    Container, EnvVar, EnvVarSource, LocalObjectReference, Pod, PodSpec, PodStatus, Volume,
     VolumeDevice, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
 /// `T` from a JSON object only. A derived struct also accepts an array of its fields in order
 /// (`"spec": []` decodes as an empty spec), which the full decoder refuses and a JSON patch
@@ -42,26 +43,26 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SlimPod {
+struct SlimPod<'a> {
     #[serde(default)]
     api_version: Option<String>,
     #[serde(default)]
     kind: Option<String>,
     #[serde(default)]
     metadata: Option<ObjectMeta>,
-    #[serde(default)]
-    spec: Option<Obj<SlimSpec>>,
+    #[serde(default, borrow)]
+    spec: Option<Obj<SlimSpec<'a>>>,
     #[serde(default)]
     status: Option<Obj<SlimStatus>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SlimSpec {
-    #[serde(default)]
-    containers: Option<Vec<Obj<SlimContainer>>>,
-    #[serde(default)]
-    init_containers: Option<Vec<Obj<SlimContainer>>>,
+struct SlimSpec<'a> {
+    #[serde(default, borrow)]
+    containers: Option<Vec<Obj<SlimContainer<'a>>>>,
+    #[serde(default, borrow)]
+    init_containers: Option<Vec<Obj<SlimContainer<'a>>>>,
     #[serde(default)]
     volumes: Option<Vec<Obj<Named>>>,
     #[serde(default)]
@@ -70,19 +71,34 @@ struct SlimSpec {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SlimContainer {
+struct SlimContainer<'a> {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
-    env: Option<Vec<EnvVar>>,
+    env: Option<Vec<SlimEnvVar>>,
     #[serde(default)]
     volume_mounts: Option<Vec<VolumeMount>>,
     #[serde(default)]
     volume_devices: Option<Vec<VolumeDevice>>,
-    #[serde(default)]
-    resources: Option<ResourceRequirements>,
+    /// Kept as it stands in the review: decoded only when an injection may read it.
+    #[serde(default, borrow)]
+    resources: Option<&'a RawValue>,
     #[serde(default)]
     restart_policy: Option<String>,
+}
+
+/// An env var, small while its list grows: `EnvVar` holds its source inline (360 bytes), and
+/// a list decoded in place moves every element it holds each time it grows.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimEnvVar {
+    // (the full decoder takes a missing name as empty too)
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    value_from: Option<Box<EnvVarSource>>,
 }
 
 #[derive(Deserialize)]
@@ -97,51 +113,71 @@ struct SlimStatus {
     phase: Option<String>,
 }
 
-impl Obj<SlimContainer> {
-    fn into_container(self) -> Container {
-        let Obj(c) = self;
-        c.into_container()
-    }
-}
-
-impl SlimContainer {
-    fn into_container(self) -> Container {
-        Container {
+impl SlimContainer<'_> {
+    /// The container, its resources decoded when `resources` (`Err` when they do not decode).
+    fn into_container(self, resources: bool) -> Result<Container, serde_json::Error> {
+        let resources = match self.resources {
+            Some(raw) if resources => Some(serde_json::from_str(raw.get())?),
+            _ => None,
+        };
+        Ok(Container {
             name: self.name.unwrap_or_default(),
-            env: self.env,
+            env: self.env.map(|l| {
+                l.into_iter()
+                    .map(|e| EnvVar {
+                        name: e.name,
+                        value: e.value,
+                        value_from: e.value_from.map(|b| *b),
+                    })
+                    .collect()
+            }),
             volume_mounts: self.volume_mounts,
             volume_devices: self.volume_devices,
-            resources: self.resources,
+            resources,
             restart_policy: self.restart_policy,
             ..Default::default()
-        }
+        })
     }
 }
 
-/// The pod in `raw` with what injection reads, or what is wrong with it and where.
-pub fn decode_for_injection(raw: &serde_json::value::RawValue) -> Result<Pod, String> {
-    let slim = match serde_json::from_str::<Obj<SlimPod>>(raw.get()).map(|Obj(p)| p) {
-        Ok(p)
-            if p.api_version.as_deref().is_none_or(|v| v == "v1")
-                && p.kind.as_deref().is_none_or(|k| k == "Pod") =>
-        {
-            p
-        }
+/// The pod in `raw` with what injection reads, or what is wrong with it and where. The
+/// resources of its containers are decoded only when `resources` (some SidecarSet's injection
+/// may read them: [`sidecarset_core::index::Index::reads_app_resources`]); otherwise they are
+/// left out, and not checked.
+pub fn decode_for_injection(
+    raw: &serde_json::value::RawValue,
+    resources: bool,
+) -> Result<Pod, String> {
+    let slim = serde_json::from_str::<Obj<SlimPod>>(raw.get())
+        .ok()
+        .map(|Obj(p)| p)
+        .filter(|p| {
+            p.api_version.as_deref().is_none_or(|v| v == "v1")
+                && p.kind.as_deref().is_none_or(|k| k == "Pod")
+        })
+        .and_then(|p| slim_pod(p, resources).ok());
+    match slim {
+        Some(pod) => Ok(pod),
         // The full decoder says what is wrong, with the field's path.
-        _ => return super::prologue::decode_object::<Pod>(raw),
+        None => super::prologue::decode_object::<Pod>(raw),
+    }
+}
+
+fn slim_pod(slim: SlimPod<'_>, resources: bool) -> Result<Pod, serde_json::Error> {
+    // (Pushed into a list of the right size: collecting `Result`s grows it step by step, each
+    // step moving every container, 2 KiB each, again.)
+    let containers = |l: Vec<Obj<SlimContainer<'_>>>| -> Result<Vec<Container>, serde_json::Error> {
+        let mut out = Vec::with_capacity(l.len());
+        for Obj(c) in l {
+            out.push(c.into_container(resources)?);
+        }
+        Ok(out)
     };
-    Ok(Pod {
-        metadata: slim.metadata.unwrap_or_default(),
-        spec: slim.spec.map(|Obj(s)| PodSpec {
-            containers: s
-                .containers
-                .unwrap_or_default()
-                .into_iter()
-                .map(Obj::into_container)
-                .collect(),
-            init_containers: s
-                .init_containers
-                .map(|l| l.into_iter().map(Obj::into_container).collect()),
+    let spec = match slim.spec {
+        None => None,
+        Some(Obj(s)) => Some(PodSpec {
+            containers: containers(s.containers.unwrap_or_default())?,
+            init_containers: s.init_containers.map(containers).transpose()?,
             volumes: s.volumes.map(|l| {
                 l.into_iter()
                     .map(|Obj(v)| Volume {
@@ -153,6 +189,10 @@ pub fn decode_for_injection(raw: &serde_json::value::RawValue) -> Result<Pod, St
             image_pull_secrets: s.image_pull_secrets,
             ..Default::default()
         }),
+    };
+    Ok(Pod {
+        metadata: slim.metadata.unwrap_or_default(),
+        spec,
         status: slim.status.map(|Obj(s)| PodStatus {
             phase: s.phase,
             ..Default::default()
@@ -183,7 +223,7 @@ mod tests {
                      "volumes": [{"name": "d", "emptyDir": {}}],
                      "imagePullSecrets": [{"name": "s"}], "nodeName": "n1"},
             "status": {"phase": "Pending", "podIP": "10.0.0.1"}});
-        let slim = decode_for_injection(&raw(pod.clone())).unwrap();
+        let slim = decode_for_injection(&raw(pod.clone()), true).unwrap();
         let full: Pod = serde_json::from_value(pod).unwrap();
         assert_eq!(slim.metadata, full.metadata);
         let (s, f) = (slim.spec.unwrap(), full.spec.unwrap());
@@ -222,6 +262,51 @@ mod tests {
     }
 
     #[test]
+    fn resources_are_decoded_only_when_asked_for_and_checked_only_then() {
+        let pod = serde_json::json!({"spec": {
+            "containers": [{"name": "app", "env": [{"name": "E", "value": "v"}],
+                            "resources": {"limits": {"cpu": "1"}}}],
+            "initContainers": [{"name": "i", "resources": {"requests": {"memory": "1Gi"}}}]}});
+        let full: Pod = serde_json::from_value(pod.clone()).unwrap();
+        let with = decode_for_injection(&raw(pod.clone()), true).unwrap();
+        let without = decode_for_injection(&raw(pod.clone()), false).unwrap();
+        let (f, w, wo) = (
+            full.spec.unwrap(),
+            with.spec.unwrap(),
+            without.spec.unwrap(),
+        );
+        for (i, (f, (w, wo))) in f
+            .containers
+            .iter()
+            .chain(f.init_containers.iter().flatten())
+            .zip(
+                w.containers
+                    .iter()
+                    .chain(w.init_containers.iter().flatten())
+                    .zip(
+                        wo.containers
+                            .iter()
+                            .chain(wo.init_containers.iter().flatten()),
+                    ),
+            )
+            .enumerate()
+        {
+            assert!(f.resources.is_some(), "container {i}");
+            assert_eq!(w.resources, f.resources, "container {i}");
+            assert_eq!(wo.resources, None, "container {i}");
+            assert_eq!((&w.name, &w.env), (&f.name, &f.env), "container {i}");
+            assert_eq!((&wo.name, &wo.env), (&f.name, &f.env), "container {i}");
+        }
+        // Resources that do not decode: refused with their path when read, not looked at
+        // otherwise.
+        let bad = serde_json::json!({"spec": {"containers": [{"name": "app", "resources": {"limits": 5}}]}});
+        let err = decode_for_injection(&raw(bad.clone()), true).unwrap_err();
+        assert!(err.contains("spec.containers[0].resources.limits"), "{err}");
+        let pod = decode_for_injection(&raw(bad), false).unwrap();
+        assert_eq!(pod.spec.unwrap().containers[0].name, "app");
+    }
+
+    #[test]
     fn absent_null_and_empty_parts_decode_as_the_full_decoder_decodes_them() {
         for pod in [
             serde_json::json!({}),
@@ -229,8 +314,11 @@ mod tests {
             serde_json::json!({"spec": {}}),
             serde_json::json!({"spec": {"containers": null, "initContainers": null, "volumes": null}}),
             serde_json::json!({"spec": {"containers": [], "initContainers": [], "volumes": []}}),
+            serde_json::json!({"spec": {"containers": [{"env": [{"value": "v"}, {"name": "n", "value": null,
+                "valueFrom": null}, {"name": "m", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+                "resources": null}]}}),
         ] {
-            let slim = decode_for_injection(&raw(pod.clone())).unwrap();
+            let slim = decode_for_injection(&raw(pod.clone()), true).unwrap();
             let full: Pod = serde_json::from_value(pod.clone()).unwrap();
             assert_eq!(slim, full, "{pod}");
         }
@@ -262,7 +350,7 @@ mod tests {
             ),
             (serde_json::json!([]), "sequence"),
         ] {
-            let err = decode_for_injection(&raw(pod.clone())).unwrap_err();
+            let err = decode_for_injection(&raw(pod.clone()), true).unwrap_err();
             assert!(err.contains(says), "{pod}: {err}");
         }
     }
