@@ -373,6 +373,9 @@ pub struct Seen {
     pub hot_broken: BTreeMap<String, String>,
     /// Pod versions seen.
     pub versions: usize,
+    /// The pods whose sidecar's image changed (an upgrade started), in the order the watch
+    /// delivered the changes (since the last [`PodWatch::take_upgrade_starts`]).
+    pub upgrade_starts: Vec<String>,
     counting: bool,
     /// Pods created before this is set may lack the sidecar.
     bare_allowed: bool,
@@ -428,6 +431,14 @@ impl PodWatch {
             std::mem::take(&mut s.max_unavailable),
             std::mem::take(&mut s.worst),
         )
+    }
+
+    /// The pods whose upgrade started since the last call, in the API server's order (each
+    /// once, at its first start).
+    pub fn take_upgrade_starts(&self) -> Vec<String> {
+        let all = std::mem::take(&mut self.seen.lock().unwrap().upgrade_starts);
+        let mut seen = std::collections::BTreeSet::new();
+        all.into_iter().filter(|p| seen.insert(p.clone())).collect()
     }
 
     /// From now on, a pod created without its sidecar is a violation.
@@ -548,7 +559,12 @@ impl Seen {
             None if first && !has_sidecar && !self.bare_allowed && !self.bare.contains(&name) => {
                 self.bare.push(name.clone())
             }
-            Some(i) if images.last() != Some(i) => images.push(i.clone()),
+            Some(i) if images.last() != Some(i) => {
+                if !images.is_empty() {
+                    self.upgrade_starts.push(name.clone());
+                }
+                images.push(i.clone())
+            }
             _ => {}
         }
         if pod_ready(&p) {

@@ -14,8 +14,12 @@
 //!   pods rounded up, below 100 % keeping one pod fewer than all when there are several:
 //!   OpenKruise's `CalculatePartitionReplicas`, subtracted from the number of candidates as
 //!   its `GetNextUpgradePods` does); which ones stay is the operator's choice;
-//! * `priorityStrategy` and `scatterStrategy` change the order of the upgrades, never the end
-//!   state: they change nothing here;
+//! * `priorityStrategy` and `scatterStrategy` change the order of the upgrades, never how many
+//!   end upgraded; with `weightPriority` (and no scatter, which reorders after it) a pod's
+//!   priority is the sum of the weights of the terms that select it, and the upgrades go from
+//!   the highest priority down (OpenKruise's `SortUpdateIndexes`: a stable sort by priority of
+//!   the ready pods), so no pod starts its upgrade while one of higher priority waits beyond the
+//!   same batch of `maxUnavailable` picks, and `partition` keeps back the lowest ([`order`]);
 //! * never more than `maxUnavailable` pods mid-upgrade at once (default 1; a percentage of the
 //!   matched pods rounded up; above 0, at least 1);
 //! * a new pod gets the spec's sidecar, or the pinned revision's
@@ -264,6 +268,74 @@ pub fn expect(spec: &Value, pods_ns: &str, before: &[PodObs]) -> Expectation {
     e
 }
 
+/// A pod's priority under `updateStrategy.priorityStrategy.weightPriority`: the sum of the
+/// weights of the terms whose `matchSelector` selects a pod of `tier`. `None` when the order is
+/// not the priority's alone: no weight terms, or a `scatterStrategy` (applied after the
+/// priority, it may move a pod of lower priority forward).
+pub fn weight_priority(spec: &Value, tier: &str) -> Option<i64> {
+    let us = &spec["updateStrategy"];
+    let terms = us["priorityStrategy"]["weightPriority"].as_array()?;
+    if terms.is_empty()
+        || us["scatterStrategy"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty())
+    {
+        return None;
+    }
+    Some(
+        terms
+            .iter()
+            .filter(|t| selects_tier(&t["matchSelector"], tier))
+            .map(|t| t["weight"].as_i64().unwrap_or(0))
+            .sum(),
+    )
+}
+
+/// The order of a step's upgrades against the priority of `spec` ([`weight_priority`]):
+/// `started` the pods in the order their sidecar's image changed (the API server's order, as a
+/// watch delivers it), `tiers` each pod's tier, `kept` the candidates left on the old sidecar at
+/// the end, `max_unavailable` the batch size. A pod of higher priority must start within the
+/// batch of any pod of lower priority started before it (fewer than `max_unavailable` places
+/// later: the operator picks the highest first, up to `max_unavailable` at a time), and a pod
+/// kept back by `partition` must not have a higher priority than one upgraded.
+pub fn order(
+    spec: &Value,
+    started: &[String],
+    tiers: &BTreeMap<String, String>,
+    kept: &[String],
+    max_unavailable: usize,
+) -> Vec<String> {
+    let prio = |p: &String| tiers.get(p).and_then(|t| weight_priority(spec, t));
+    if started.iter().chain(kept).any(|p| prio(p).is_none()) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (i, early) in started.iter().enumerate() {
+        for (j, late) in started.iter().enumerate().skip(i + max_unavailable.max(1)) {
+            if prio(late) > prio(early) {
+                out.push(format!(
+                    "{late} (priority {:?}) started its upgrade {} places after {early} (priority {:?}), \
+                     beyond a batch of maxUnavailable {max_unavailable}: the higher priority goes first",
+                    prio(late).unwrap_or(0),
+                    j - i,
+                    prio(early).unwrap_or(0)
+                ));
+            }
+        }
+    }
+    for k in kept {
+        if let Some(u) = started.iter().find(|u| prio(u) < prio(k)) {
+            out.push(format!(
+                "{k} (priority {:?}) was kept back by partition while {u} (priority {:?}) was upgraded: \
+                 partition keeps the lowest priority back",
+                prio(k).unwrap_or(0),
+                prio(u).unwrap_or(0)
+            ));
+        }
+    }
+    out
+}
+
 /// How `now` differs from the expectation (nothing: it holds).
 pub fn differences(e: &Expectation, now: &[PodObs]) -> Vec<String> {
     let mut out = Vec::new();
@@ -501,6 +573,144 @@ mod tests {
                     "{strategy} {field} {v}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_upgrades_follow_the_weight_priority() {
+        let b_first = json!({"weightPriority": [
+            {"weight": 100, "matchSelector": {"matchLabels": {"tier": "b"}}},
+            {"weight": 0, "matchSelector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a"]}]}}]});
+        let a_first = json!({"weightPriority": [{"weight": 50, "matchSelector": {"matchLabels": {"tier": "a"}}}]});
+        let tiers: BTreeMap<String, String> = [("a1", "a"), ("a2", "a"), ("b1", "b"), ("b2", "b")]
+            .into_iter()
+            .map(|(p, t)| (p.to_string(), t.to_string()))
+            .collect();
+        let v = |l: &[&str]| l.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        // (priority, scatter, started, kept, maxUnavailable, violations)
+        let table = [
+            (
+                b_first.clone(),
+                None,
+                v(&["b1", "b2", "a1", "a2"]),
+                v(&[]),
+                1,
+                0,
+            ),
+            (
+                b_first.clone(),
+                None,
+                v(&["b2", "b1", "a2", "a1"]),
+                v(&[]),
+                1,
+                0,
+            ),
+            // a2 before both b: each b starts a place or more after it at batch 1
+            (
+                b_first.clone(),
+                None,
+                v(&["a2", "b1", "b2", "a1"]),
+                v(&[]),
+                1,
+                2,
+            ),
+            (
+                b_first.clone(),
+                None,
+                v(&["b1", "a1", "b2", "a2"]),
+                v(&[]),
+                1,
+                1,
+            ),
+            // in one batch of 2 the order within the batch is free
+            (
+                b_first.clone(),
+                None,
+                v(&["b1", "a1", "b2", "a2"]),
+                v(&[]),
+                2,
+                0,
+            ),
+            (
+                b_first.clone(),
+                None,
+                v(&["a1", "a2", "b1", "b2"]),
+                v(&[]),
+                2,
+                3,
+            ),
+            (
+                a_first.clone(),
+                None,
+                v(&["a1", "a2", "b1", "b2"]),
+                v(&[]),
+                1,
+                0,
+            ),
+            (
+                a_first.clone(),
+                None,
+                v(&["b1", "a1", "a2", "b2"]),
+                v(&[]),
+                1,
+                2,
+            ),
+            // partition keeps the lowest back
+            (
+                b_first.clone(),
+                None,
+                v(&["b1", "b2"]),
+                v(&["a1", "a2"]),
+                1,
+                0,
+            ),
+            (
+                b_first.clone(),
+                None,
+                v(&["b1", "a1"]),
+                v(&["b2", "a2"]),
+                1,
+                1,
+            ),
+            (a_first.clone(), None, v(&["a1"]), v(&["a2", "b1"]), 1, 0),
+            // equal priorities, no priority, or a scatter after it: no order to check
+            (a_first.clone(), None, v(&["b2", "b1"]), v(&[]), 1, 0),
+            (
+                json!(null),
+                None,
+                v(&["a1", "b1", "a2", "b2"]),
+                v(&["b2"]),
+                1,
+                0,
+            ),
+            (
+                json!({"orderPriority": [{"orderedKey": "tier"}]}),
+                None,
+                v(&["a1", "b1"]),
+                v(&[]),
+                1,
+                0,
+            ),
+            (
+                b_first.clone(),
+                Some(json!([{"key": "tier", "value": "a"}])),
+                v(&["a1", "b1", "a2", "b2"]),
+                v(&[]),
+                1,
+                0,
+            ),
+        ];
+        for (i, (priority, scatter, started, kept, max, want)) in table.into_iter().enumerate() {
+            let mut us = json!({"priorityStrategy": priority});
+            if let Some(s) = scatter {
+                us["scatterStrategy"] = s;
+            }
+            let got = order(&json!({"updateStrategy": us}), &started, &tiers, &kept, max);
+            assert_eq!(
+                got.len(),
+                want,
+                "row {i}: {started:?} kept {kept:?}: {got:?}"
+            );
         }
     }
 

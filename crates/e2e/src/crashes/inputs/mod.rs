@@ -10,7 +10,9 @@
 //!   spec and the pods as they were (upgradable pods the update selector selects upgraded in
 //!   place but `partition` of them, none while paused or `NotUpdate`, pods whose sidecar differs
 //!   in more than its image, pods outside the update selector and unselected pods left alone;
-//!   `priorityStrategy` and `scatterStrategy` change only the order), the status observes the generation and its counts equal a
+//!   `priorityStrategy` and `scatterStrategy` change only the order, and with weight priorities
+//!   the upgrades go from the highest priority down, `partition` keeping the lowest back:
+//!   [`expect::order`] against the order the pod watch saw them start), the status observes the generation and its counts equal a
 //!   recount from the selected pods ([`super::state::recount`]), and it stays so; never more pods
 //!   mid-upgrade than `maxUnavailable` (the crash harness's pod watch); no write of the operator
 //!   to a pod the spec does not select. Then a new pod (the next tier): a dry run until it is

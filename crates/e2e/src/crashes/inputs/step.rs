@@ -150,6 +150,46 @@ impl Seq<'_> {
         }
     }
 
+    /// The order of this step's upgrades against the spec's priority ([`expect::order`]).
+    fn order_check(&self, e: &Expectation, before: &[PodObs], now: &[PodObs]) -> Vec<String> {
+        let started = self.watch.take_upgrade_starts();
+        let tiers: std::collections::BTreeMap<String, String> = before
+            .iter()
+            .map(|p| (p.name.clone(), p.tier.clone()))
+            .collect();
+        let kept: Vec<String> = now
+            .iter()
+            .filter(|p| {
+                matches!(e.pods.get(&p.name), Some(expect::Want::SameOrTarget(_)))
+                    && p.sidecar.as_ref() != Some(&e.target)
+            })
+            .map(|p| p.name.clone())
+            .collect();
+        let prio = |p: &String| {
+            tiers
+                .get(p)
+                .and_then(|t| expect::weight_priority(&self.spec, t))
+        };
+        if !started.is_empty() && started.iter().all(|p| prio(p).is_some()) {
+            let show = |l: &[String]| {
+                l.iter()
+                    .map(|p| format!("{p}({})", prio(p).unwrap_or(0)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            println!(
+                "[inputs]   upgrades by priority, maxUnavailable {}: {}{}",
+                e.max_unavailable,
+                show(&started),
+                match kept.is_empty() {
+                    true => String::new(),
+                    false => format!("; kept back: {}", show(&kept)),
+                }
+            );
+        }
+        expect::order(&self.spec, &started, &tiers, &kept, e.max_unavailable)
+    }
+
     /// A valid step: the pods as they are after it (`None`: it could not be followed, the
     /// sequence stops) and the violations.
     pub async fn valid(
@@ -159,6 +199,7 @@ impl Seq<'_> {
     ) -> (Option<Vec<PodObs>>, Vec<String>) {
         let records = self.run.records().len();
         self.watch.take_max_unavailable();
+        self.watch.take_upgrade_starts();
         let e = expect::expect(&s.spec, &self.ctx.pods_ns, before);
         let generation = match self.patch(&s.patch).await {
             Ok(g) => g,
@@ -174,6 +215,7 @@ impl Seq<'_> {
             Err(d) => return (None, vec![format!("the system did not follow: {d}")]),
         };
         let mut v = self.unavailable_check(&e);
+        v.extend(self.order_check(&e, before, &now));
         let all: BTreeSet<String> = now.iter().map(|p| p.name.clone()).collect();
         let recs = self.run.records();
         for p in pods_written(&recs[records.min(recs.len())..]) {
