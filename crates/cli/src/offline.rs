@@ -328,7 +328,7 @@ pub fn inject_files(
             format!("the webhook would refuse this pod: {denied}"),
         ));
     }
-    sidecarset_core::inject::apply(&mut raw, &injection.patch)
+    sidecarset_core::inject::apply(&mut raw, &injection.patch())
         .map_err(|e| invalid(pod_file, format!("the injection patch does not apply: {e}")))?;
     default_pod_requests(&mut raw);
     serde_saphyr::to_string(&raw)

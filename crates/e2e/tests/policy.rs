@@ -548,10 +548,10 @@ async fn through_webhook(
         &index.matching_for_injection(&labels, &namespace_labels(ns, ns_labels)),
         NOW,
     );
-    if injection.patch.0.is_empty() {
+    if injection.patch().0.is_empty() {
         return Ok(None);
     }
-    inject::apply(&mut defaulted, &injection.patch)?;
+    inject::apply(&mut defaulted, &injection.patch())?;
     Ok(Some(
         dry_run(c, ns, &serde_json::from_value(defaulted)?).await?,
     ))

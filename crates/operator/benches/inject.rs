@@ -43,7 +43,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let pod: Pod = serde_json::from_str(black_box(&body)).unwrap();
             let inj = inject::for_pod(&index, &pod, &ns, "2026-01-01T00:00:00Z");
-            serde_json::to_vec(&inj.patch).unwrap()
+            inj.patch_json()
         })
     });
 }

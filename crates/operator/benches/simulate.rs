@@ -328,7 +328,7 @@ fn template(sizes: &Sizes, cluster: &ClusterView, d: usize) -> Value {
         let typed: Pod = serde_json::from_value(pod.clone()).expect("a pod");
         let ns_labels = cluster.namespace_labels(&ns);
         let injection = inject::for_pod(&cluster.index(), &typed, &ns_labels, NOW);
-        inject::apply(&mut pod, &injection.patch).expect("the patch applies");
+        inject::apply(&mut pod, &injection.patch()).expect("the patch applies");
     }
     pod
 }

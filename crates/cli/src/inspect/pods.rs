@@ -290,7 +290,7 @@ pub fn differences(pod: &Pod, entry: &Entry, now: &str) -> Result<Vec<String>, S
         return Err(format!("the injection would refuse the pod now: {d}"));
     }
     let mut v = serde_json::to_value(&bare).map_err(|e| e.to_string())?;
-    sidecarset_core::inject::apply(&mut v, &injection.patch).map_err(|e| e.to_string())?;
+    sidecarset_core::inject::apply(&mut v, &injection.patch()).map_err(|e| e.to_string())?;
     let expected: Pod = serde_json::from_value(v).map_err(|e| e.to_string())?;
     let lists = |p: &Pod| -> [(&'static str, Vec<Container>); 2] {
         let spec = p.spec.clone().unwrap_or_default();

@@ -55,7 +55,7 @@ fn pod(name: &str, ns: &str, labels: Value, created: Option<u32>, sets: &[Sideca
     let p: Pod = serde_json::from_value(v.clone()).unwrap();
     let (index, _) = Index::from_sidecarsets(sets.iter().cloned());
     let inj = sidecarset_core::inject::for_pod(&index, &p, &ns_labels(ns), NOW);
-    sidecarset_core::inject::apply(&mut v, &inj.patch).unwrap();
+    sidecarset_core::inject::apply(&mut v, &inj.patch()).unwrap();
     if let Some(c) = created {
         v["metadata"]["creationTimestamp"] = json!(format!(
             "2026-12-01T{:02}:{:02}:{:02}Z",

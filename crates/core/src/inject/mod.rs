@@ -25,8 +25,13 @@ use std::collections::{BTreeMap, BTreeSet};
 /// What the injection of one pod produced.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Injection {
-    /// JSON patch against the pod as received; empty when nothing changes.
-    pub patch: Patch,
+    /// The JSON patch against the pod as received ([`Injection::patch`]), the sidecars of
+    /// [`Injection::containers`] left out (`null` at their operations).
+    ops: Patch,
+    /// The sidecars whose operations `ops` leaves out, by the operation's index: written into
+    /// the patch's JSON straight from the container ([`Injection::patch_json`]), never turned
+    /// into a JSON tree first (that tree cost five times what writing it does).
+    containers: Vec<(usize, Container)>,
     /// SidecarSets injected by this call (not those the pod already had).
     pub injected: Vec<String>,
     /// SidecarSets that match the pod but were not injected, and why.
@@ -34,6 +39,62 @@ pub struct Injection {
     /// Set when the pod must be refused: a matching SidecarSet cannot be injected into it (its
     /// resourcesPolicy does not fit the pod). The patch is then empty.
     pub denied: Option<Denial>,
+}
+
+impl Injection {
+    /// The JSON patch against the pod as received; empty when nothing changes.
+    pub fn patch(&self) -> Patch {
+        let mut patch = self.ops.clone();
+        for (at, c) in &self.containers {
+            match patch.0.get_mut(*at) {
+                Some(PatchOperation::Add(op)) => op.value = to_value(c),
+                Some(PatchOperation::Replace(op)) => op.value = to_value(c),
+                _ => {}
+            }
+        }
+        patch
+    }
+
+    /// How many operations the patch has (0: nothing changes).
+    pub fn patch_len(&self) -> usize {
+        self.ops.0.len()
+    }
+
+    /// The patch as JSON: the bytes `serde_json` writes for [`Injection::patch`], the sidecars
+    /// written straight from their containers.
+    pub fn patch_json(&self) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Op<'a> {
+            op: &'static str,
+            path: &'a PointerBuf,
+            value: &'a Container,
+        }
+        let mut out = Vec::with_capacity(4096);
+        out.push(b'[');
+        let mut deferred = self.containers.iter().peekable();
+        for (i, op) in self.ops.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let direct = match (deferred.peek(), op) {
+                (Some((at, c)), PatchOperation::Add(a)) if *at == i => Some(("add", &a.path, c)),
+                (Some((at, c)), PatchOperation::Replace(r)) if *at == i => {
+                    Some(("replace", &r.path, c))
+                }
+                _ => None,
+            };
+            // Writing into a Vec fails only for a map with non-string keys: none here.
+            let _ = match direct {
+                Some((op, path, value)) => {
+                    deferred.next();
+                    serde_json::to_writer(&mut out, &Op { op, path, value })
+                }
+                None => serde_json::to_writer(&mut out, op),
+            };
+        }
+        out.push(b']');
+        out
+    }
 }
 
 /// Why a pod cannot be created with the SidecarSets that match it.
@@ -340,22 +401,25 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         }
     };
     init_sidecars.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+    let mut containers = Vec::new();
     // No containers (the list is empty or absent: the typed pod cannot tell): the whole list
     // is added, which applies in both cases.
     let front = merge_containers(
         "containers",
         &spec.containers,
-        &sidecars,
+        sidecars,
         spec.containers.is_empty(),
         &mut ops,
+        &mut containers,
     );
     if native.is_empty() {
         merge_containers(
             "initContainers",
             spec.init_containers.as_deref().unwrap_or(&[]),
-            &init_sidecars,
+            init_sidecars,
             spec.init_containers.is_none(),
             &mut ops,
+            &mut containers,
         );
     } else {
         native::merge(spec, &init_sidecars, &native, front, &mut ops);
@@ -367,7 +431,8 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
     pull_secret_ops(spec, &todo, &mut ops);
 
     Injection {
-        patch: Patch(ops),
+        ops: Patch(ops),
+        containers,
         injected: todo.iter().map(|e| e.ss.name().to_string()).collect(),
         skipped,
         denied: None,
@@ -752,13 +817,16 @@ fn append_ops(field: &str, absent: bool, items: Vec<Value>, ops: &mut Vec<PatchO
 
 /// Places sidecars among the pod's containers: a pod container with a sidecar's name is replaced
 /// in place; the others go before (as a block, in order) or after the app containers. Returns
-/// how many were added before the pod's own (0 when the whole list was added).
+/// how many were added before the pod's own (0 when the whole list was added). An operation of
+/// one sidecar is pushed without its value, the sidecar recorded in `deferred` by the
+/// operation's index ([`Injection::containers`]).
 fn merge_containers(
     field: &str,
     pod: &[Container],
-    sidecars: &[(&SidecarContainer, Container)],
+    sidecars: Built,
     absent: bool,
     ops: &mut Vec<PatchOperation>,
+    deferred: &mut Vec<(usize, Container)>,
 ) -> usize {
     if sidecars.is_empty() {
         return 0;
@@ -767,30 +835,35 @@ fn merge_containers(
     let mut after = Vec::new();
     for (sc, c) in sidecars {
         if let Some(i) = pod.iter().position(|p| p.name == c.name) {
+            deferred.push((ops.len(), c));
             ops.push(PatchOperation::Replace(ReplaceOperation {
                 path: ptr(&["spec", field, &i.to_string()]),
-                value: to_value(c),
+                value: Value::Null,
             }));
             continue;
         }
         match placement(field, sc) {
-            PodInjectPolicy::BeforeAppContainer => before.push(to_value(c)),
-            PodInjectPolicy::AfterAppContainer => after.push(to_value(c)),
+            PodInjectPolicy::BeforeAppContainer => before.push(c),
+            PodInjectPolicy::AfterAppContainer => after.push(c),
         }
     }
     if absent {
-        before.extend(after);
-        if !before.is_empty() {
-            ops.push(add(ptr(&["spec", field]), Value::Array(before)));
+        let all: Vec<Value> = before.iter().chain(after.iter()).map(to_value).collect();
+        if !all.is_empty() {
+            ops.push(add(ptr(&["spec", field]), Value::Array(all)));
         }
         return 0;
     }
     let front = before.len();
+    let mut add_one = |path: PointerBuf, c: Container| {
+        deferred.push((ops.len(), c));
+        ops.push(add(path, Value::Null));
+    };
     for (i, c) in before.into_iter().enumerate() {
-        ops.push(add(ptr(&["spec", field, &i.to_string()]), c));
+        add_one(ptr(&["spec", field, &i.to_string()]), c);
     }
     for c in after {
-        ops.push(add(ptr(&["spec", field, "-"]), c));
+        add_one(ptr(&["spec", field, "-"]), c);
     }
     front
 }
@@ -1126,7 +1199,7 @@ mod tests {
             let pod: Pod = serde_json::from_value(raw.clone()).unwrap();
             let inj = for_pod(&index, &pod, &ns, "t");
             let mut out = raw.clone();
-            apply(&mut out, &inj.patch).unwrap_or_else(|e| panic!("{raw}: {e}"));
+            apply(&mut out, &inj.patch()).unwrap_or_else(|e| panic!("{raw}: {e}"));
             let names = |list: &str| -> Vec<String> {
                 out["spec"][list]
                     .as_array()
@@ -1176,7 +1249,7 @@ mod tests {
             let pod: Pod = serde_json::from_value(raw.clone()).unwrap();
             let inj = for_pod(&index, &pod, &ns, "t");
             let mut out = raw.clone();
-            apply(&mut out, &inj.patch).unwrap();
+            apply(&mut out, &inj.patch()).unwrap();
             let c = &out["spec"]["containers"];
             let names: Vec<&str> = c
                 .as_array()

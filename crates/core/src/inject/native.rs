@@ -328,7 +328,7 @@ mod tests {
                 case.what
             );
             let mut out = raw.clone();
-            super::super::apply(&mut out, &inj.patch)
+            super::super::apply(&mut out, &inj.patch())
                 .unwrap_or_else(|e| panic!("{}: {e}", case.what));
             assert_eq!(
                 names(&out, "initContainers"),
@@ -346,10 +346,10 @@ mod tests {
             let again: Pod = serde_json::from_value(out.clone()).unwrap();
             let second = super::super::for_pod(&index, &again, &ns, "t2");
             assert!(
-                second.patch.0.is_empty(),
+                second.patch().0.is_empty(),
                 "{}: {:?}",
                 case.what,
-                second.patch
+                second.patch()
             );
         }
     }

@@ -76,8 +76,16 @@ fn run(case: &Case, raw: &Value) -> (Value, inject::Injection) {
     let ns = pod.metadata.namespace.clone().unwrap();
     let injection = inject::for_pod(&index, &pod, &namespace_labels(&ns, &case.ns_labels), NOW);
     let mut out = raw.clone();
-    inject::apply(&mut out, &injection.patch)
+    inject::apply(&mut out, &injection.patch())
         .unwrap_or_else(|e| panic!("{}: patch does not apply: {e}", case.name));
+    // The webhook writes the patch's JSON with the sidecars straight from their containers:
+    // the very bytes of the patch as a JSON tree.
+    assert_eq!(
+        String::from_utf8(injection.patch_json()).unwrap(),
+        serde_json::to_string(&injection.patch()).unwrap(),
+        "{}: the patch's JSON",
+        case.name
+    );
     (out, injection)
 }
 
@@ -116,7 +124,7 @@ fn fixtures_inject_as_expected() {
         }
         if injection.injected.is_empty() {
             assert!(
-                injection.patch.0.is_empty(),
+                injection.patch().0.is_empty(),
                 "{}: no injection but a patch",
                 case.name
             );
@@ -178,10 +186,10 @@ fn injecting_an_injected_pod_changes_nothing() {
         let (once, _) = run(&case, &case.pod);
         let (twice, second) = run(&case, &once);
         assert!(
-            second.patch.0.is_empty(),
+            second.patch().0.is_empty(),
             "{}: second injection patched {:?}",
             case.name,
-            second.patch
+            second.patch()
         );
         assert_eq!(once, twice, "{}", case.name);
     }
@@ -193,7 +201,7 @@ fn patch_never_rewrites_whole_lists_of_an_existing_pod() {
     // list, which would drop fields unknown to this build from the app containers.
     for case in cases() {
         let (_, injection) = run(&case, &case.pod);
-        for op in &injection.patch.0 {
+        for op in &injection.patch().0 {
             let (kind, path) = match op {
                 json_patch::PatchOperation::Add(a) => ("add", a.path.to_string()),
                 json_patch::PatchOperation::Replace(r) => ("replace", r.path.to_string()),

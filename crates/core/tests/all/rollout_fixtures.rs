@@ -258,7 +258,7 @@ fn injected_pod(ss: &SidecarSet) -> Value {
     let injection = inject::inject(&pod, &[&e], NOW);
     assert_eq!(injection.injected, vec!["mesh"]);
     let mut out = raw;
-    inject::apply(&mut out, &injection.patch).unwrap();
+    inject::apply(&mut out, &injection.patch()).unwrap();
     out
 }
 
@@ -767,7 +767,7 @@ spec:
     );
     let eo = entry(other);
     let second = inject::inject(&typed(&pod), &[&eo], NOW);
-    inject::apply(&mut pod, &second.patch).unwrap();
+    inject::apply(&mut pod, &second.patch()).unwrap();
     let before = parse_hash_annotation(
         pod["metadata"]["annotations"][ANNOTATION_HASH]
             .as_str()

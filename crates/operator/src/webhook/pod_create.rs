@@ -235,8 +235,10 @@ impl Admitted<'_> {
             debug!(pod = %format!("{namespace}/{name}"), uid = %req.uid, sidecarsets = ?injection.injected,
                   dry_run, "injecting sidecars");
         }
+        let response = Response::allow(&req.uid)
+            .with_patch_json(injection.patch_json(), injection.patch_len());
         self.report(injection.skipped);
-        Response::allow(&req.uid).with_patch(injection.patch)
+        response
     }
 
     /// [`report_skipped`] for this pod.

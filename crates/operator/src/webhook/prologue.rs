@@ -52,15 +52,12 @@ impl Prologue {
                 span.record("kind", req.kind.kind.as_str());
                 span.record("dry_run", req.dry_run.unwrap_or(false));
                 let resp = admit(&req);
-                let result = match (resp.allowed, resp.patch.is_some()) {
+                let result = match (resp.allowed, resp.patch_ops() > 0) {
                     (false, _) => "denied",
                     (true, true) => "patched",
                     (true, false) => "allowed",
                 };
-                span.record(
-                    "patch_operations",
-                    resp.patch.as_ref().map_or(0, |p| p.0.len()),
-                );
+                span.record("patch_operations", resp.patch_ops());
                 let encoded = resp.encode();
                 span.record("response_bytes", encoded.len());
                 (req.operation, result, json(StatusCode::OK, encoded))

@@ -94,7 +94,8 @@ pub struct Response {
     pub allowed: bool,
     pub message: Option<String>,
     pub code: u16,
-    pub patch: Option<json_patch::Patch>,
+    /// The JSON patch as JSON, and how many operations it has ([`Response::patch`]).
+    patch: Option<(Vec<u8>, usize)>,
     pub warnings: Vec<String>,
 }
 
@@ -121,9 +122,32 @@ impl Response {
 
     pub fn with_patch(mut self, patch: json_patch::Patch) -> Self {
         if !patch.0.is_empty() {
-            self.patch = Some(patch);
+            // Writing into a Vec fails only for a map with non-string keys: none in a patch.
+            let json = serde_json::to_vec(&patch).unwrap_or_default();
+            self.patch = Some((json, patch.0.len()));
         }
         self
+    }
+
+    /// [`Response::with_patch`] with the patch already written as JSON (`ops` operations; none:
+    /// no patch).
+    pub fn with_patch_json(mut self, json: Vec<u8>, ops: usize) -> Self {
+        if ops > 0 {
+            self.patch = Some((json, ops));
+        }
+        self
+    }
+
+    /// The patch (`None`: the object is left as it is).
+    pub fn patch(&self) -> Option<json_patch::Patch> {
+        self.patch
+            .as_ref()
+            .and_then(|(json, _)| serde_json::from_slice(json).ok())
+    }
+
+    /// How many operations the patch has (0: none).
+    pub fn patch_ops(&self) -> usize {
+        self.patch.as_ref().map_or(0, |(_, ops)| *ops)
     }
 
     /// The AdmissionReview answering the request, as JSON: written directly (the same bytes
@@ -131,10 +155,7 @@ impl Response {
     /// and base64-encoded in place.
     pub fn encode(&self) -> Vec<u8> {
         use base64::Engine;
-        let patch = self
-            .patch
-            .as_ref()
-            .map(|p| serde_json::to_vec(p).unwrap_or_default());
+        let patch = self.patch.as_ref().map(|(json, _)| json);
         let b64_len = patch.as_ref().map_or(0, |p| p.len().div_ceil(3) * 4);
         let mut out = Vec::with_capacity(160 + self.uid.len() + b64_len);
         out.extend_from_slice(
@@ -216,8 +237,8 @@ mod tests {
             kind: &'static str,
             response: Resp<'a>,
         }
-        let patch = r.patch.as_ref().map(|p| {
-            base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(p).unwrap())
+        let patch = r.patch().map(|p| {
+            base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&p).unwrap())
         });
         serde_json::to_vec(&Out {
             api_version: "admission.k8s.io/v1",

@@ -279,7 +279,7 @@ fn mutating_webhook_stores_openkruise_annotations() {
                     "object": submitted}});
             let req = webhook::review::decode(&serde_json::to_vec(&review).unwrap()).unwrap();
             let resp = webhook::admit_sidecarset_defaults(&req);
-            inject::apply(&mut submitted, &resp.patch.unwrap()).unwrap();
+            inject::apply(&mut submitted, &resp.patch().unwrap()).unwrap();
             let submitted = convert::convert(&submitted, convert::API_VERSION_V1ALPHA1).unwrap();
             for key in [ANNOTATION_HASH, ANNOTATION_HASH_WITHOUT_IMAGE] {
                 assert_eq!(
@@ -537,7 +537,7 @@ fn inject_case(case: &Case) -> Value {
         case.name,
         injection.skipped
     );
-    inject::apply(&mut pod, &injection.patch).unwrap();
+    inject::apply(&mut pod, &injection.patch()).unwrap();
     api::default_pod_requests(&mut pod);
     pod
 }

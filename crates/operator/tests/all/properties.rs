@@ -118,7 +118,7 @@ proptest! {
         let ns = namespace_labels("ns", &BTreeMap::new());
         let first = inject::for_pod(&index, &pod, &ns, "t");
         let mut out = raw.clone();
-        inject::apply(&mut out, &first.patch).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        inject::apply(&mut out, &first.patch()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         // Every app container is still there, unchanged, in order.
         let apps: Vec<&Value> = raw["spec"]["containers"].as_array().unwrap().iter().collect();
         let after: Vec<&Value> = out["spec"]["containers"].as_array().unwrap().iter()
@@ -154,7 +154,7 @@ proptest! {
         }
         let again: Pod = serde_json::from_value(out.clone()).unwrap();
         let second = inject::for_pod(&index, &again, &ns, "t2");
-        prop_assert!(second.patch.0.is_empty());
+        prop_assert!(second.patch().0.is_empty());
     }
 
     /// The webhook decodes only what injection reads (webhook/pod_object.rs): its patch is the
@@ -176,7 +176,7 @@ proptest! {
         let pod: Pod = serde_json::from_value(raw.clone()).unwrap();
         let core = inject::for_pod(&index, &pod, &namespace_labels("ns", &BTreeMap::new()), "t");
         prop_assert!(resp.allowed);
-        prop_assert_eq!(resp.patch.map(|p| p.0).unwrap_or_default(), core.patch.0);
+        prop_assert_eq!(resp.patch().map(|p| p.0).unwrap_or_default(), core.patch().0);
     }
 
     #[test]
@@ -189,7 +189,7 @@ proptest! {
         let out = well_formed(&resp, &raw)?;
         prop_assert!(resp.allowed);
         let again = admit_pod(&state, &review::decode(&admission("Pod", "CREATE", &out, None)).unwrap(), "t");
-        prop_assert!(again.allowed && again.patch.is_none(), "{:?}", again.patch);
+        prop_assert!(again.allowed && again.patch().is_none(), "{:?}", again.patch());
         // A SidecarSet through /mutate-sidecarset: defaulting twice changes nothing the second time,
         // and the defaulted object passes /validate-sidecarset.
         let mut sent = serde_json::to_value(&a).unwrap();
@@ -197,7 +197,7 @@ proptest! {
         let resp = admit_sidecarset_defaults(&review::decode(&admission("SidecarSet", "CREATE", &sent, None)).unwrap());
         let defaulted = well_formed(&resp, &sent)?;
         let again = admit_sidecarset_defaults(&review::decode(&admission("SidecarSet", "CREATE", &defaulted, None)).unwrap());
-        prop_assert!(again.allowed && again.patch.is_none(), "{:?}", again.patch);
+        prop_assert!(again.allowed && again.patch().is_none(), "{:?}", again.patch());
         let empty = State::new(Vec::<String>::new());
         let v = admit_sidecarset_validation(&empty, &review::decode(&admission("SidecarSet", "CREATE", &defaulted, None)).unwrap());
         well_formed(&v, &defaulted)?;
@@ -329,7 +329,7 @@ fn well_formed(resp: &review::Response, sent: &Value) -> Result<Value, TestCaseE
     prop_assert_eq!(&encoded["response"]["allowed"], &json!(resp.allowed));
     let mut out = sent.clone();
     if resp.allowed {
-        if let Some(p) = &resp.patch {
+        if let Some(p) = &resp.patch() {
             prop_assert!(!p.0.is_empty());
             prop_assert_eq!(encoded["response"]["patchType"].as_str(), Some("JSONPatch"));
             json_patch::patch(&mut out, &p.0).map_err(|e| {
@@ -346,7 +346,7 @@ fn well_formed(resp: &review::Response, sent: &Value) -> Result<Value, TestCaseE
                 .as_deref()
                 .is_some_and(|m| !m.trim().is_empty())
         );
-        prop_assert!(resp.patch.is_none());
+        prop_assert!(resp.patch().is_none());
         prop_assert_eq!(&encoded["response"]["status"]["code"], &json!(resp.code));
     }
     Ok(out)

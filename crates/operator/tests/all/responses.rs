@@ -133,7 +133,7 @@ fn admissions() -> Vec<Admission> {
         let req = review::decode(&review_of("u", "CREATE", &bench, None)).unwrap();
         let resp = webhook::admit_pod(&state, &req, NOW);
         let mut pod = bench.clone();
-        sidecarset_core::inject::apply(&mut pod, &resp.patch.unwrap()).unwrap();
+        sidecarset_core::inject::apply(&mut pod, &resp.patch().unwrap()).unwrap();
         pod
     };
     out.push(bench_case(
@@ -177,7 +177,7 @@ fn pod_webhook_answers_are_byte_identical_to_the_recorded_ones() {
         let state = state_of(&a.sidecarsets, &a.ns_labels);
         let req = review::decode(&a.review).unwrap();
         let resp = webhook::admit_pod(&state, &req, NOW);
-        patched += usize::from(resp.patch.is_some());
+        patched += usize::from(resp.patch().is_some());
         let got = resp.encode();
         let file = dir.join(format!("{}.json", a.name));
         if record {

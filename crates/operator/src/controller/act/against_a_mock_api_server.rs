@@ -54,7 +54,7 @@ fn injected_pod() -> Arc<SlimPod> {
     let injection =
         sidecarset_core::inject::for_pod(&index, &typed, &BTreeMap::new(), "2026-12-01T10:00:00Z");
     assert_eq!(injection.injected, vec!["mesh".to_string()]);
-    sidecarset_core::inject::apply(&mut pod, &injection.patch).unwrap();
+    sidecarset_core::inject::apply(&mut pod, &injection.patch()).unwrap();
     let statuses: Vec<Value> = pod["spec"]["containers"]
         .as_array()
         .unwrap()
@@ -292,7 +292,7 @@ fn pod_injected_by(old: &SidecarSet, name: &str) -> Value {
     let injection =
         sidecarset_core::inject::for_pod(&index, &typed, &BTreeMap::new(), "2026-12-01T10:00:00Z");
     assert_eq!(injection.injected, vec!["mesh".to_string()]);
-    sidecarset_core::inject::apply(&mut pod, &injection.patch).unwrap();
+    sidecarset_core::inject::apply(&mut pod, &injection.patch()).unwrap();
     running_as_specified(&mut pod);
     pod
 }

@@ -53,7 +53,7 @@ fn injected_pod(old: &SidecarSet) -> Value {
     let typed: Pod = serde_json::from_value(pod.clone()).unwrap();
     let injection =
         sidecarset_core::inject::for_pod(&index, &typed, &BTreeMap::new(), "2026-12-01T10:00:00Z");
-    sidecarset_core::inject::apply(&mut pod, &injection.patch).unwrap();
+    sidecarset_core::inject::apply(&mut pod, &injection.patch()).unwrap();
     let statuses: Vec<Value> = pod["spec"]["containers"]
         .as_array()
         .unwrap()
