@@ -43,7 +43,7 @@ test-faults: ## The fault harness (crash after each write; relist after, drop or
 	hack/faults.sh sweep
 
 .PHONY: test-inputs
-test-inputs: ## The input harness (Acto-style): 20 sequences of 12 SidecarSet changes derived from the CRD's schema, valid and invalid, on a local kwok cluster of its own (hack/faults.sh inputs-sweep; make test runs one short sequence); a failure prints its replay command
+test-inputs: ## The input harness (Acto-style): 23 sequences of 12 SidecarSet changes derived from the CRD's schema, valid and invalid, on a local kwok cluster of its own (hack/faults.sh inputs-sweep; make test runs one short sequence); a failure prints its replay command
 	hack/faults.sh inputs-sweep
 
 .PHONY: e2e-node

@@ -17,10 +17,11 @@
 #                                       event and its pod's next ones within 2 s delivered as one;
 #                                       stale: the pods' next list four events back, for 3 s
 #   hack/faults.sh inputs SEED [STEPS]  the input harness (crates/e2e/src/crashes/inputs, as Acto tests
-#                                       operators): the sequence of SidecarSet changes of SEED (a seed,
-#                                       seeds 1,5 or a range 1-20; STEPS per sequence, default 8), as a
-#                                       failure prints it
-#   hack/faults.sh inputs-sweep [N]     sequences of 12 steps for seeds 1..N (default 20; `make test-inputs`)
+#                                       operators): the sequence of SidecarSet changes of SEED (seeds
+#                                       and ranges separated by commas: 7, 1,5 or 1-20,52; STEPS per
+#                                       sequence, default 8), as a failure prints it
+#   hack/faults.sh inputs-sweep [N]     sequences of 12 steps for seeds 1..N (default 20) and 52, 67, 331
+#                                       (rollouts under weight priorities; `make test-inputs`)
 #
 # Env: SSO_FAULTS_SCENARIOS (comma-separated, default every scenario: inject, rollout, hot,
 # revision, evict, leader, rotation), SSO_FAULTS_PERTURBATIONS (crash,relist,drop,coalesce,stale: the default),
@@ -35,7 +36,7 @@ export SSO_WORK=$WORK
 
 log() { printf '[faults] %s\n' "$*" >&2; }
 usage() {
-  sed -n '8,23p' "$0" >&2
+  sed -n '8,24p' "$0" >&2
   exit 2
 }
 
@@ -52,13 +53,14 @@ case "${1:-}" in
     ;;
   inputs)
     [ $# -eq 2 ] || [ $# -eq 3 ] || usage
-    case "$2" in '' | *[!0-9,-]*) log "SEED must be a number, numbers separated by commas or a range A-B, got '$2'"; usage ;; esac
+    case "$2" in '' | *[!0-9,-]*) log "SEED must be numbers and ranges A-B separated by commas, got '$2'"; usage ;; esac
     case "${3:-8}" in '' | *[!0-9]*) log "STEPS must be a number, got '${3:-}'"; usage ;; esac
     export SSO_FAULTS_INPUTS_SEEDS=$2 SSO_FAULTS_INPUTS_STEPS=${3:-8}
     ;;
   inputs-sweep)
     case "${2:-20}" in '' | *[!0-9]*) log "N must be a number, got '${2:-}'"; usage ;; esac
-    export SSO_FAULTS_INPUTS_SEEDS="1-${2:-20}" SSO_FAULTS_INPUTS_STEPS=${SSO_FAULTS_INPUTS_STEPS:-12}
+    # and the seeds whose sequences roll out under weight priorities (the order check)
+    export SSO_FAULTS_INPUTS_SEEDS="1-${2:-20},52,67,331" SSO_FAULTS_INPUTS_STEPS=${SSO_FAULTS_INPUTS_STEPS:-12}
     ;;
   *) usage ;;
 esac

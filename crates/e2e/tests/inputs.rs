@@ -5,7 +5,8 @@
 //! unselected pods stay untouched and new pods get the new sidecars; each invalid step must be
 //! refused naming its field and change nothing.
 //!
-//! Env: `SSO_FAULTS_INPUTS_SEEDS` (a seed, a list `1,5,9` or a range `1-20`; default `1`),
+//! Env: `SSO_FAULTS_INPUTS_SEEDS` (seeds and ranges separated by commas: `1,5,9`, `1-20,52`;
+//! default `1`),
 //! `SSO_FAULTS_INPUTS_STEPS` (steps per sequence; default 8), `SSO_FAULTS_INPUTS_BOUND` (seconds
 //! a valid step may take to be followed; default 60). A failing sequence prints its replay
 //! command (`hack/faults.sh inputs SEED STEPS`).
@@ -18,20 +19,41 @@ use sidecarset_e2e::crashes::inputs::{Report, replay_command, sequence};
 fn seeds(s: &str) -> anyhow::Result<Vec<u64>> {
     let bad = || {
         anyhow::anyhow!(
-            "SSO_FAULTS_INPUTS_SEEDS={s:?}: want a seed, seeds separated by commas, or a range A-B"
+            "SSO_FAULTS_INPUTS_SEEDS={s:?}: want seeds and ranges A-B separated by commas"
         )
     };
-    if let Some((a, b)) = s.split_once('-') {
-        let (a, b): (u64, u64) = (
-            a.trim().parse().map_err(|_| bad())?,
-            b.trim().parse().map_err(|_| bad())?,
-        );
-        anyhow::ensure!(a <= b, bad());
-        return Ok((a..=b).collect());
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u64, u64) = (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                );
+                anyhow::ensure!(a <= b, bad());
+                out.extend(a..=b);
+            }
+            None => out.push(part.trim().parse().map_err(|_| bad())?),
+        }
     }
-    s.split(',')
-        .map(|x| x.trim().parse().map_err(|_| bad()))
-        .collect()
+    Ok(out)
+}
+
+#[test]
+fn seeds_are_numbers_and_ranges_separated_by_commas() {
+    for (s, want) in [
+        ("7", Some(vec![7])),
+        ("1,5,9", Some(vec![1, 5, 9])),
+        ("1-3", Some(vec![1, 2, 3])),
+        ("1-3,52,60-61", Some(vec![1, 2, 3, 52, 60, 61])),
+        ("3-1", None),
+        ("", None),
+        ("1,,2", None),
+        ("a", None),
+        ("1-", None),
+    ] {
+        assert_eq!(seeds(s).ok(), want, "{s:?}");
+    }
 }
 
 fn number(var: &str, default: u64) -> anyhow::Result<u64> {
