@@ -1,7 +1,8 @@
 //! The pod of a CREATE review, decoded for injection: the fields [`sidecarset_core::inject`]
-//! reads (metadata; the containers' names, env, mounts, devices, resources and restart policy;
-//! the volumes' and image pull secrets' names; the phase), every other field skipped while
-//! parsing instead of built into the typed pod and dropped. A pod of ten containers decodes in
+//! reads (metadata; the containers' names, env, mounts, devices, restart policy, and their
+//! resources when a SidecarSet may read them; the volumes' and image pull secrets' names; the
+//! phase), every other field skipped while parsing instead of built into the typed pod and
+//! dropped. A pod of ten containers decodes in
 //! a fraction of the time; the injection is the same (`tests/all/properties.rs` checks the
 //! webhook's patch against the core's injection of the fully decoded pod, and
 //! `tests/all/responses.rs` the answers byte for byte).
