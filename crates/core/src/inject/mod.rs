@@ -28,10 +28,10 @@ pub struct Injection {
     /// The JSON patch against the pod as received ([`Injection::patch`]), the sidecars of
     /// [`Injection::containers`] left out (`null` at their operations).
     ops: Patch,
-    /// The sidecars whose operations `ops` leaves out, by the operation's index: written into
-    /// the patch's JSON straight from the container ([`Injection::patch_json`]), never turned
-    /// into a JSON tree first (that tree cost five times what writing it does).
-    containers: Vec<(usize, Container)>,
+    /// The sidecars and volumes whose operations `ops` leaves out, by the operation's index:
+    /// written into the patch's JSON straight from their types ([`Injection::patch_json`]),
+    /// never turned into a JSON tree first (that tree cost five times what writing it does).
+    direct: Vec<(usize, Direct)>,
     /// SidecarSets injected by this call (not those the pod already had).
     pub injected: Vec<String>,
     /// SidecarSets that match the pod but were not injected, and why.
@@ -41,11 +41,27 @@ pub struct Injection {
     pub denied: Option<Denial>,
 }
 
+/// A value of the patch written straight from its type.
+#[derive(Debug, Clone, PartialEq)]
+enum Direct {
+    Container(Container),
+    Volume(Volume),
+}
+
+impl serde::Serialize for Direct {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Direct::Container(c) => c.serialize(s),
+            Direct::Volume(v) => v.serialize(s),
+        }
+    }
+}
+
 impl Injection {
     /// The JSON patch against the pod as received; empty when nothing changes.
     pub fn patch(&self) -> Patch {
         let mut patch = self.ops.clone();
-        for (at, c) in &self.containers {
+        for (at, c) in &self.direct {
             match patch.0.get_mut(*at) {
                 Some(PatchOperation::Add(op)) => op.value = to_value(c),
                 Some(PatchOperation::Replace(op)) => op.value = to_value(c),
@@ -67,11 +83,11 @@ impl Injection {
         struct Op<'a> {
             op: &'static str,
             path: &'a PointerBuf,
-            value: &'a Container,
+            value: &'a Direct,
         }
         let mut out = Vec::with_capacity(4096);
         out.push(b'[');
-        let mut deferred = self.containers.iter().peekable();
+        let mut deferred = self.direct.iter().peekable();
         for (i, op) in self.ops.0.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
@@ -401,7 +417,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         }
     };
     init_sidecars.sort_by(|a, b| a.1.name.cmp(&b.1.name));
-    let mut containers = Vec::new();
+    let mut direct = Vec::new();
     // No containers (the list is empty or absent: the typed pod cannot tell): the whole list
     // is added, which applies in both cases.
     let front = merge_containers(
@@ -410,7 +426,7 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
         sidecars,
         spec.containers.is_empty(),
         &mut ops,
-        &mut containers,
+        &mut direct,
     );
     if native.is_empty() {
         merge_containers(
@@ -419,20 +435,20 @@ pub fn inject(pod: &Pod, sidecarsets: &[&Entry], now: &str) -> Injection {
             init_sidecars,
             spec.init_containers.is_none(),
             &mut ops,
-            &mut containers,
+            &mut direct,
         );
     } else {
         native::merge(spec, &init_sidecars, &native, front, &mut ops);
     }
 
     // 3. Volumes: only those mounted by injected containers; the pod's own win on a name clash.
-    volume_ops(spec, &volumes_needed, &mut ops);
+    volume_ops(spec, &volumes_needed, &mut ops, &mut direct);
     // 4. Image pull secrets, without duplicates.
     pull_secret_ops(spec, &todo, &mut ops);
 
     Injection {
         ops: Patch(ops),
-        containers,
+        direct,
         injected: todo.iter().map(|e| e.ss.name().to_string()).collect(),
         skipped,
         denied: None,
@@ -665,20 +681,37 @@ fn build_sidecars<'a>(
     })
 }
 
-/// Adds the volumes the injected containers mount, except those the pod has by that name.
-fn volume_ops(spec: &PodSpec, volumes_needed: &[&Volume], ops: &mut Vec<PatchOperation>) {
+/// Adds the volumes the injected containers mount, except those the pod has by that name. One
+/// volume's operation is pushed without its value, the volume recorded in `deferred` by the
+/// operation's index ([`Injection::direct`]).
+fn volume_ops(
+    spec: &PodSpec,
+    volumes_needed: &[&Volume],
+    ops: &mut Vec<PatchOperation>,
+    deferred: &mut Vec<(usize, Direct)>,
+) {
     let pod_volumes: BTreeSet<&str> = spec
         .volumes
         .iter()
         .flatten()
         .map(|v| v.name.as_str())
         .collect();
-    let new_volumes: Vec<Value> = volumes_needed
+    let new_volumes = volumes_needed
         .iter()
-        .filter(|v| !pod_volumes.contains(v.name.as_str()))
-        .map(|v| to_value(*v))
-        .collect();
-    append_ops("volumes", spec.volumes.is_none(), new_volumes, ops);
+        .filter(|v| !pod_volumes.contains(v.name.as_str()));
+    if spec.volumes.is_none() {
+        append_ops(
+            "volumes",
+            true,
+            new_volumes.map(|v| to_value(*v)).collect(),
+            ops,
+        );
+        return;
+    }
+    for v in new_volumes {
+        deferred.push((ops.len(), Direct::Volume((*v).clone())));
+        ops.push(add(ptr(&["spec", "volumes", "-"]), Value::Null));
+    }
 }
 
 /// Adds the SidecarSets' image pull secrets the pod does not have, and removes the pod's own
@@ -819,14 +852,14 @@ fn append_ops(field: &str, absent: bool, items: Vec<Value>, ops: &mut Vec<PatchO
 /// in place; the others go before (as a block, in order) or after the app containers. Returns
 /// how many were added before the pod's own (0 when the whole list was added). An operation of
 /// one sidecar is pushed without its value, the sidecar recorded in `deferred` by the
-/// operation's index ([`Injection::containers`]).
+/// operation's index ([`Injection::direct`]).
 fn merge_containers(
     field: &str,
     pod: &[Container],
     sidecars: Built,
     absent: bool,
     ops: &mut Vec<PatchOperation>,
-    deferred: &mut Vec<(usize, Container)>,
+    deferred: &mut Vec<(usize, Direct)>,
 ) -> usize {
     if sidecars.is_empty() {
         return 0;
@@ -835,7 +868,7 @@ fn merge_containers(
     let mut after = Vec::new();
     for (sc, c) in sidecars {
         if let Some(i) = pod.iter().position(|p| p.name == c.name) {
-            deferred.push((ops.len(), c));
+            deferred.push((ops.len(), Direct::Container(c)));
             ops.push(PatchOperation::Replace(ReplaceOperation {
                 path: ptr(&["spec", field, &i.to_string()]),
                 value: Value::Null,
@@ -856,7 +889,7 @@ fn merge_containers(
     }
     let front = before.len();
     let mut add_one = |path: PointerBuf, c: Container| {
-        deferred.push((ops.len(), c));
+        deferred.push((ops.len(), Direct::Container(c)));
         ops.push(add(path, Value::Null));
     };
     for (i, c) in before.into_iter().enumerate() {
