@@ -44,8 +44,8 @@ pub struct Injection {
 /// A value of the patch written straight from its type.
 #[derive(Debug, Clone, PartialEq)]
 enum Direct {
-    Container(Container),
-    Volume(Volume),
+    Container(Box<Container>),
+    Volume(Box<Volume>),
 }
 
 impl serde::Serialize for Direct {
@@ -709,7 +709,7 @@ fn volume_ops(
         return;
     }
     for v in new_volumes {
-        deferred.push((ops.len(), Direct::Volume((*v).clone())));
+        deferred.push((ops.len(), Direct::Volume(Box::new((*v).clone()))));
         ops.push(add(ptr(&["spec", "volumes", "-"]), Value::Null));
     }
 }
@@ -868,7 +868,7 @@ fn merge_containers(
     let mut after = Vec::new();
     for (sc, c) in sidecars {
         if let Some(i) = pod.iter().position(|p| p.name == c.name) {
-            deferred.push((ops.len(), Direct::Container(c)));
+            deferred.push((ops.len(), Direct::Container(Box::new(c))));
             ops.push(PatchOperation::Replace(ReplaceOperation {
                 path: ptr(&["spec", field, &i.to_string()]),
                 value: Value::Null,
@@ -889,7 +889,7 @@ fn merge_containers(
     }
     let front = before.len();
     let mut add_one = |path: PointerBuf, c: Container| {
-        deferred.push((ops.len(), Direct::Container(c)));
+        deferred.push((ops.len(), Direct::Container(Box::new(c))));
         ops.push(add(path, Value::Null));
     };
     for (i, c) in before.into_iter().enumerate() {
