@@ -25,8 +25,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// What the injection of one pod produced.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Injection {
-    /// The JSON patch against the pod as received ([`Injection::patch`]), the sidecars of
-    /// [`Injection::containers`] left out (`null` at their operations).
+    /// The JSON patch against the pod as received ([`Injection::patch`]), the values of
+    /// [`Injection::direct`] left out (`null` at their operations).
     ops: Patch,
     /// The sidecars and volumes whose operations `ops` leaves out, by the operation's index:
     /// written into the patch's JSON straight from their types ([`Injection::patch_json`]),
@@ -77,7 +77,7 @@ impl Injection {
     }
 
     /// The patch as JSON: the bytes `serde_json` writes for [`Injection::patch`], the sidecars
-    /// written straight from their containers.
+    /// and volumes written straight from their types.
     pub fn patch_json(&self) -> Vec<u8> {
         #[derive(serde::Serialize)]
         struct Op<'a> {
