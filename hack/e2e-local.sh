@@ -97,7 +97,7 @@ SSO_FAULTS_SCENARIOS=evict SSO_FAULTS_PERTURBATIONS=relist SSO_FAULTS_POINTS=4 c
 log "faults: regression: revision with the view of the pods sent four events back at its 45th Pod event (the rollback upgraded 4 pods at once with maxUnavailable 2: the cache did not show the pods it had just upgraded)"
 SSO_FAULTS_SCENARIOS=revision SSO_FAULTS_PERTURBATIONS=stale SSO_FAULTS_POINTS=45 cargo test -p sidecarset-e2e --test crashes -- --ignored --nocapture --test-threads=1
 
-log "faults: input sequences (Acto-style; make test-inputs runs 20 of 12 steps), 5 SidecarSet changes derived from the CRD schema each, followed or refused: seed 1791 (an update selector, a rollout, a refused request \"lots\" (the regression: it was accepted), a narrower selector, a rollout of the selected pods only) and seed 4407 (maxUnavailable 1, a refused second container, a weight priority for tier a, a rollout that must upgrade tier a first, a scatter)"
+log "faults: input sequences (Acto-style; make test-inputs runs 23 of 12 steps), 5 SidecarSet changes derived from the CRD schema each, followed or refused: seed 1791 (an update selector, a rollout, a refused request \"lots\" (the regression: it was accepted), a narrower selector, a rollout of the selected pods only) and seed 4407 (maxUnavailable 1, a refused second container, a weight priority for tier a, a rollout that must upgrade tier a first, a scatter)"
 SSO_FAULTS_INPUTS_SEEDS=1791,4407 SSO_FAULTS_INPUTS_STEPS=5 cargo test -p sidecarset-e2e --test inputs -- --ignored --nocapture --test-threads=1
 
 log "migration from OpenKruise (recreates the SidecarSet CRD in OpenKruise's state; runs alone)"
